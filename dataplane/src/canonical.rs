@@ -1,0 +1,755 @@
+//! The canonical request, response and stream-chunk model every stage works on.
+//!
+//! It is spelled with OpenAI Chat Completions field names (ax's ingress protocol), so decoding
+//! ingress is one serde pass, but every loosely typed OpenAI field (string-or-array content,
+//! `stop`, `tool_choice`) is a closed Rust type here. Only `providers::*` translate it to and
+//! from other wire formats.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+// ---------------------------------------------------------------------------------------------
+// Request
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The logical alias on ingress; adapters substitute the real model.
+    pub model: String,
+    pub messages: Vec<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Stop>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logit_bias: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_logprobs: Option<u32>,
+}
+
+impl ChatRequest {
+    /// The caller's output cap, whichever of the two OpenAI spellings it used.
+    pub fn max_output(&self) -> Option<u32> {
+        self.max_completion_tokens.or(self.max_tokens)
+    }
+
+    pub fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage)
+    }
+
+    pub fn has_tools(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| !t.is_empty())
+    }
+
+    pub fn has_images(&self) -> bool {
+        self.messages.iter().any(|m| match &m.content {
+            Some(Content::Parts(parts)) => parts
+                .iter()
+                .any(|p| matches!(p, ContentPart::ImageUrl { .. })),
+            _ => false,
+        })
+    }
+
+    pub fn wants_json(&self) -> bool {
+        matches!(
+            self.response_format,
+            Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. })
+        )
+    }
+
+    /// The request parameters that are set, by their OpenAI names; adapters check these
+    /// against what their provider supports.
+    pub fn set_params(&self) -> impl Iterator<Item = &'static str> + '_ {
+        let n_multi = self.n.is_some_and(|n| n > 1);
+        [
+            ("temperature", self.temperature.is_some()),
+            ("top_p", self.top_p.is_some()),
+            ("stop", self.stop.is_some()),
+            ("n", n_multi),
+            ("tools", self.has_tools()),
+            ("tool_choice", self.tool_choice.is_some()),
+            ("parallel_tool_calls", self.parallel_tool_calls.is_some()),
+            (
+                "response_format",
+                matches!(self.response_format, Some(ResponseFormat::JsonObject)),
+            ),
+            (
+                "response_format.json_schema",
+                matches!(
+                    self.response_format,
+                    Some(ResponseFormat::JsonSchema { .. })
+                ),
+            ),
+            ("seed", self.seed.is_some()),
+            ("user", self.user.is_some()),
+            ("presence_penalty", self.presence_penalty.is_some()),
+            ("frequency_penalty", self.frequency_penalty.is_some()),
+            ("logit_bias", self.logit_bias.is_some()),
+            ("logprobs", self.logprobs == Some(true)),
+            ("top_logprobs", self.top_logprobs.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+    }
+
+    /// Clears a parameter named as in `set_params` (lenient mode drops what a provider lacks).
+    pub fn clear_param(&mut self, name: &str) {
+        match name {
+            "temperature" => self.temperature = None,
+            "top_p" => self.top_p = None,
+            "stop" => self.stop = None,
+            "n" => self.n = None,
+            "tools" => self.tools = None,
+            "tool_choice" => self.tool_choice = None,
+            "parallel_tool_calls" => self.parallel_tool_calls = None,
+            "response_format" | "response_format.json_schema" => self.response_format = None,
+            "seed" => self.seed = None,
+            "user" => self.user = None,
+            "presence_penalty" => self.presence_penalty = None,
+            "frequency_penalty" => self.frequency_penalty = None,
+            "logit_bias" => self.logit_bias = None,
+            "logprobs" => self.logprobs = None,
+            "top_logprobs" => self.top_logprobs = None,
+            _ => {}
+        }
+    }
+
+    /// Checks what serde cannot: per-role required fields and value ranges.
+    pub fn validate(&self) -> Result<(), crate::AxError> {
+        use crate::AxError;
+        if self.messages.is_empty() {
+            return Err(AxError::invalid_param(
+                "messages",
+                "'messages' must not be empty",
+            ));
+        }
+        for (i, m) in self.messages.iter().enumerate() {
+            match m.role {
+                Role::Tool if m.tool_call_id.is_none() => {
+                    return Err(AxError::invalid_param(
+                        format!("messages[{i}].tool_call_id"),
+                        format!("messages[{i}]: a 'tool' message needs 'tool_call_id'"),
+                    ))
+                }
+                Role::System | Role::Developer | Role::User | Role::Tool if m.content.is_none() => {
+                    return Err(AxError::invalid_param(
+                        format!("messages[{i}].content"),
+                        format!(
+                            "messages[{i}]: 'content' is required for role '{}'",
+                            m.role.as_str()
+                        ),
+                    ))
+                }
+                Role::Assistant
+                    if m.content.is_none() && m.tool_calls.as_ref().is_none_or(Vec::is_empty) =>
+                {
+                    return Err(AxError::invalid_param(
+                        format!("messages[{i}].content"),
+                        format!(
+                            "messages[{i}]: an assistant message needs 'content' or 'tool_calls'"
+                        ),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if let Some(t) = self.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(AxError::invalid_param(
+                    "temperature",
+                    "'temperature' must be between 0 and 2",
+                ));
+            }
+        }
+        if let Some(p) = self.top_p {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(AxError::invalid_param(
+                    "top_p",
+                    "'top_p' must be between 0 and 1",
+                ));
+            }
+        }
+        if self.n == Some(0) {
+            return Err(AxError::invalid_param("n", "'n' must be at least 1"));
+        }
+        if self.max_output() == Some(0) {
+            return Err(AxError::invalid_param(
+                "max_tokens",
+                "'max_tokens' must be at least 1",
+            ));
+        }
+        if let Some(Stop(s)) = &self.stop {
+            if s.len() > 4 {
+                return Err(AxError::invalid_param(
+                    "stop",
+                    "'stop' takes at most 4 sequences",
+                ));
+            }
+        }
+        if let Some(ToolChoice::Function(name)) = &self.tool_choice {
+            let known = self
+                .tools
+                .iter()
+                .flatten()
+                .any(|t| &t.function.name == name);
+            if !known {
+                return Err(AxError::invalid_param(
+                    "tool_choice",
+                    format!("tool_choice names '{name}', which is not in 'tools'"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::Developer => "developer",
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::Tool => "tool",
+        }
+    }
+}
+
+/// One message. A flat struct rather than an enum tagged by role: serde's tagged enums buffer
+/// every message before decoding it, and per-role rules are checked in `ChatRequest::validate`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Content>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+}
+
+/// Message content: a plain string or a list of typed parts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+impl Content {
+    /// All text parts joined (image parts are skipped).
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Self::Text(s) => std::borrow::Cow::Borrowed(s),
+            Self::Parts(parts) => {
+                let mut out = String::new();
+                for p in parts {
+                    if let ContentPart::Text { text } = p {
+                        out.push_str(text);
+                    }
+                }
+                std::borrow::Cow::Owned(out)
+            }
+        }
+    }
+}
+
+impl Serialize for Content {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Text(t) => s.serialize_str(t),
+            Self::Parts(p) => p.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Content;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Content, E> {
+                Ok(Content::Text(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Content, E> {
+                Ok(Content::Text(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
+                let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(1));
+                while let Some(p) = seq.next_element()? {
+                    parts.push(p);
+                }
+                Ok(Content::Parts(parts))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    Text { text: String },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageUrl {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl ImageUrl {
+    /// `(media_type, base64_data)` of a `data:` URL.
+    pub fn as_data(&self) -> Option<(&str, &str)> {
+        let rest = self.url.strip_prefix("data:")?;
+        let (meta, data) = rest.split_once(',')?;
+        let media = meta.strip_suffix(";base64")?;
+        Some((media, data))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tool {
+    #[serde(rename = "type")]
+    pub kind: ToolKind,
+    pub function: FunctionDef,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolKind {
+    Function,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FunctionDef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Function(String),
+}
+
+impl Serialize for ToolChoice {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Auto => s.serialize_str("auto"),
+            Self::None => s.serialize_str("none"),
+            Self::Required => s.serialize_str("required"),
+            Self::Function(name) => {
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("type", "function")?;
+                m.serialize_entry("function", &serde_json::json!({ "name": name }))?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolChoice {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Named {
+            #[serde(rename = "type")]
+            _kind: ToolKind,
+            function: NamedFn,
+        }
+        #[derive(Deserialize)]
+        struct NamedFn {
+            name: String,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Mode(String),
+            Named(Named),
+        }
+        match Wire::deserialize(d)? {
+            Wire::Mode(m) => match m.as_str() {
+                "auto" => Ok(Self::Auto),
+                "none" => Ok(Self::None),
+                "required" => Ok(Self::Required),
+                other => Err(de::Error::custom(format!(
+                    "unknown tool_choice '{other}' (expected auto, none, required or a function)"
+                ))),
+            },
+            Wire::Named(n) => Ok(Self::Function(n.function.name)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchema },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JsonSchema {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+/// `stop`: a string or up to four strings, kept as a list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stop(pub Vec<String>);
+
+impl Serialize for Stop {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Stop {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            One(String),
+            Many(Vec<String>),
+        }
+        Ok(
+            match Wire::deserialize(d)
+                .map_err(|_| de::Error::custom("'stop' must be a string or an array of strings"))?
+            {
+                Wire::One(s) => Stop(vec![s]),
+                Wire::Many(v) => Stop(v),
+            },
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: ToolKind,
+    pub function: FunctionCall,
+}
+
+fn function_kind() -> ToolKind {
+    ToolKind::Function
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// A JSON document as a string, exactly as OpenAI sends it.
+    #[serde(default)]
+    pub arguments: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<Choice>,
+    pub usage: Option<Usage>,
+    pub system_fingerprint: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Choice {
+    pub index: u32,
+    pub content: Option<String>,
+    pub refusal: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<FinishReason>,
+    pub logprobs: Option<Value>,
+}
+
+/// A provider's reason for ending the reply, normalized per the table in `docs/protocols.md`.
+/// A provider value with no faithful OpenAI equivalent is kept as `Unmapped`: it is sent as
+/// `finish_reason: null` plus `provider_finish_reason: "<raw>"`, never guessed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Unmapped(String),
+}
+
+impl FinishReason {
+    pub fn openai(&self) -> Option<&'static str> {
+        match self {
+            Self::Stop => Some("stop"),
+            Self::Length => Some("length"),
+            Self::ToolCalls => Some("tool_calls"),
+            Self::ContentFilter => Some("content_filter"),
+            Self::Unmapped(_) => None,
+        }
+    }
+
+    pub fn raw(&self) -> Option<&str> {
+        match self {
+            Self::Unmapped(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// All prompt tokens, cached ones included.
+    pub prompt_tokens: u64,
+    /// All output tokens, reasoning included.
+    pub completion_tokens: u64,
+    /// Prompt tokens served from the provider's cache (cache reads).
+    pub cached_tokens: u64,
+    /// Prompt tokens written to the provider's cache (Anthropic cache creation).
+    pub cache_write_tokens: u64,
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+impl Serialize for Usage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("prompt_tokens", &self.prompt_tokens)?;
+        m.serialize_entry("completion_tokens", &self.completion_tokens)?;
+        m.serialize_entry("total_tokens", &self.total())?;
+        m.serialize_entry(
+            "prompt_tokens_details",
+            &serde_json::json!({ "cached_tokens": self.cached_tokens, "cache_write_tokens": self.cache_write_tokens }),
+        )?;
+        m.serialize_entry(
+            "completion_tokens_details",
+            &serde_json::json!({ "reasoning_tokens": self.reasoning_tokens }),
+        )?;
+        m.end()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream
+
+/// One piece of a streamed reply, already in canonical form. An adapter turns each upstream
+/// event into at most one `Chunk`; the egress encoder writes each as one SSE event.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Chunk {
+    pub choices: Vec<ChunkChoice>,
+    /// Cumulative usage so far, when the upstream reports it. Never forwarded as is: the stream
+    /// stage keeps the latest and sends one usage chunk at the end if the caller asked.
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChunkChoice {
+    pub index: u32,
+    pub content: Option<String>,
+    pub refusal: Option<String>,
+    pub tool_calls: Vec<ToolCallDelta>,
+    pub finish_reason: Option<FinishReason>,
+}
+
+impl ChunkChoice {
+    pub fn is_empty(&self) -> bool {
+        self.content.as_ref().is_none_or(String::is_empty)
+            && self.refusal.is_none()
+            && self.tool_calls.is_empty()
+            && self.finish_reason.is_none()
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCallDelta {
+    /// Position among the tool calls of this choice (not among content blocks).
+    pub index: u32,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+/// What an adapter's stream decoder makes of one upstream event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    Chunk(Chunk),
+    /// The upstream said the reply is complete (OpenAI `[DONE]`, Anthropic `message_stop`).
+    Done,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embeddings
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EmbeddingsRequest {
+    pub model: String,
+    pub input: EmbeddingInput,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding_format: Option<EncodingFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    One(String),
+    Many(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenBatches(Vec<Vec<u32>>),
+}
+
+impl EmbeddingInput {
+    pub fn texts(&self) -> Option<Vec<&str>> {
+        match self {
+            Self::One(s) => Some(vec![s.as_str()]),
+            Self::Many(v) => Some(v.iter().map(String::as_str).collect()),
+            Self::Tokens(_) | Self::TokenBatches(_) => None,
+        }
+    }
+
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Self::One(s) => s.len(),
+            Self::Many(v) => v.iter().map(String::len).sum(),
+            Self::Tokens(t) => t.len() * 3,
+            Self::TokenBatches(b) => b.iter().map(|t| t.len() * 3).sum(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EncodingFormat {
+    Float,
+    Base64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EmbeddingsResponse {
+    pub model: String,
+    pub data: Vec<Vec<f32>>,
+    pub prompt_tokens: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_openai_request_shapes() {
+        let body = r#"{"model":"m","messages":[
+            {"role":"system","content":"be brief"},
+            {"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"42"}],
+            "stop":"END","tool_choice":{"type":"function","function":{"name":"f"}},
+            "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+            "response_format":{"type":"json_object"}}"#;
+        let r: ChatRequest = serde_json::from_str(body).unwrap();
+        r.validate().unwrap();
+        assert_eq!(r.stop, Some(Stop(vec!["END".into()])));
+        assert_eq!(r.tool_choice, Some(ToolChoice::Function("f".into())));
+        assert!(r.has_images());
+        assert!(r.wants_json());
+        let set: Vec<_> = r.set_params().collect();
+        assert_eq!(set, vec!["stop", "tools", "tool_choice", "response_format"]);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let r: ChatRequest =
+            serde_json::from_str(r#"{"model":"m","messages":[{"role":"tool","content":"x"}]}"#)
+                .unwrap();
+        let e = r.validate().unwrap_err();
+        assert_eq!(e.param(), Some("messages[0].tool_call_id"));
+    }
+
+    #[test]
+    fn data_urls_split() {
+        let u = ImageUrl {
+            url: "data:image/jpeg;base64,QUJD".into(),
+            detail: None,
+        };
+        assert_eq!(u.as_data(), Some(("image/jpeg", "QUJD")));
+    }
+}

@@ -1,0 +1,293 @@
+//! Dispatch: one upstream call for one candidate of the attempt plan.
+//!
+//! Encodes with the candidate's adapter, sends through the upstream's pooled client, and
+//! classifies the answer. A non-2xx status and an error object inside a 2xx body are both
+//! upstream errors; the raw body is logged with the request id and never returned to the caller.
+
+use std::time::Duration;
+
+use tokio::time::{timeout_at, Instant};
+
+use crate::canonical::{
+    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem,
+};
+use crate::error::AxError;
+use crate::providers::{self, mock, Ctx, StreamDecoder};
+use crate::snapshot::{Model, Upstream};
+use crate::sse::SseDecoder;
+
+/// Upstream error bodies are logged up to this many bytes.
+const LOGGED_BODY_BYTES: usize = 2048;
+
+pub enum ChatOutcome {
+    Full(ChatResponse),
+    Stream(UpstreamStream),
+}
+
+/// When the attempt must be over: now + the upstream's `total_ms`.
+pub fn deadline(up: &Upstream) -> Instant {
+    Instant::now() + Duration::from_millis(up.timeouts.total_ms)
+}
+
+pub async fn chat(
+    up: &Upstream,
+    model: &Model,
+    req: &ChatRequest,
+    default_max_tokens: u32,
+    deadline: Instant,
+) -> Result<ChatOutcome, AxError> {
+    if let Some(m) = &up.mock {
+        return if req.stream {
+            Ok(ChatOutcome::Stream(UpstreamStream {
+                source: Source::Mock(mock::MockStream::start(m, req)?),
+            }))
+        } else {
+            Ok(ChatOutcome::Full(mock::chat(m, model, req).await?))
+        };
+    }
+    let ctx = Ctx {
+        upstream: up,
+        model,
+        default_max_tokens,
+    };
+    let body = providers::encode_chat(ctx, req)?;
+    let url = if req.stream {
+        &model.stream_url
+    } else {
+        &model.chat_url
+    };
+    let resp = send(up, url, body, deadline).await?;
+    if req.stream {
+        let is_sse = resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        if !is_sse {
+            // Some servers answer a stream request with one JSON body, often an error.
+            let bytes = read_body(resp, deadline).await?;
+            let err = match providers::decode_chat(up.kind, &bytes) {
+                Err(e) => e,
+                Ok(_) => AxError::UpstreamInvalidResponse,
+            };
+            log_upstream_error(up, 200, &bytes, &err);
+            return Err(err);
+        }
+        let decoder = StreamDecoder::new(up.kind).ok_or(AxError::Internal)?;
+        return Ok(ChatOutcome::Stream(UpstreamStream {
+            source: Source::Http {
+                resp,
+                sse: SseDecoder::new(),
+                decoder,
+                state: HttpState::Reading,
+            },
+        }));
+    }
+    let bytes = read_body(resp, deadline).await?;
+    match providers::decode_chat(up.kind, &bytes) {
+        Ok(r) => Ok(ChatOutcome::Full(r)),
+        Err(e) => {
+            log_upstream_error(up, 200, &bytes, &e);
+            Err(e)
+        }
+    }
+}
+
+pub async fn embeddings(
+    up: &Upstream,
+    model: &Model,
+    req: &EmbeddingsRequest,
+    deadline: Instant,
+) -> Result<EmbeddingsResponse, AxError> {
+    if up.mock.is_some() {
+        return mock::embeddings(model, req);
+    }
+    let ctx = Ctx {
+        upstream: up,
+        model,
+        default_max_tokens: 0,
+    };
+    let body = providers::encode_embeddings(ctx, req)?;
+    let resp = send(up, &model.embed_url, body, deadline).await?;
+    let bytes = read_body(resp, deadline).await?;
+    providers::decode_embeddings(up.kind, &bytes, req)
+        .inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
+}
+
+async fn send(
+    up: &Upstream,
+    url: &str,
+    body: Vec<u8>,
+    deadline: Instant,
+) -> Result<reqwest::Response, AxError> {
+    let fut = up
+        .client
+        .post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send();
+    let resp = timeout_at(deadline, fut).await.map_err(|_| AxError::UpstreamTimeout)?.map_err(|e| {
+        tracing::warn!(upstream = %up.name, error = %without_url(&e), "upstream request failed");
+        map_reqwest(&e)
+    })?;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let bytes = read_body(resp, deadline).await.unwrap_or_default();
+    let err = providers::decode_error(up.kind, status.as_u16(), &bytes);
+    log_upstream_error(up, status.as_u16(), &bytes, &err);
+    Err(err)
+}
+
+async fn read_body(resp: reqwest::Response, deadline: Instant) -> Result<bytes::Bytes, AxError> {
+    timeout_at(deadline, resp.bytes())
+        .await
+        .map_err(|_| AxError::UpstreamTimeout)?
+        .map_err(|e| map_reqwest(&e))
+}
+
+fn map_reqwest(e: &reqwest::Error) -> AxError {
+    if e.is_timeout() {
+        AxError::UpstreamTimeout
+    } else if e.is_connect() {
+        AxError::UpstreamConnect
+    } else if e.is_body() || e.is_decode() {
+        AxError::UpstreamStreamTruncated
+    } else {
+        AxError::UpstreamFailed(String::new())
+    }
+}
+
+/// reqwest errors print the URL, which for some providers carries a key in the query string.
+fn without_url(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(url) = e.url() {
+        s = s.replace(url.as_str(), "<upstream url>");
+    }
+    s
+}
+
+fn log_upstream_error(up: &Upstream, status: u16, body: &[u8], err: &AxError) {
+    let shown = &body[..body.len().min(LOGGED_BODY_BYTES)];
+    tracing::warn!(
+        upstream = %up.name,
+        provider = up.kind.as_str(),
+        upstream_status = status,
+        code = err.code(),
+        upstream_body = %String::from_utf8_lossy(shown),
+        "upstream error"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstream streams
+
+/// The canonical items of one upstream stream, pulled one at a time. Dropping it drops the
+/// upstream response, which closes the connection: a client disconnect cancels the upstream call.
+pub struct UpstreamStream {
+    source: Source,
+}
+
+enum Source {
+    Http {
+        resp: reqwest::Response,
+        sse: SseDecoder,
+        decoder: StreamDecoder,
+        state: HttpState,
+    },
+    Mock(mock::MockStream),
+}
+
+#[derive(PartialEq, Eq)]
+enum HttpState {
+    Reading,
+    /// The body ended; the decoder's end-of-stream verdict is next.
+    Eof,
+    Over,
+}
+
+impl UpstreamStream {
+    /// The next canonical item; `None` once the stream is over.
+    pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
+        let (resp, sse, decoder, state) = match &mut self.source {
+            Source::Mock(m) => return m.next().await,
+            Source::Http {
+                resp,
+                sse,
+                decoder,
+                state,
+            } => (resp, sse, decoder, state),
+        };
+        loop {
+            match state {
+                HttpState::Over => return None,
+                HttpState::Eof => {
+                    *state = HttpState::Over;
+                    return Some(decoder.on_eof());
+                }
+                HttpState::Reading => {}
+            }
+            match sse.next_event() {
+                Ok(Some(ev)) => match decoder.on_event(&ev) {
+                    Ok(Some(item)) => {
+                        if item == StreamItem::Done {
+                            *state = HttpState::Over;
+                        }
+                        return Some(Ok(item));
+                    }
+                    Ok(None) => continue,
+                    Err(e) => {
+                        *state = HttpState::Over;
+                        tracing::warn!(code = e.code(), upstream_event = %truncate(&ev.data), "upstream stream error");
+                        return Some(Err(e));
+                    }
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    *state = HttpState::Over;
+                    tracing::warn!(error = %e, "upstream stream is malformed");
+                    return Some(Err(AxError::UpstreamInvalidResponse));
+                }
+            }
+            match resp.chunk().await {
+                Ok(Some(bytes)) => sse.push(&bytes),
+                Ok(None) => {
+                    *state = HttpState::Eof;
+                    match sse.finish() {
+                        Ok(Some(ev)) => match decoder.on_event(&ev) {
+                            Ok(Some(item)) => return Some(Ok(item)),
+                            Ok(None) => {}
+                            Err(e) => {
+                                *state = HttpState::Over;
+                                return Some(Err(e));
+                            }
+                        },
+                        Ok(None) => {}
+                        Err(_) => {
+                            *state = HttpState::Over;
+                            return Some(Err(AxError::UpstreamInvalidResponse));
+                        }
+                    }
+                }
+                Err(e) => {
+                    *state = HttpState::Over;
+                    tracing::warn!(error = %without_url(&e), "upstream stream failed");
+                    return Some(Err(if e.is_timeout() {
+                        AxError::UpstreamTimeout
+                    } else {
+                        AxError::UpstreamStreamTruncated
+                    }));
+                }
+            }
+        }
+    }
+}
+
+fn truncate(s: &str) -> &str {
+    let mut end = s.len().min(LOGGED_BODY_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

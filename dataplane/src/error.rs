@@ -1,0 +1,253 @@
+//! The data plane's one error type and its OpenAI-shaped JSON form.
+//!
+//! Stages return `AxError`; it becomes HTTP only at the edge (`ingress::error_response`) or, once a
+//! stream has started, as one final error event (`AxError::to_body`). Codes are stable and listed
+//! in `docs/errors.md`; upstream error bodies are logged, never copied to the caller.
+
+use http::StatusCode;
+use serde::Serialize;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AxError {
+    #[error("{message}")]
+    InvalidRequest {
+        message: String,
+        param: Option<String>,
+    },
+    #[error("request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("parameter '{param}' is not supported by {provider}")]
+    UnsupportedParameter {
+        param: String,
+        provider: &'static str,
+    },
+    #[error("missing API key: send 'Authorization: Bearer <key>'")]
+    MissingApiKey,
+    #[error("invalid API key")]
+    InvalidApiKey,
+    #[error("this key may not use model '{0}'")]
+    ModelNotAllowed(String),
+    #[error("model '{0}' does not exist")]
+    ModelNotFound(String),
+    #[error("no route for {0}")]
+    NotFound(String),
+    #[error("request body is larger than the limit of {0} bytes")]
+    PayloadTooLarge(u64),
+    #[error("no upstream of '{alias}' can serve this request: {reason}")]
+    NoCapableUpstream { alias: String, reason: String },
+    #[error("the prompt (about {estimated} tokens plus max_tokens) exceeds every context window of '{alias}'")]
+    ContextLengthExceeded { alias: String, estimated: u64 },
+    #[error("the request was rejected by the upstream's content filter")]
+    ContentFilter,
+    #[error("the upstream rejected the request{0}")]
+    UpstreamRejected(String),
+    #[error("the upstream is rate limiting requests")]
+    UpstreamRateLimited,
+    #[error("the upstream is overloaded or unavailable")]
+    UpstreamUnavailable,
+    #[error("the upstream failed{0}")]
+    UpstreamFailed(String),
+    #[error("the gateway's credentials were refused by the upstream")]
+    UpstreamAuth,
+    #[error("could not connect to the upstream")]
+    UpstreamConnect,
+    #[error("the upstream did not answer in time")]
+    UpstreamTimeout,
+    #[error("the upstream sent a response the gateway cannot read")]
+    UpstreamInvalidResponse,
+    #[error("the upstream stream ended before the reply was complete")]
+    UpstreamStreamTruncated,
+    #[error("internal error")]
+    Internal,
+}
+
+impl AxError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidRequest {
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::InvalidRequest {
+            message: message.into(),
+            param: Some(param.into()),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest { .. }
+            | Self::InvalidJson(_)
+            | Self::UnsupportedParameter { .. }
+            | Self::NoCapableUpstream { .. }
+            | Self::ContextLengthExceeded { .. }
+            | Self::ContentFilter
+            | Self::UpstreamRejected(_) => StatusCode::BAD_REQUEST,
+            Self::MissingApiKey | Self::InvalidApiKey => StatusCode::UNAUTHORIZED,
+            Self::ModelNotAllowed(_) => StatusCode::FORBIDDEN,
+            Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UpstreamRateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::UpstreamFailed(_)
+            | Self::UpstreamAuth
+            | Self::UpstreamConnect
+            | Self::UpstreamInvalidResponse
+            | Self::UpstreamStreamTruncated => StatusCode::BAD_GATEWAY,
+            Self::UpstreamUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI's `error.type` family.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { .. }
+            | Self::InvalidJson(_)
+            | Self::UnsupportedParameter { .. }
+            | Self::NoCapableUpstream { .. }
+            | Self::ContextLengthExceeded { .. }
+            | Self::ContentFilter
+            | Self::UpstreamRejected(_)
+            | Self::PayloadTooLarge(_)
+            | Self::ModelNotFound(_)
+            | Self::NotFound(_) => "invalid_request_error",
+            Self::MissingApiKey | Self::InvalidApiKey => "authentication_error",
+            Self::ModelNotAllowed(_) => "permission_error",
+            Self::UpstreamRateLimited => "rate_limit_error",
+            Self::UpstreamFailed(_)
+            | Self::UpstreamAuth
+            | Self::UpstreamConnect
+            | Self::UpstreamTimeout
+            | Self::UpstreamInvalidResponse
+            | Self::UpstreamStreamTruncated
+            | Self::UpstreamUnavailable => "upstream_error",
+            Self::Internal => "server_error",
+        }
+    }
+
+    /// The stable, documented `error.code`. Also the low-cardinality metric label.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { .. } => "invalid_request",
+            Self::InvalidJson(_) => "invalid_json",
+            Self::UnsupportedParameter { .. } => "unsupported_parameter",
+            Self::MissingApiKey => "missing_api_key",
+            Self::InvalidApiKey => "invalid_api_key",
+            Self::ModelNotAllowed(_) => "model_not_allowed",
+            Self::ModelNotFound(_) => "model_not_found",
+            Self::NotFound(_) => "not_found",
+            Self::PayloadTooLarge(_) => "request_too_large",
+            Self::NoCapableUpstream { .. } => "no_capable_upstream",
+            Self::ContextLengthExceeded { .. } => "context_length_exceeded",
+            Self::ContentFilter => "content_filter",
+            Self::UpstreamRejected(_) => "upstream_rejected_request",
+            Self::UpstreamRateLimited => "upstream_rate_limited",
+            Self::UpstreamUnavailable => "upstream_unavailable",
+            Self::UpstreamFailed(_) => "upstream_error",
+            Self::UpstreamAuth => "upstream_auth_failed",
+            Self::UpstreamConnect => "upstream_connect_failed",
+            Self::UpstreamTimeout => "upstream_timeout",
+            Self::UpstreamInvalidResponse => "upstream_invalid_response",
+            Self::UpstreamStreamTruncated => "upstream_stream_truncated",
+            Self::Internal => "internal_error",
+        }
+    }
+
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            Self::InvalidRequest { param, .. } => param.as_deref(),
+            Self::UnsupportedParameter { param, .. } => Some(param),
+            Self::ModelNotAllowed(_) | Self::ModelNotFound(_) => Some("model"),
+            _ => None,
+        }
+    }
+
+    /// Whether another candidate could succeed where this attempt failed (read by failover).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::UpstreamRateLimited
+                | Self::UpstreamUnavailable
+                | Self::UpstreamFailed(_)
+                | Self::UpstreamConnect
+                | Self::UpstreamTimeout
+                | Self::UpstreamInvalidResponse
+        )
+    }
+
+    /// The OpenAI-shaped error body.
+    pub fn to_body(&self, request_id: &str) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            error: Inner<'a>,
+            request_id: &'a str,
+        }
+        #[derive(Serialize)]
+        struct Inner<'a> {
+            message: String,
+            #[serde(rename = "type")]
+            kind: &'static str,
+            code: &'static str,
+            param: Option<&'a str>,
+        }
+        let body = Body {
+            error: Inner {
+                message: self.to_string(),
+                kind: self.error_type(),
+                code: self.code(),
+                param: self.param(),
+            },
+            request_id,
+        };
+        serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec())
+    }
+}
+
+/// Describes an upstream's own error code for the caller without copying its body: only a short
+/// token made of `[a-z0-9_.]` passes (e.g. `context_length_exceeded`), anything else is dropped.
+pub fn upstream_code_suffix(code: Option<&str>) -> String {
+    match code {
+        Some(c)
+            if !c.is_empty()
+                && c.len() <= 64
+                && c.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.'
+                }) =>
+        {
+            format!(" ({c})")
+        }
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_is_openai_shaped() {
+        let e = AxError::UnsupportedParameter {
+            param: "seed".into(),
+            provider: "anthropic",
+        };
+        let v: serde_json::Value = serde_json::from_slice(&e.to_body("req-1")).unwrap();
+        assert_eq!(v["error"]["code"], "unsupported_parameter");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"], "seed");
+        assert_eq!(v["request_id"], "req-1");
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn upstream_codes_are_filtered() {
+        assert_eq!(
+            upstream_code_suffix(Some("context_length_exceeded")),
+            " (context_length_exceeded)"
+        );
+        assert_eq!(upstream_code_suffix(Some("sk-abc Secret")), "");
+        assert_eq!(upstream_code_suffix(None), "");
+    }
+}

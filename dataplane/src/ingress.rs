@@ -1,0 +1,484 @@
+//! Ingress: the OpenAI-compatible HTTP surface, and the one place where `AxError` becomes HTTP.
+//!
+//! Per request, in order: request id → load the snapshot once → authenticate (401) → read the
+//! body under the size limit (413) → decode into the canonical model (400) → alias exists (404)
+//! and is allowed (403) → plan (400 when nothing can serve it) → dispatch → respond.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ax_protocol::config::ParamsMode;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use crate::canonical::{ChatRequest, EmbeddingsRequest};
+use crate::dispatch::{self, ChatOutcome};
+use crate::error::AxError;
+use crate::meter::Meter;
+use crate::providers::{self, openai};
+use crate::route;
+use crate::snapshot::{Snapshot, Tenant};
+use crate::stream::{EgressStream, Opening};
+use crate::App;
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/models", get(models))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static X_AX_UPSTREAM: HeaderName = HeaderName::from_static("x-ax-upstream");
+static X_AX_MODEL: HeaderName = HeaderName::from_static("x-ax-model");
+static X_AX_ATTEMPTS: HeaderName = HeaderName::from_static("x-ax-attempts");
+
+/// The caller's `x-request-id` when it is sane (1–128 visible ASCII characters), else a new one.
+fn request_id(headers: &HeaderMap) -> String {
+    if let Some(v) = headers.get(&X_REQUEST_ID).and_then(|v| v.to_str().ok()) {
+        if !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()) {
+            return v.to_owned();
+        }
+    }
+    let n: u128 = rand::random();
+    format!("req_{n:032x}")
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("-"))
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(X_REQUEST_ID.clone(), header_value(request_id));
+    r
+}
+
+/// The single error-to-HTTP mapping.
+pub fn error_response(e: &AxError, request_id: &str) -> Response {
+    if e.status().is_server_error() {
+        tracing::warn!(
+            code = e.code(),
+            status = e.status().as_u16(),
+            "request failed"
+        );
+    } else {
+        tracing::info!(
+            code = e.code(),
+            status = e.status().as_u16(),
+            "request rejected"
+        );
+    }
+    json_response(e.status(), e.to_body(request_id), request_id)
+}
+
+fn served_headers(r: &mut Response, upstream: &str, model: &str, attempts: u32) {
+    let h = r.headers_mut();
+    h.insert(X_AX_UPSTREAM.clone(), header_value(upstream));
+    h.insert(X_AX_MODEL.clone(), header_value(model));
+    h.insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(attempts));
+}
+
+/// Who is calling: the tenant behind the bearer key.
+struct Caller<'s> {
+    tenant: &'s Tenant,
+    key_id: &'s str,
+}
+
+fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s>, AxError> {
+    let raw = headers
+        .get(header::AUTHORIZATION)
+        .ok_or(AxError::MissingApiKey)?;
+    let key = raw
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or(AxError::MissingApiKey)?;
+    let (tenant, k) = snap.authenticate(key).ok_or(AxError::InvalidApiKey)?;
+    let span = tracing::Span::current();
+    span.record("tenant", tenant.id.as_str());
+    span.record("key_id", k.key_id.as_str());
+    Ok(Caller {
+        tenant,
+        key_id: &k.key_id,
+    })
+}
+
+async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, AxError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(AxError::PayloadTooLarge(limit));
+    }
+    let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit_usize).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(AxError::PayloadTooLarge(limit))
+        }
+        Err(_) => Err(AxError::invalid("could not read the request body")),
+    }
+}
+
+/// Decodes a JSON body, naming the failing field path; unknown fields are collected, then
+/// refused (strict) or dropped with a warning (lenient).
+fn decode<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut unknown = Vec::new();
+    let mut track = serde_path_to_error::Track::new();
+    let value = {
+        let pd = serde_path_to_error::Deserializer::new(&mut de, &mut track);
+        serde_ignored::deserialize(pd, |path| unknown.push(path.to_string()))
+    };
+    let value: T = value.map_err(|e| {
+        let path = track.path().to_string();
+        if path.is_empty() || path == "." {
+            AxError::InvalidJson(e.to_string())
+        } else {
+            AxError::InvalidJson(format!("{path}: {e}"))
+        }
+    })?;
+    de.end().map_err(|e| AxError::InvalidJson(e.to_string()))?;
+    if let Some(first) = unknown.first() {
+        match mode {
+            ParamsMode::Strict => {
+                return Err(AxError::UnsupportedParameter {
+                    param: first.clone(),
+                    provider: "ax",
+                });
+            }
+            ParamsMode::Lenient => {
+                tracing::warn!(params = ?unknown, "dropped unknown request parameters")
+            }
+        }
+    }
+    Ok(value)
+}
+
+fn alias_allowed<'s>(
+    snap: &'s Snapshot,
+    caller: &Caller<'_>,
+    alias: &str,
+) -> Result<&'s crate::snapshot::Route, AxError> {
+    let route = snap
+        .routes
+        .get(alias)
+        .ok_or_else(|| AxError::ModelNotFound(alias.to_owned()))?;
+    if !caller.tenant.allowed.permits(alias) {
+        return Err(AxError::ModelNotAllowed(alias.to_owned()));
+    }
+    tracing::Span::current().record("alias", alias);
+    Ok(route)
+}
+
+fn request_span(request_id: &str, path: &'static str) -> tracing::Span {
+    tracing::info_span!("request", request_id = %request_id, path, tenant = tracing::field::Empty,
+        key_id = tracing::field::Empty, alias = tracing::field::Empty)
+}
+
+/// Counts a request that ended before any upstream was chosen.
+fn count_rejected(alias: &str, e: &AxError) {
+    metrics::counter!("ax_requests_total", "alias" => alias.to_owned(), "upstream" => "", "status" => e.status().as_u16().to_string())
+        .increment(1);
+}
+
+async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let start = Instant::now();
+    let rid = request_id(&headers);
+    let span = request_span(&rid, "/v1/chat/completions");
+    async move {
+        let snap = app.store.load();
+        match chat(&snap, &rid, &headers, body, start).await {
+            Ok(r) => r,
+            Err((e, alias)) => {
+                count_rejected(alias.as_deref().unwrap_or(""), &e);
+                error_response(&e, &rid)
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+type Rejection = (AxError, Option<String>);
+
+async fn chat(
+    snap: &Arc<Snapshot>,
+    rid: &str,
+    headers: &HeaderMap,
+    body: Body,
+    start: Instant,
+) -> Result<Response, Rejection> {
+    let caller = authenticate(snap, headers).map_err(|e| (e, None))?;
+    let bytes = read_body(headers, body, snap.max_body_bytes)
+        .await
+        .map_err(|e| (e, None))?;
+    let mut req: ChatRequest = decode(&bytes, snap.params).map_err(|e| (e, None))?;
+    drop(bytes);
+    let route = alias_allowed(snap, &caller, &req.model).map_err(|e| (e, None))?;
+    let alias = route.alias.as_str();
+    let reject = |e: AxError| (e, Some(alias.to_owned()));
+    req.validate().map_err(reject)?;
+    let needs = route::chat_needs(&req);
+    let plan = route::plan(snap, route, &needs, &mut rand::rng()).map_err(reject)?;
+    let Some(cand) = plan.first() else {
+        return Err(reject(AxError::Internal));
+    };
+    let (up, model) = snap.upstream_model(cand);
+    tracing::debug!(upstream = %up.name, model = %model.name, "routed");
+
+    // Lenient mode: drop what this provider cannot honour, with a warning.
+    let dropped: Vec<&str> = needs
+        .params
+        .iter()
+        .copied()
+        .filter(|p| !providers::supports(up.kind, p))
+        .collect();
+    if !dropped.is_empty() {
+        tracing::warn!(upstream = %up.name, params = ?dropped, "dropped parameters the provider does not support");
+        for p in &dropped {
+            req.clear_param(p);
+        }
+    }
+
+    let mut meter = Meter::new(
+        rid,
+        &caller.tenant.id,
+        caller.key_id,
+        alias,
+        req.stream,
+        start,
+    );
+    meter.served_by(&up.name, &model.name, 1);
+    let deadline = dispatch::deadline(up);
+    let outcome = match dispatch::chat(up, model, &req, snap.default_max_tokens, deadline).await {
+        Ok(o) => o,
+        Err(e) => {
+            meter.finish(e.status().as_u16(), Some(e.code()));
+            let mut r = error_response(&e, rid);
+            served_headers(&mut r, &up.name, &model.name, 1);
+            return Ok(r);
+        }
+    };
+    match outcome {
+        ChatOutcome::Full(mut resp) => {
+            if resp.id.is_empty() {
+                resp.id = format!("chatcmpl-{rid}");
+            }
+            if resp.created == 0 {
+                resp.created = unix_now();
+            }
+            if resp.model.is_empty() {
+                resp.model.clone_from(&model.name);
+            }
+            if let Some(u) = &resp.usage {
+                meter.usage(u);
+            }
+            meter.finish(200, None);
+            let mut r = json_response(StatusCode::OK, openai::encode_response(&resp), rid);
+            served_headers(&mut r, &up.name, &model.name, 1);
+            Ok(r)
+        }
+        ChatOutcome::Stream(us) => {
+            let enc = openai::ChunkEncoder {
+                id: format!("chatcmpl-{rid}"),
+                created: unix_now(),
+                model: model.name.clone(),
+            };
+            let n = req.n.unwrap_or(1);
+            match EgressStream::open(
+                us,
+                enc,
+                rid.to_owned(),
+                req.include_usage(),
+                n,
+                deadline,
+                meter,
+            )
+            .await
+            {
+                Opening::Started(s) => {
+                    let mut r = Response::new(s.into_body());
+                    let h = r.headers_mut();
+                    h.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/event-stream"),
+                    );
+                    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                    h.insert(X_REQUEST_ID.clone(), header_value(rid));
+                    served_headers(&mut r, &up.name, &model.name, 1);
+                    Ok(r)
+                }
+                Opening::Failed(e, mut meter) => {
+                    meter.finish(e.status().as_u16(), Some(e.code()));
+                    let mut r = error_response(&e, rid);
+                    served_headers(&mut r, &up.name, &model.name, 1);
+                    Ok(r)
+                }
+            }
+        }
+    }
+}
+
+async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let start = Instant::now();
+    let rid = request_id(&headers);
+    let span = request_span(&rid, "/v1/embeddings");
+    async move {
+        let snap = app.store.load();
+        match embed(&snap, &rid, &headers, body, start).await {
+            Ok(r) => r,
+            Err((e, alias)) => {
+                count_rejected(alias.as_deref().unwrap_or(""), &e);
+                error_response(&e, &rid)
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+async fn embed(
+    snap: &Arc<Snapshot>,
+    rid: &str,
+    headers: &HeaderMap,
+    body: Body,
+    start: Instant,
+) -> Result<Response, Rejection> {
+    let caller = authenticate(snap, headers).map_err(|e| (e, None))?;
+    let bytes = read_body(headers, body, snap.max_body_bytes)
+        .await
+        .map_err(|e| (e, None))?;
+    let req: EmbeddingsRequest = decode(&bytes, snap.params).map_err(|e| (e, None))?;
+    let route = alias_allowed(snap, &caller, &req.model).map_err(|e| (e, None))?;
+    let alias = route.alias.as_str();
+    let reject = |e: AxError| (e, Some(alias.to_owned()));
+    let plan = route::plan(
+        snap,
+        route,
+        &route::embeddings_needs(&req),
+        &mut rand::rng(),
+    )
+    .map_err(reject)?;
+    let Some(cand) = plan.first() else {
+        return Err(reject(AxError::Internal));
+    };
+    let (up, model) = snap.upstream_model(cand);
+    let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
+    meter.served_by(&up.name, &model.name, 1);
+    let mut r = match dispatch::embeddings(up, model, &req, dispatch::deadline(up)).await {
+        Ok(mut resp) => {
+            if resp.model.is_empty() || resp.model == req.model {
+                resp.model.clone_from(&model.name);
+            }
+            meter.usage(&crate::canonical::Usage {
+                prompt_tokens: resp.prompt_tokens,
+                ..Default::default()
+            });
+            meter.finish(200, None);
+            json_response(
+                StatusCode::OK,
+                openai::encode_embeddings_response(&resp, req.encoding_format),
+                rid,
+            )
+        }
+        Err(e) => {
+            meter.finish(e.status().as_u16(), Some(e.code()));
+            error_response(&e, rid)
+        }
+    };
+    served_headers(&mut r, &up.name, &model.name, 1);
+    Ok(r)
+}
+
+async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let rid = request_id(&headers);
+    let snap = app.store.load();
+    let caller = match authenticate(&snap, &headers) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e, &rid),
+    };
+    let mut aliases: Vec<&str> = snap
+        .routes
+        .keys()
+        .map(String::as_str)
+        .filter(|a| caller.tenant.allowed.permits(a))
+        .collect();
+    aliases.sort_unstable();
+    let data: Vec<serde_json::Value> = aliases
+        .iter()
+        .map(|a| serde_json::json!({ "id": a, "object": "model", "created": 0, "owned_by": "ax" }))
+        .collect();
+    let body = serde_json::to_vec(&serde_json::json!({ "object": "list", "data": data }))
+        .unwrap_or_default();
+    json_response(StatusCode::OK, body, &rid)
+}
+
+async fn healthz() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"status":"ok"}"#,
+    )
+        .into_response()
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let snap = app.store.load();
+    let body = format!(r#"{{"status":"ready","config_version":{}}}"#, snap.version);
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    match &app.metrics {
+        Some(h) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            h.render(),
+        )
+            .into_response(),
+        None => error_response(&AxError::Internal, "-"),
+    }
+}
+
+async fn not_found(headers: HeaderMap, uri: axum::http::Uri) -> Response {
+    let rid = request_id(&headers);
+    error_response(&AxError::NotFound(uri.path().to_owned()), &rid)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,81 @@
+//! ax data plane: one OpenAI-compatible endpoint in front of many model providers.
+//!
+//! A request passes these stages, each its own module (see ARCHITECTURE.md):
+//!
+//! 1. `ingress`   — HTTP surface; request id; loads one `Snapshot`; the only place errors become HTTP.
+//! 2. auth        — `ingress::authenticate`: bearer key → SHA-256 → tenant (`Snapshot::authenticate`).
+//! 3. decode      — body limit, JSON → `canonical::ChatRequest`, unknown/unsupported parameters.
+//! 4. `route`     — capability filter and strategy → the ordered attempt plan.
+//! 5. `dispatch`  — encode with the candidate's adapter (`providers::*`), send, classify.
+//! 6. `stream`    — upstream SSE (`sse`) → canonical chunks → OpenAI chunks, flushed per event.
+//! 7. `meter`     — metrics and the usage record, once per call however it ends.
+//!
+//! Configuration arrives as a `ConfigSpec` (`config`, `reload`), compiles into a `Snapshot`
+//! (`snapshot`) and is swapped whole through `SnapshotStore`; nothing on the request path locks.
+
+pub mod canonical;
+pub mod config;
+pub mod dispatch;
+pub mod error;
+pub mod ingress;
+pub mod meter;
+pub mod providers;
+pub mod reload;
+pub mod route;
+pub mod secret;
+pub mod snapshot;
+pub mod sse;
+pub mod stream;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::AxError;
+use metrics_exporter_prometheus::PrometheusHandle;
+use snapshot::{Snapshot, SnapshotStore};
+use tokio::net::TcpListener;
+
+/// Process-wide state shared by every request: the snapshot store and the metrics handle.
+pub struct App {
+    pub store: SnapshotStore,
+    pub metrics: Option<PrometheusHandle>,
+}
+
+impl App {
+    pub fn new(snapshot: Snapshot) -> Arc<Self> {
+        let metrics = meter::prometheus();
+        Arc::new(Self {
+            store: SnapshotStore::new(snapshot),
+            metrics,
+        })
+    }
+}
+
+/// Serves until `shutdown` completes, then drains in-flight requests. Every accepted socket has
+/// TCP_NODELAY set: without it a non-streaming response can wait ~40 ms on a delayed ACK.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    if let Some(h) = app.metrics.clone() {
+        // Histograms need periodic upkeep to bound their memory.
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                t.tick().await;
+                h.run_upkeep();
+            }
+        });
+    }
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, ingress::router(app))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

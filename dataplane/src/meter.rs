@@ -1,0 +1,169 @@
+//! Metering: Prometheus metrics and one usage record per call.
+//!
+//! A `Meter` travels with the request (into the response stream, for streams) and reports when
+//! dropped, so a call is metered exactly once however it ends: completed, failed, or cut off by
+//! a client disconnect (then marked incomplete).
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ax_protocol::usage::UsageRecord;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::canonical::Usage;
+
+/// Installs the process-wide Prometheus recorder once and returns its handle.
+pub fn prometheus() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let latency = [
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+            ];
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &latency)
+                .ok()?
+                .install_recorder()
+                .ok()?;
+            metrics::describe_counter!(
+                "ax_requests_total",
+                "Requests by alias, upstream and HTTP status"
+            );
+            metrics::describe_histogram!(
+                "ax_request_duration_seconds",
+                "Time from request to last byte"
+            );
+            metrics::describe_histogram!(
+                "ax_time_to_first_token_seconds",
+                "Time from request to first streamed token"
+            );
+            metrics::describe_counter!(
+                "ax_tokens_total",
+                "Tokens by alias, upstream and direction"
+            );
+            Some(handle)
+        })
+        .clone()
+}
+
+pub struct Meter {
+    pub record: UsageRecord,
+    start: Instant,
+    ttft: Option<Duration>,
+    /// Set once the call reached its end; a drop before that means the client went away.
+    done: bool,
+}
+
+impl Meter {
+    pub fn new(
+        request_id: &str,
+        tenant: &str,
+        key_id: &str,
+        alias: &str,
+        stream: bool,
+        start: Instant,
+    ) -> Self {
+        Self {
+            record: UsageRecord {
+                request_id: request_id.to_owned(),
+                tenant: tenant.to_owned(),
+                key_id: key_id.to_owned(),
+                alias: alias.to_owned(),
+                stream,
+                ..UsageRecord::default()
+            },
+            start,
+            ttft: None,
+            done: false,
+        }
+    }
+
+    pub fn served_by(&mut self, upstream: &str, model: &str, attempts: u32) {
+        upstream.clone_into(&mut self.record.upstream);
+        model.clone_into(&mut self.record.model);
+        self.record.attempts = attempts;
+    }
+
+    pub fn first_token(&mut self) {
+        if self.ttft.is_none() {
+            self.ttft = Some(self.start.elapsed());
+        }
+    }
+
+    pub fn usage(&mut self, u: &Usage) {
+        let r = &mut self.record;
+        r.prompt_tokens = u.prompt_tokens;
+        r.completion_tokens = u.completion_tokens;
+        r.cached_prompt_tokens = u.cached_tokens;
+        r.cache_write_tokens = u.cache_write_tokens;
+    }
+
+    /// The call ended as the caller saw it: `status`, and the error code if it failed.
+    pub fn finish(&mut self, status: u16, error_code: Option<&'static str>) {
+        self.record.status = status;
+        self.record.error_code = error_code.map(str::to_owned);
+        if error_code.is_some() && self.record.stream && status == 200 {
+            self.record.incomplete = true;
+        }
+        self.done = true;
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        if !self.done {
+            self.record.incomplete = true;
+            self.record.status = 200;
+            self.record.error_code = Some("client_disconnected".to_owned());
+        }
+        let elapsed = self.start.elapsed();
+        let r = &mut self.record;
+        r.latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        r.ttft_ms = self
+            .ttft
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+
+        let alias = r.alias.clone();
+        let upstream = r.upstream.clone();
+        metrics::counter!("ax_requests_total", "alias" => alias.clone(), "upstream" => upstream.clone(), "status" => r.status.to_string())
+            .increment(1);
+        metrics::histogram!("ax_request_duration_seconds", "alias" => alias.clone(), "upstream" => upstream.clone())
+            .record(elapsed.as_secs_f64());
+        if let Some(t) = self.ttft {
+            metrics::histogram!("ax_time_to_first_token_seconds", "alias" => alias.clone(), "upstream" => upstream.clone())
+                .record(t.as_secs_f64());
+        }
+        for (direction, n) in [
+            ("prompt", r.prompt_tokens),
+            ("completion", r.completion_tokens),
+            ("cached_prompt", r.cached_prompt_tokens),
+        ] {
+            if n > 0 {
+                metrics::counter!("ax_tokens_total", "alias" => alias.clone(), "upstream" => upstream.clone(), "direction" => direction)
+                    .increment(n);
+            }
+        }
+        if !r.upstream.is_empty() {
+            tracing::info!(
+                target: "ax::usage",
+                tenant = %r.tenant,
+                key_id = %r.key_id,
+                alias = %r.alias,
+                upstream = %r.upstream,
+                model = %r.model,
+                stream = r.stream,
+                status = r.status,
+                error_code = r.error_code.as_deref(),
+                incomplete = r.incomplete,
+                prompt_tokens = r.prompt_tokens,
+                completion_tokens = r.completion_tokens,
+                cached_prompt_tokens = r.cached_prompt_tokens,
+                cache_write_tokens = r.cache_write_tokens,
+                latency_ms = r.latency_ms,
+                ttft_ms = r.ttft_ms,
+                attempts = r.attempts,
+                "usage"
+            );
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Provider adapters: pure translation between the canonical model and each wire protocol.
+//!
+//! Every module has the same shape: its wire types, request encoding, response decoding, a
+//! stream decoder (one upstream event → at most one canonical item), error decoding, and the
+//! parameters it supports. Dispatch is an exhaustive `match` on `ProviderKind`: a new provider is
+//! a compile error everywhere it must be handled. No routing or policy lives here.
+
+pub mod anthropic;
+pub mod gemini;
+pub mod mock;
+pub mod openai;
+
+use ax_protocol::config::ProviderKind;
+
+use crate::canonical::{
+    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem,
+};
+use crate::error::{upstream_code_suffix, AxError};
+use crate::snapshot::{Model, Upstream};
+use crate::sse::SseEvent;
+
+/// What an adapter may read besides the request.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    pub upstream: &'a Upstream,
+    pub model: &'a Model,
+    /// `max_tokens` for providers that require one when neither request nor model sets it.
+    pub default_max_tokens: u32,
+}
+
+/// Whether `kind` can honour the request parameter `param` (named as in
+/// `ChatRequest::set_params`).
+pub fn supports(kind: ProviderKind, param: &str) -> bool {
+    match kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai | ProviderKind::Mock => true,
+        ProviderKind::Anthropic => anthropic::SUPPORTED.contains(&param),
+        ProviderKind::Gemini => gemini::SUPPORTED.contains(&param),
+    }
+}
+
+pub fn encode_chat(ctx: Ctx<'_>, req: &ChatRequest) -> Result<Vec<u8>, AxError> {
+    match ctx.upstream.kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_chat(ctx, req),
+        ProviderKind::Anthropic => anthropic::encode_chat(ctx, req),
+        ProviderKind::Gemini => gemini::encode_chat(ctx, req),
+        ProviderKind::Mock => Err(AxError::Internal),
+    }
+}
+
+/// Decodes a 2xx body. An error object inside it is an upstream error: HTTP 200 is not success.
+pub fn decode_chat(kind: ProviderKind, body: &[u8]) -> Result<ChatResponse, AxError> {
+    match kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai => openai::decode_chat(body),
+        ProviderKind::Anthropic => anthropic::decode_chat(body),
+        ProviderKind::Gemini => gemini::decode_chat(body),
+        ProviderKind::Mock => Err(AxError::Internal),
+    }
+}
+
+/// Decodes a non-2xx answer. Returns the classified error and the provider's own code (for logs).
+pub fn decode_error(kind: ProviderKind, status: u16, body: &[u8]) -> AxError {
+    let code = match kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai | ProviderKind::Mock => {
+            openai::error_code(body)
+        }
+        ProviderKind::Anthropic => anthropic::error_code(body),
+        ProviderKind::Gemini => gemini::error_code(body),
+    };
+    classify(status, code.as_deref())
+}
+
+pub fn encode_embeddings(ctx: Ctx<'_>, req: &EmbeddingsRequest) -> Result<Vec<u8>, AxError> {
+    match ctx.upstream.kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_embeddings(ctx, req),
+        ProviderKind::Gemini => gemini::encode_embeddings(ctx, req),
+        ProviderKind::Anthropic | ProviderKind::Mock => Err(AxError::Internal),
+    }
+}
+
+pub fn decode_embeddings(
+    kind: ProviderKind,
+    body: &[u8],
+    req: &EmbeddingsRequest,
+) -> Result<EmbeddingsResponse, AxError> {
+    match kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai => openai::decode_embeddings(body),
+        ProviderKind::Gemini => gemini::decode_embeddings(body, req),
+        ProviderKind::Anthropic | ProviderKind::Mock => Err(AxError::Internal),
+    }
+}
+
+/// Per-stream decoding state of one upstream call.
+pub enum StreamDecoder {
+    OpenAi(openai::StreamState),
+    Anthropic(anthropic::StreamState),
+    Gemini(gemini::StreamState),
+}
+
+impl StreamDecoder {
+    pub fn new(kind: ProviderKind) -> Option<Self> {
+        match kind {
+            ProviderKind::Openai | ProviderKind::AzureOpenai => {
+                Some(Self::OpenAi(openai::StreamState::default()))
+            }
+            ProviderKind::Anthropic => Some(Self::Anthropic(anthropic::StreamState::default())),
+            ProviderKind::Gemini => Some(Self::Gemini(gemini::StreamState::default())),
+            ProviderKind::Mock => None,
+        }
+    }
+
+    /// One whole upstream event. `None` for events that carry nothing (pings, block stops).
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+        match self {
+            Self::OpenAi(s) => s.on_event(ev),
+            Self::Anthropic(s) => s.on_event(ev),
+            Self::Gemini(s) => s.on_event(ev),
+        }
+    }
+
+    /// The upstream closed the stream. Gemini ends this way; for the others, ending without their
+    /// end marker is complete only if a finish reason was already seen.
+    pub fn on_eof(&mut self) -> Result<StreamItem, AxError> {
+        let finished = match self {
+            Self::OpenAi(s) => s.finished,
+            Self::Anthropic(s) => s.finished,
+            Self::Gemini(s) => s.finished,
+        };
+        if finished {
+            Ok(StreamItem::Done)
+        } else {
+            Err(AxError::UpstreamStreamTruncated)
+        }
+    }
+}
+
+/// Maps an upstream HTTP status (or a status carried inside a 200 body) and the provider's
+/// error code onto ax's error. Which of these may fail over is `AxError::is_retryable`.
+pub fn classify(status: u16, code: Option<&str>) -> AxError {
+    if code.is_some_and(|c| {
+        c.contains("content_filter") || c == "content_policy_violation" || c == "refusal"
+    }) {
+        return AxError::ContentFilter;
+    }
+    match status {
+        400 | 409 | 413 | 422 => AxError::UpstreamRejected(upstream_code_suffix(code)),
+        401 | 403 => AxError::UpstreamAuth,
+        404 => AxError::UpstreamFailed(" (the model was not found upstream)".to_owned()),
+        408 | 504 => AxError::UpstreamTimeout,
+        429 => AxError::UpstreamRateLimited,
+        503 | 529 => AxError::UpstreamUnavailable,
+        _ => AxError::UpstreamFailed(upstream_code_suffix(code)),
+    }
+}
+
+/// Maps a provider's error *type* string (what errors inside a 200 carry) onto a status.
+pub fn status_of_error_type(t: &str) -> u16 {
+    match t {
+        "invalid_request_error"
+        | "invalid_argument"
+        | "INVALID_ARGUMENT"
+        | "FAILED_PRECONDITION" => 400,
+        "authentication_error" | "UNAUTHENTICATED" => 401,
+        "permission_error" | "PERMISSION_DENIED" => 403,
+        "not_found_error" | "NOT_FOUND" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error"
+        | "rate_limit_exceeded"
+        | "insufficient_quota"
+        | "RESOURCE_EXHAUSTED" => 429,
+        "overloaded_error" | "overloaded" | "UNAVAILABLE" => 503,
+        "DEADLINE_EXCEEDED" | "timeout" => 504,
+        _ => 500,
+    }
+}
+
+/// Estimated token count of text: UTF-8 bytes / 3, rounded up. Errs high for English (~4 bytes a
+/// token) and lands near one token per CJK character (3 bytes). Used for routing decisions and
+/// where a provider reports no usage; see `docs/routing.md`.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(3)
+}
+
+/// Synthesized tool-call id for providers that have none (Gemini, the mock): `call_` + 24
+/// random alphanumerics, like OpenAI's.
+pub fn synth_call_id() -> String {
+    use rand::distr::{Alphanumeric, SampleString};
+    format!("call_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,586 @@
+//! Anthropic Messages API.
+//!
+//! Request: system and developer messages are hoisted into `system`; tool results become
+//! `tool_result` blocks in a user turn; consecutive same-role turns are merged (the API requires
+//! alternation); `max_tokens` is always sent; temperature 0..2 is scaled onto 0..1.
+//! Stream: content-block indexes count text and tool_use blocks together, while OpenAI's
+//! `tool_calls[].index` counts tool calls only, so the decoder keeps that mapping.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{classify, status_of_error_type, Ctx};
+use crate::canonical::{
+    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason,
+    FunctionCall, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
+};
+use crate::error::AxError;
+use crate::sse::SseEvent;
+
+/// Request parameters this adapter maps (see `ChatRequest::set_params`).
+pub const SUPPORTED: &[&str] = &[
+    "temperature",
+    "top_p",
+    "stop",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "user",
+];
+
+#[derive(Serialize)]
+struct AnthropicRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<String>,
+    messages: Vec<AnthropicMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_sequences: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<AnthropicTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<Metadata<'a>>,
+}
+
+#[derive(Serialize)]
+struct Metadata<'a> {
+    user_id: &'a str,
+}
+
+#[derive(Serialize)]
+struct AnthropicMessage<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: Cow<'a, str>,
+    },
+    Image {
+        source: ImageSource<'a>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: Cow<'a, str>,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ImageSource<'a> {
+    Base64 { media_type: &'a str, data: &'a str },
+    Url { url: &'a str },
+}
+
+#[derive(Serialize)]
+struct AnthropicTool<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    input_schema: Cow<'a, Value>,
+}
+
+fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
+    match c {
+        Content::Text(t) => {
+            if !t.is_empty() {
+                out.push(Block::Text {
+                    text: Cow::Borrowed(t),
+                });
+            }
+        }
+        Content::Parts(parts) => {
+            for p in parts {
+                match p {
+                    ContentPart::Text { text } if !text.is_empty() => out.push(Block::Text {
+                        text: Cow::Borrowed(text),
+                    }),
+                    ContentPart::Text { .. } => {}
+                    ContentPart::ImageUrl { image_url } => {
+                        let source = match image_url.as_data() {
+                            Some((media_type, data)) => ImageSource::Base64 { media_type, data },
+                            None => ImageSource::Url {
+                                url: &image_url.url,
+                            },
+                        };
+                        out.push(Block::Image { source });
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
+    let mut system: Vec<Cow<'_, str>> = Vec::new();
+    let mut messages: Vec<AnthropicMessage<'_>> = Vec::with_capacity(r.messages.len());
+    for (i, m) in r.messages.iter().enumerate() {
+        let (role, mut blocks) = match m.role {
+            Role::System | Role::Developer => {
+                if let Some(c) = &m.content {
+                    system.push(c.text());
+                }
+                continue;
+            }
+            Role::User => {
+                let mut b = Vec::new();
+                if let Some(c) = &m.content {
+                    content_blocks(c, &mut b);
+                }
+                ("user", b)
+            }
+            Role::Tool => {
+                let id = m.tool_call_id.as_deref().unwrap_or_default();
+                let content = m.content.as_ref().map(Content::text).unwrap_or_default();
+                (
+                    "user",
+                    vec![Block::ToolResult {
+                        tool_use_id: id,
+                        content,
+                    }],
+                )
+            }
+            Role::Assistant => {
+                let mut b = Vec::new();
+                if let Some(c) = &m.content {
+                    content_blocks(c, &mut b);
+                }
+                for (j, tc) in m.tool_calls.iter().flatten().enumerate() {
+                    let input: Value = if tc.function.arguments.trim().is_empty() {
+                        Value::Object(Default::default())
+                    } else {
+                        serde_json::from_str(&tc.function.arguments).map_err(|_| {
+                            AxError::invalid_param(
+                                format!("messages[{i}].tool_calls[{j}].function.arguments"),
+                                format!("messages[{i}].tool_calls[{j}].function.arguments is not valid JSON"),
+                            )
+                        })?
+                    };
+                    b.push(Block::ToolUse {
+                        id: &tc.id,
+                        name: &tc.function.name,
+                        input,
+                    });
+                }
+                ("assistant", b)
+            }
+        };
+        // Tool results must come first in their user turn; a user message after tool results
+        // joins that same turn.
+        match messages.last_mut() {
+            Some(last) if last.role == role => last.content.append(&mut blocks),
+            _ => messages.push(AnthropicMessage {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    if messages.is_empty() {
+        return Err(AxError::invalid_param(
+            "messages",
+            "Anthropic needs at least one user or assistant message",
+        ));
+    }
+
+    let tools = r
+        .tools
+        .iter()
+        .flatten()
+        .map(|t| AnthropicTool {
+            name: &t.function.name,
+            description: t.function.description.as_deref(),
+            input_schema: match &t.function.parameters {
+                Some(p) => Cow::Borrowed(p),
+                None => Cow::Owned(serde_json::json!({ "type": "object", "properties": {} })),
+            },
+        })
+        .collect();
+    let disable_parallel = r.parallel_tool_calls == Some(false);
+    let tool_choice = match (&r.tool_choice, disable_parallel) {
+        (None, false) => None,
+        (None | Some(ToolChoice::Auto), _) => Some(serde_json::json!({ "type": "auto" })),
+        (Some(ToolChoice::None), _) => Some(serde_json::json!({ "type": "none" })),
+        (Some(ToolChoice::Required), _) => Some(serde_json::json!({ "type": "any" })),
+        (Some(ToolChoice::Function(name)), _) => {
+            Some(serde_json::json!({ "type": "tool", "name": name }))
+        }
+    }
+    .map(|mut v| {
+        if disable_parallel && v["type"] != "none" {
+            v["disable_parallel_tool_use"] = Value::Bool(true);
+        }
+        v
+    });
+
+    let body = AnthropicRequest {
+        model: &ctx.model.name,
+        max_tokens: r
+            .max_output()
+            .or(ctx.model.max_output_tokens)
+            .unwrap_or(ctx.default_max_tokens),
+        system: (!system.is_empty()).then(|| system.join("\n\n")),
+        messages,
+        // OpenAI's range is 0..2, Anthropic's 0..1: scaled linearly (documented).
+        temperature: r.temperature.map(|t| t / 2.0),
+        top_p: r.top_p,
+        stop_sequences: r.stop.as_ref().map(|s| s.0.as_slice()),
+        stream: r.stream,
+        tools,
+        tool_choice,
+        metadata: r.user.as_deref().map(|user_id| Metadata { user_id }),
+    };
+    serde_json::to_vec(&body).map_err(|_| AxError::Internal)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response
+
+#[derive(Deserialize)]
+struct AnthropicResponse {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    content: Vec<RespBlock>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: AnthropicUsage,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum RespBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+struct AnthropicUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl AnthropicUsage {
+    /// Folds a later report into this one (message_delta repeats or extends message_start's).
+    fn merge(&mut self, later: AnthropicUsage) {
+        self.input_tokens = later.input_tokens.or(self.input_tokens);
+        self.output_tokens = later.output_tokens.or(self.output_tokens);
+        self.cache_creation_input_tokens = later
+            .cache_creation_input_tokens
+            .or(self.cache_creation_input_tokens);
+        self.cache_read_input_tokens = later
+            .cache_read_input_tokens
+            .or(self.cache_read_input_tokens);
+    }
+
+    fn canonical(self) -> Usage {
+        let write = self.cache_creation_input_tokens.unwrap_or(0);
+        let read = self.cache_read_input_tokens.unwrap_or(0);
+        Usage {
+            // `input_tokens` excludes cached tokens: the prompt is all three together.
+            prompt_tokens: self.input_tokens.unwrap_or(0) + write + read,
+            completion_tokens: self.output_tokens.unwrap_or(0),
+            cached_tokens: read,
+            cache_write_tokens: write,
+            reasoning_tokens: 0,
+        }
+    }
+}
+
+pub fn finish_reason(raw: &str) -> FinishReason {
+    match raw {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "max_tokens" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::ContentFilter,
+        other => FinishReason::Unmapped(other.to_owned()),
+    }
+}
+
+fn embedded_error(v: &Value) -> Option<AxError> {
+    if v.get("type").and_then(Value::as_str) != Some("error") {
+        return None;
+    }
+    let t = v
+        .pointer("/error/type")
+        .and_then(Value::as_str)
+        .unwrap_or("api_error");
+    Some(classify(status_of_error_type(t), Some(t)))
+}
+
+pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| AxError::UpstreamInvalidResponse)?;
+    if let Some(e) = embedded_error(&v) {
+        return Err(e);
+    }
+    let r: AnthropicResponse =
+        serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
+    let mut text: Option<String> = None;
+    let mut tool_calls = Vec::new();
+    for b in r.content {
+        match b {
+            RespBlock::Text { text: t } => text.get_or_insert_with(String::new).push_str(&t),
+            RespBlock::ToolUse { id, name, input } => tool_calls.push(ToolCall {
+                id,
+                kind: ToolKind::Function,
+                function: FunctionCall {
+                    name,
+                    arguments: input.to_string(),
+                },
+            }),
+            RespBlock::Other => {}
+        }
+    }
+    Ok(ChatResponse {
+        id: r.id,
+        created: 0,
+        model: r.model,
+        choices: vec![Choice {
+            index: 0,
+            content: text,
+            refusal: None,
+            tool_calls,
+            finish_reason: r.stop_reason.as_deref().map(finish_reason),
+            logprobs: None,
+        }],
+        usage: Some(r.usage.canonical()),
+        system_fingerprint: None,
+    })
+}
+
+pub fn error_code(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    v.pointer("/error/type")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum AnthropicEvent {
+    MessageStart {
+        message: StartMessage,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: StartBlock,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: BlockDelta,
+    },
+    ContentBlockStop {},
+    MessageDelta {
+        delta: MessageDeltaBody,
+        #[serde(default)]
+        usage: Option<AnthropicUsage>,
+    },
+    MessageStop {},
+    Ping {},
+    Error {
+        error: ErrorBody,
+    },
+    #[serde(other)]
+    Unknown,
+}
+
+#[derive(Deserialize)]
+struct StartMessage {
+    #[serde(default)]
+    usage: AnthropicUsage,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StartBlock {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockDelta {
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    /// thinking_delta, signature_delta, citations_delta: nothing OpenAI-shaped to forward.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct MessageDeltaBody {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    #[serde(rename = "type", default)]
+    kind: String,
+}
+
+#[derive(Debug, Default)]
+pub struct StreamState {
+    pub finished: bool,
+    /// Content-block index → OpenAI tool-call index, for tool_use blocks.
+    tool_index: Vec<Option<u32>>,
+    next_tool: u32,
+    usage: AnthropicUsage,
+}
+
+fn one(choice: ChunkChoice) -> Option<StreamItem> {
+    Some(StreamItem::Chunk(Chunk {
+        choices: vec![choice],
+        usage: None,
+    }))
+}
+
+impl StreamState {
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+        let parsed: AnthropicEvent =
+            serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
+        Ok(match parsed {
+            AnthropicEvent::MessageStart { message } => {
+                self.usage.merge(message.usage);
+                Some(StreamItem::Chunk(Chunk {
+                    choices: Vec::new(),
+                    usage: Some(self.usage.canonical()),
+                }))
+            }
+            AnthropicEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => match content_block {
+                StartBlock::Text { text } if !text.is_empty() => one(ChunkChoice {
+                    content: Some(text),
+                    ..ChunkChoice::default()
+                }),
+                StartBlock::ToolUse { id, name } => {
+                    if self.tool_index.len() <= index {
+                        self.tool_index.resize(index + 1, None);
+                    }
+                    let t = self.next_tool;
+                    self.next_tool += 1;
+                    self.tool_index[index] = Some(t);
+                    one(ChunkChoice {
+                        tool_calls: vec![ToolCallDelta {
+                            index: t,
+                            id: Some(id),
+                            name: Some(name),
+                            arguments: String::new(),
+                        }],
+                        ..ChunkChoice::default()
+                    })
+                }
+                _ => None,
+            },
+            AnthropicEvent::ContentBlockDelta { index, delta } => match delta {
+                BlockDelta::TextDelta { text } => one(ChunkChoice {
+                    content: Some(text),
+                    ..ChunkChoice::default()
+                }),
+                BlockDelta::InputJsonDelta { partial_json } => {
+                    let t = self
+                        .tool_index
+                        .get(index)
+                        .copied()
+                        .flatten()
+                        .ok_or(AxError::UpstreamInvalidResponse)?;
+                    if partial_json.is_empty() {
+                        None
+                    } else {
+                        one(ChunkChoice {
+                            tool_calls: vec![ToolCallDelta {
+                                index: t,
+                                id: None,
+                                name: None,
+                                arguments: partial_json,
+                            }],
+                            ..ChunkChoice::default()
+                        })
+                    }
+                }
+                BlockDelta::Other => None,
+            },
+            AnthropicEvent::MessageDelta { delta, usage } => {
+                if let Some(u) = usage {
+                    self.usage.merge(u);
+                }
+                let finish = delta.stop_reason.as_deref().map(finish_reason);
+                self.finished |= finish.is_some();
+                Some(StreamItem::Chunk(Chunk {
+                    choices: finish
+                        .map(|f| {
+                            vec![ChunkChoice {
+                                finish_reason: Some(f),
+                                ..ChunkChoice::default()
+                            }]
+                        })
+                        .unwrap_or_default(),
+                    usage: Some(self.usage.canonical()),
+                }))
+            }
+            AnthropicEvent::MessageStop {} => Some(StreamItem::Done),
+            AnthropicEvent::Error { error } => {
+                return Err(classify(
+                    status_of_error_type(&error.kind),
+                    Some(&error.kind),
+                ));
+            }
+            AnthropicEvent::ContentBlockStop {}
+            | AnthropicEvent::Ping {}
+            | AnthropicEvent::Unknown => None,
+        })
+    }
+}

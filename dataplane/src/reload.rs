@@ -1,0 +1,81 @@
+//! Standalone reload: rebuild the snapshot on SIGHUP and when the config file changes.
+//!
+//! The file is polled once a second (modification time and length, then content) rather than
+//! watched with inotify: polling also sees editors that replace the file and Kubernetes
+//! ConfigMaps that swap a symlink, which inotify watches on the old inode miss. An invalid file is
+//! logged with its field path and the previous snapshot keeps serving.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::App;
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+struct Stamp(Option<SystemTime>, u64);
+
+fn stamp(path: &std::path::Path) -> Stamp {
+    match std::fs::metadata(path) {
+        Ok(m) => Stamp(m.modified().ok(), m.len()),
+        Err(_) => Stamp(None, 0),
+    }
+}
+
+/// Tries one reload; returns whether a new snapshot was swapped in.
+pub fn reload_now(app: &App, path: &std::path::Path) -> bool {
+    let current = app.store.load();
+    match crate::config::load(path, current.version + 1, Some(&current)) {
+        Ok((_, snap)) => {
+            let v = snap.version;
+            app.store.swap(snap);
+            tracing::info!(version = v, path = %path.display(), "configuration reloaded");
+            true
+        }
+        Err(e) => {
+            tracing::error!(error = %e, path = %path.display(), "configuration rejected; the previous one keeps serving");
+            false
+        }
+    }
+}
+
+/// Runs until the process ends.
+pub async fn watch(app: Arc<App>, path: PathBuf) {
+    let mut last = stamp(&path);
+    let mut last_text = std::fs::read(&path).ok();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    #[cfg(unix)]
+    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reloading on file change only");
+            None
+        }
+    };
+    loop {
+        #[cfg(unix)]
+        let forced = tokio::select! {
+            _ = tick.tick() => false,
+            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+        };
+        #[cfg(not(unix))]
+        let forced = {
+            tick.tick().await;
+            false
+        };
+        let now = stamp(&path);
+        if !forced && now == last {
+            continue;
+        }
+        last = now;
+        let text = std::fs::read(&path).ok();
+        if !forced && text == last_text {
+            continue;
+        }
+        last_text = text;
+        if forced {
+            tracing::info!("SIGHUP: reloading configuration");
+        }
+        reload_now(&app, &path);
+    }
+}

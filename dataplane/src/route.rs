@@ -1,0 +1,307 @@
+//! Routing: from a logical alias to the ordered attempt plan of one request.
+//!
+//! The plan is computed once per request. Candidates that cannot serve the request are dropped
+//! first (capability matrix, context window, and in strict mode the parameters their provider
+//! cannot honour); the rest are ordered by the route's strategy. Every candidate appears at most
+//! once. Failover walks this plan; nothing here does I/O.
+
+use ax_protocol::config::{Capability, ParamsMode, Strategy};
+use rand::Rng;
+
+use crate::canonical::{ChatRequest, Content, ContentPart, EmbeddingsRequest};
+use crate::error::AxError;
+use crate::providers::{self, estimate_tokens};
+use crate::snapshot::{Candidate, Route, Snapshot};
+
+/// Tokens counted for one image whatever its size (OpenAI bills 85–1,105 for typical images).
+const IMAGE_TOKENS: u64 = 1_000;
+/// Per-message framing overhead, in tokens.
+const MESSAGE_TOKENS: u64 = 4;
+
+/// What the request needs from a candidate.
+#[derive(Debug, Clone, Default)]
+pub struct Needs {
+    pub caps: Vec<Capability>,
+    /// Estimated prompt tokens plus the requested output cap.
+    pub window_tokens: u64,
+    pub prompt_estimate: u64,
+    /// Parameters set on the request, checked against each provider in strict mode.
+    pub params: Vec<&'static str>,
+}
+
+/// Estimates a chat prompt's tokens, erring high (see `providers::estimate_tokens`).
+pub fn estimate_prompt(req: &ChatRequest) -> u64 {
+    let mut bytes = 0usize;
+    let mut extra = 0u64;
+    for m in &req.messages {
+        extra += MESSAGE_TOKENS;
+        match &m.content {
+            Some(Content::Text(t)) => bytes += t.len(),
+            Some(Content::Parts(parts)) => {
+                for p in parts {
+                    match p {
+                        ContentPart::Text { text } => bytes += text.len(),
+                        ContentPart::ImageUrl { .. } => extra += IMAGE_TOKENS,
+                    }
+                }
+            }
+            None => {}
+        }
+        for tc in m.tool_calls.iter().flatten() {
+            bytes += tc.function.name.len() + tc.function.arguments.len();
+        }
+    }
+    for t in req.tools.iter().flatten() {
+        bytes += t.function.name.len() + t.function.description.as_ref().map_or(0, String::len);
+        bytes += t
+            .function
+            .parameters
+            .as_ref()
+            .map_or(0, |p| p.to_string().len());
+    }
+    estimate_tokens(bytes) + extra
+}
+
+pub fn chat_needs(req: &ChatRequest) -> Needs {
+    let mut caps = vec![Capability::Chat];
+    if req.stream {
+        caps.push(Capability::Streaming);
+    }
+    if req.has_tools() {
+        caps.push(Capability::Tools);
+    }
+    if req.has_images() {
+        caps.push(Capability::Vision);
+    }
+    if req.wants_json() {
+        caps.push(Capability::Json);
+    }
+    let prompt_estimate = estimate_prompt(req);
+    Needs {
+        caps,
+        window_tokens: prompt_estimate + u64::from(req.max_output().unwrap_or(0)),
+        prompt_estimate,
+        params: req.set_params().collect(),
+    }
+}
+
+pub fn embeddings_needs(req: &EmbeddingsRequest) -> Needs {
+    let prompt_estimate = estimate_tokens(req.input.byte_len());
+    Needs {
+        caps: vec![Capability::Embeddings],
+        window_tokens: 0,
+        prompt_estimate,
+        params: Vec::new(),
+    }
+}
+
+/// Computes the ordered attempt plan, or the error that says why no candidate fits.
+pub fn plan(
+    snap: &Snapshot,
+    route: &Route,
+    needs: &Needs,
+    rng: &mut impl Rng,
+) -> Result<Vec<Candidate>, AxError> {
+    let mut eligible = Vec::with_capacity(route.candidates.len());
+    let mut missing_cap = None;
+    let mut too_long = false;
+    let mut unsupported: Option<(&'static str, &'static str)> = None;
+    for c in route.candidates.iter().filter(|c| c.weight > 0) {
+        let (up, model) = snap.upstream_model(c);
+        if let Some(cap) = needs.caps.iter().find(|cap| !model.caps.has(**cap)) {
+            missing_cap.get_or_insert(*cap);
+            continue;
+        }
+        if needs.window_tokens > u64::from(model.context_window) {
+            too_long = true;
+            continue;
+        }
+        if snap.params == ParamsMode::Strict {
+            if let Some(p) = needs
+                .params
+                .iter()
+                .find(|p| !providers::supports(up.kind, p))
+            {
+                unsupported.get_or_insert((p, up.kind.as_str()));
+                continue;
+            }
+        }
+        eligible.push(*c);
+    }
+    if eligible.is_empty() {
+        return Err(if let Some((param, provider)) = unsupported {
+            AxError::UnsupportedParameter {
+                param: param.to_owned(),
+                provider,
+            }
+        } else if too_long {
+            AxError::ContextLengthExceeded {
+                alias: route.alias.clone(),
+                estimated: needs.prompt_estimate,
+            }
+        } else {
+            let reason = match missing_cap {
+                Some(cap) => format!("no candidate has the capability '{}'", cap_name(cap)),
+                None => "every candidate is disabled".to_owned(),
+            };
+            AxError::NoCapableUpstream {
+                alias: route.alias.clone(),
+                reason,
+            }
+        });
+    }
+    match route.strategy {
+        Strategy::Weighted => Ok(weighted_order(eligible, rng)),
+        Strategy::Priority => {
+            eligible.sort_by_key(|c| c.priority);
+            let mut out = Vec::with_capacity(eligible.len());
+            for tier in eligible.chunk_by(|a, b| a.priority == b.priority) {
+                out.extend(weighted_order(tier.to_vec(), rng));
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Weighted random order without replacement: each position is drawn among the remaining
+/// candidates with probability proportional to weight.
+fn weighted_order(mut rest: Vec<Candidate>, rng: &mut impl Rng) -> Vec<Candidate> {
+    let mut out = Vec::with_capacity(rest.len());
+    while !rest.is_empty() {
+        let total: u64 = rest.iter().map(|c| u64::from(c.weight)).sum();
+        let mut pick = rng.random_range(0..total.max(1));
+        let mut idx = rest.len() - 1;
+        for (i, c) in rest.iter().enumerate() {
+            if pick < u64::from(c.weight) {
+                idx = i;
+                break;
+            }
+            pick -= u64::from(c.weight);
+        }
+        out.push(rest.swap_remove(idx));
+    }
+    out
+}
+
+fn cap_name(c: Capability) -> &'static str {
+    match c {
+        Capability::Chat => "chat",
+        Capability::Tools => "tools",
+        Capability::Streaming => "streaming",
+        Capability::Vision => "vision",
+        Capability::Json => "json",
+        Capability::Embeddings => "embeddings",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn snapshot(yaml: &str) -> Snapshot {
+        let spec = serde_norway::from_str(yaml).unwrap();
+        crate::snapshot::build(&spec, 1, &|_| None, None).unwrap()
+    }
+
+    const TWO: &str = r#"
+upstreams:
+  - name: a
+    provider: mock
+    models: [{ name: m, context_window: 1000, capabilities: [chat, tools] }]
+  - name: b
+    provider: anthropic
+    base_url: http://127.0.0.1:1
+    models: [{ name: m, context_window: 100000, capabilities: [chat] }]
+routes:
+  - alias: r
+    strategy: STRATEGY
+    candidates:
+      - { upstream: a, model: m, weight: 80, priority: 1 }
+      - { upstream: b, model: m, weight: 20, priority: 0 }
+"#;
+
+    #[test]
+    fn weighted_80_20_over_10000_plans() {
+        let snap = snapshot(&TWO.replace("STRATEGY", "weighted"));
+        let route = &snap.routes["r"];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let needs = Needs {
+            caps: vec![Capability::Chat],
+            ..Needs::default()
+        };
+        let mut first_a = 0;
+        for _ in 0..10_000 {
+            let p = plan(&snap, route, &needs, &mut rng).unwrap();
+            assert_eq!(p.len(), 2, "every candidate appears exactly once");
+            assert_ne!(p[0].upstream, p[1].upstream);
+            if p[0].upstream == 0 {
+                first_a += 1;
+            }
+        }
+        let share = f64::from(first_a) / 10_000.0;
+        assert!((0.78..=0.82).contains(&share), "share of a = {share}");
+    }
+
+    #[test]
+    fn priority_tiers_come_first() {
+        let snap = snapshot(&TWO.replace("STRATEGY", "priority"));
+        let needs = Needs {
+            caps: vec![Capability::Chat],
+            ..Needs::default()
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        for _ in 0..100 {
+            let p = plan(&snap, &snap.routes["r"], &needs, &mut rng).unwrap();
+            assert_eq!(p[0].upstream, 1);
+        }
+    }
+
+    #[test]
+    fn capability_window_and_param_filters() {
+        let snap = snapshot(&TWO.replace("STRATEGY", "weighted"));
+        let route = &snap.routes["r"];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        // Tools: only `a` has them.
+        let tools = Needs {
+            caps: vec![Capability::Chat, Capability::Tools],
+            ..Needs::default()
+        };
+        assert_eq!(plan(&snap, route, &tools, &mut rng).unwrap().len(), 1);
+        // Window: only `b` holds 5,000 tokens.
+        let long = Needs {
+            caps: vec![Capability::Chat],
+            window_tokens: 5_000,
+            ..Needs::default()
+        };
+        let p = plan(&snap, route, &long, &mut rng).unwrap();
+        assert_eq!((p.len(), p[0].upstream), (1, 1));
+        // Strict: `seed` is unsupported by anthropic; with a long prompt nothing is left.
+        let seed = Needs {
+            caps: vec![Capability::Chat],
+            window_tokens: 5_000,
+            params: vec!["seed"],
+            ..Needs::default()
+        };
+        let e = plan(&snap, route, &seed, &mut rng).unwrap_err();
+        assert_eq!(e.code(), "unsupported_parameter");
+        assert_eq!(e.param(), Some("seed"));
+        let vision = Needs {
+            caps: vec![Capability::Chat, Capability::Vision],
+            ..Needs::default()
+        };
+        assert_eq!(
+            plan(&snap, route, &vision, &mut rng).unwrap_err().code(),
+            "no_capable_upstream"
+        );
+        let huge = Needs {
+            caps: vec![Capability::Chat],
+            window_tokens: 1_000_000,
+            ..Needs::default()
+        };
+        assert_eq!(
+            plan(&snap, route, &huge, &mut rng).unwrap_err().code(),
+            "context_length_exceeded"
+        );
+    }
+}

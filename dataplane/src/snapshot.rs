@@ -1,0 +1,634 @@
+//! The immutable snapshot: upstreams (with their pooled HTTP clients), the capability matrix,
+//! routes, tenants and key digests, compiled from a `ConfigSpec` and swapped whole.
+//!
+//! Building is fallible and happens off the request path; the swap (`SnapshotStore::swap`)
+//! cannot fail. A request loads one `Arc<Snapshot>` and finishes on it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use ax_protocol::config::{
+    Capability, ConfigSpec, MockSpec, ParamsMode, ProviderKind, Strategy, TimeoutsSpec,
+    UpstreamSpec,
+};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use sha2::{Digest, Sha256};
+
+use crate::secret::Secret;
+
+/// Where requests find the current snapshot. The only shared mutable state on the request path,
+/// and it is lock-free.
+#[derive(Debug)]
+pub struct SnapshotStore(ArcSwap<Snapshot>);
+
+impl SnapshotStore {
+    pub fn new(s: Snapshot) -> Self {
+        Self(ArcSwap::from_pointee(s))
+    }
+    /// One atomic load; the caller keeps the `Arc` for the whole request.
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.0.load_full()
+    }
+    pub fn swap(&self, s: Snapshot) {
+        self.0.store(Arc::new(s));
+    }
+}
+
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Increments with every accepted configuration.
+    pub version: u64,
+    pub params: ParamsMode,
+    pub max_body_bytes: u64,
+    pub default_max_tokens: u32,
+    pub upstreams: Vec<Upstream>,
+    pub routes: HashMap<String, Route>,
+    pub tenants: Vec<Tenant>,
+    /// SHA-256 of an API key → the key's owner.
+    pub keys: HashMap<[u8; 32], KeyRef>,
+}
+
+#[derive(Debug)]
+pub struct Upstream {
+    pub name: String,
+    pub kind: ProviderKind,
+    pub client: reqwest::Client,
+    pub timeouts: TimeoutsSpec,
+    pub models: Vec<Model>,
+    pub mock: Option<MockUpstream>,
+    /// What the pooled client was built from; an unchanged upstream keeps its client (and its
+    /// warm connections) across reloads.
+    client_fingerprint: [u8; 32],
+}
+
+#[derive(Debug)]
+pub struct MockUpstream {
+    pub spec: MockSpec,
+    /// Requests seen, for `fail_every`.
+    pub counter: AtomicU64,
+}
+
+#[derive(Debug)]
+pub struct Model {
+    pub name: String,
+    pub context_window: u32,
+    pub max_output_tokens: Option<u32>,
+    pub caps: Caps,
+    /// Precomputed upstream URLs, so no request formats one.
+    pub chat_url: String,
+    pub stream_url: String,
+    pub embed_url: String,
+}
+
+/// The capability matrix row of one model, as a bit set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Caps(u8);
+
+impl Caps {
+    fn bit(c: Capability) -> u8 {
+        match c {
+            Capability::Chat => 1,
+            Capability::Tools => 2,
+            Capability::Streaming => 4,
+            Capability::Vision => 8,
+            Capability::Json => 16,
+            Capability::Embeddings => 32,
+        }
+    }
+    pub fn from_list(list: &[Capability]) -> Self {
+        Self(list.iter().fold(0, |acc, c| acc | Self::bit(*c)))
+    }
+    pub fn has(self, c: Capability) -> bool {
+        self.0 & Self::bit(c) != 0
+    }
+}
+
+#[derive(Debug)]
+pub struct Route {
+    pub alias: String,
+    pub strategy: Strategy,
+    pub candidates: Vec<Candidate>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    /// Index into `Snapshot::upstreams`.
+    pub upstream: usize,
+    /// Index into that upstream's `models`.
+    pub model: usize,
+    pub weight: u32,
+    pub priority: u32,
+}
+
+#[derive(Debug)]
+pub struct Tenant {
+    pub id: String,
+    pub allowed: Allowed,
+}
+
+#[derive(Debug)]
+pub enum Allowed {
+    All,
+    Some(HashSet<String>),
+}
+
+impl Allowed {
+    pub fn permits(&self, alias: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Some(set) => set.contains(alias),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct KeyRef {
+    pub tenant: usize,
+    pub key_id: String,
+}
+
+impl Snapshot {
+    pub fn upstream_model(&self, c: &Candidate) -> (&Upstream, &Model) {
+        let up = &self.upstreams[c.upstream];
+        (up, &up.models[c.model])
+    }
+
+    pub fn authenticate(&self, key: &str) -> Option<(&Tenant, &KeyRef)> {
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        let k = self.keys.get(&digest)?;
+        Some((&self.tenants[k.tenant], k))
+    }
+}
+
+/// A configuration problem, naming the field path (`routes[1].candidates[0].upstream`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+/// Expands a whole-value `${NAME}` reference from the environment.
+fn expand(
+    path: &str,
+    value: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
+        Some(name) => {
+            env(name).ok_or_else(|| err(path, format!("environment variable '{name}' is not set")))
+        }
+        None => Ok(value.to_owned()),
+    }
+}
+
+/// Compiles and validates a spec. `prev` lends unchanged upstreams' HTTP clients.
+pub fn build(
+    spec: &ConfigSpec,
+    version: u64,
+    env: &dyn Fn(&str) -> Option<String>,
+    prev: Option<&Snapshot>,
+) -> Result<Snapshot, ConfigError> {
+    if spec.server.max_body_bytes == 0 {
+        return Err(err("server.max_body_bytes", "must be greater than 0"));
+    }
+    let mut upstreams = Vec::with_capacity(spec.upstreams.len());
+    let mut upstream_index = HashMap::new();
+    for (i, u) in spec.upstreams.iter().enumerate() {
+        let path = format!("upstreams[{i}]");
+        if u.name.is_empty() {
+            return Err(err(format!("{path}.name"), "must not be empty"));
+        }
+        if upstream_index.insert(u.name.clone(), i).is_some() {
+            return Err(err(
+                format!("{path}.name"),
+                format!("duplicate upstream name '{}'", u.name),
+            ));
+        }
+        upstreams.push(build_upstream(u, &path, env, prev)?);
+    }
+
+    let mut routes = HashMap::with_capacity(spec.routes.len());
+    for (i, r) in spec.routes.iter().enumerate() {
+        let path = format!("routes[{i}]");
+        if r.alias.is_empty() {
+            return Err(err(format!("{path}.alias"), "must not be empty"));
+        }
+        if r.candidates.is_empty() {
+            return Err(err(
+                format!("{path}.candidates"),
+                "a route needs at least one candidate",
+            ));
+        }
+        let mut candidates = Vec::with_capacity(r.candidates.len());
+        let mut seen = HashSet::new();
+        for (j, c) in r.candidates.iter().enumerate() {
+            let cpath = format!("{path}.candidates[{j}]");
+            let &ui = upstream_index.get(&c.upstream).ok_or_else(|| {
+                err(
+                    format!("{cpath}.upstream"),
+                    format!("unknown upstream '{}'", c.upstream),
+                )
+            })?;
+            let mi = upstreams[ui]
+                .models
+                .iter()
+                .position(|m: &Model| m.name == c.model)
+                .ok_or_else(|| {
+                    err(
+                        format!("{cpath}.model"),
+                        format!("upstream '{}' has no model '{}'", c.upstream, c.model),
+                    )
+                })?;
+            if !seen.insert((ui, mi)) {
+                return Err(err(
+                    cpath,
+                    format!("candidate {}/{} is listed twice", c.upstream, c.model),
+                ));
+            }
+            candidates.push(Candidate {
+                upstream: ui,
+                model: mi,
+                weight: c.weight,
+                priority: c.priority,
+            });
+        }
+        if candidates.iter().all(|c| c.weight == 0) {
+            return Err(err(
+                format!("{path}.candidates"),
+                "at least one candidate needs a weight above 0",
+            ));
+        }
+        let route = Route {
+            alias: r.alias.clone(),
+            strategy: r.strategy,
+            candidates,
+        };
+        if routes.insert(r.alias.clone(), route).is_some() {
+            return Err(err(
+                format!("{path}.alias"),
+                format!("duplicate alias '{}'", r.alias),
+            ));
+        }
+    }
+
+    let mut tenants = Vec::with_capacity(spec.tenants.len());
+    let mut keys = HashMap::new();
+    let mut tenant_ids = HashSet::new();
+    let mut key_ids = HashSet::new();
+    for (i, t) in spec.tenants.iter().enumerate() {
+        let path = format!("tenants[{i}]");
+        if !tenant_ids.insert(t.id.as_str()) {
+            return Err(err(
+                format!("{path}.id"),
+                format!("duplicate tenant '{}'", t.id),
+            ));
+        }
+        let allowed = if t.allowed_aliases.iter().any(|a| a == "*") {
+            Allowed::All
+        } else {
+            for (j, a) in t.allowed_aliases.iter().enumerate() {
+                if !routes.contains_key(a) {
+                    return Err(err(
+                        format!("{path}.allowed_aliases[{j}]"),
+                        format!("unknown alias '{a}'"),
+                    ));
+                }
+            }
+            Allowed::Some(t.allowed_aliases.iter().cloned().collect())
+        };
+        for (j, k) in t.keys.iter().enumerate() {
+            let kpath = format!("{path}.keys[{j}]");
+            if !key_ids.insert(k.id.as_str()) {
+                return Err(err(
+                    format!("{kpath}.id"),
+                    format!("duplicate key id '{}'", k.id),
+                ));
+            }
+            let digest = key_digest(k.sha256.as_deref(), k.key.as_deref(), &kpath, env)?;
+            if keys
+                .insert(
+                    digest,
+                    KeyRef {
+                        tenant: i,
+                        key_id: k.id.clone(),
+                    },
+                )
+                .is_some()
+            {
+                return Err(err(kpath, "the same key is configured twice"));
+            }
+        }
+        tenants.push(Tenant {
+            id: t.id.clone(),
+            allowed,
+        });
+    }
+
+    Ok(Snapshot {
+        version,
+        params: spec.server.params,
+        max_body_bytes: spec.server.max_body_bytes,
+        default_max_tokens: spec.server.default_max_tokens,
+        upstreams,
+        routes,
+        tenants,
+        keys,
+    })
+}
+
+fn key_digest(
+    sha256: Option<&str>,
+    key: Option<&str>,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<[u8; 32], ConfigError> {
+    match (sha256, key) {
+        (Some(hexd), None) => {
+            let mut out = [0u8; 32];
+            hex::decode_to_slice(hexd.trim(), &mut out).map_err(|_| {
+                err(
+                    format!("{path}.sha256"),
+                    "must be 64 hex characters (a SHA-256 digest)",
+                )
+            })?;
+            Ok(out)
+        }
+        (None, Some(k)) => {
+            if !(k.starts_with("${") && k.ends_with('}')) {
+                return Err(err(
+                    format!("{path}.key"),
+                    "keys are never stored in plaintext: give 'sha256' or a '${ENV}' reference",
+                ));
+            }
+            let value = Secret::new(expand(&format!("{path}.key"), k, env)?);
+            Ok(Sha256::digest(value.expose().as_bytes()).into())
+        }
+        _ => Err(err(path, "give exactly one of 'sha256' or 'key'")),
+    }
+}
+
+fn build_upstream(
+    u: &UpstreamSpec,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    prev: Option<&Snapshot>,
+) -> Result<Upstream, ConfigError> {
+    let base_url = match (&u.base_url, u.provider) {
+        (Some(b), _) => expand(&format!("{path}.base_url"), b, env)?
+            .trim_end_matches('/')
+            .to_owned(),
+        (None, ProviderKind::Mock) => String::new(),
+        (None, _) => {
+            return Err(err(
+                format!("{path}.base_url"),
+                "required for this provider",
+            ))
+        }
+    };
+    if u.provider != ProviderKind::Mock
+        && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
+    {
+        return Err(err(
+            format!("{path}.base_url"),
+            "must start with http:// or https://",
+        ));
+    }
+    if u.provider == ProviderKind::AzureOpenai && u.api_version.is_none() {
+        return Err(err(
+            format!("{path}.api_version"),
+            "required for azure_openai",
+        ));
+    }
+    if u.provider != ProviderKind::Mock && u.mock.is_some() {
+        return Err(err(
+            format!("{path}.mock"),
+            "only a 'mock' upstream takes mock settings",
+        ));
+    }
+    if u.timeouts.connect_ms == 0 || u.timeouts.total_ms == 0 {
+        return Err(err(
+            format!("{path}.timeouts"),
+            "timeouts must be greater than 0",
+        ));
+    }
+    let api_key = match &u.api_key {
+        Some(k) => Some(Secret::new(expand(&format!("{path}.api_key"), k, env)?)),
+        None => None,
+    };
+
+    let mut headers = HeaderMap::new();
+    if let Some(key) = &api_key {
+        let (name, value) = match u.provider {
+            ProviderKind::Openai => ("authorization", format!("Bearer {}", key.expose())),
+            ProviderKind::AzureOpenai => ("api-key", key.expose().to_owned()),
+            ProviderKind::Anthropic => ("x-api-key", key.expose().to_owned()),
+            ProviderKind::Gemini => ("x-goog-api-key", key.expose().to_owned()),
+            ProviderKind::Mock => ("authorization", format!("Bearer {}", key.expose())),
+        };
+        let mut v = HeaderValue::from_str(&value).map_err(|_| {
+            err(
+                format!("{path}.api_key"),
+                "contains characters not allowed in a header",
+            )
+        })?;
+        v.set_sensitive(true);
+        headers.insert(HeaderName::from_static(name), v);
+    }
+    if u.provider == ProviderKind::Anthropic {
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+    }
+    for (name, value) in &u.headers {
+        let hpath = format!("{path}.headers.{name}");
+        let n = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| err(&hpath, "not a valid header name"))?;
+        let mut v = HeaderValue::from_str(&expand(&hpath, value, env)?)
+            .map_err(|_| err(&hpath, "not a valid header value"))?;
+        v.set_sensitive(true);
+        headers.insert(n, v);
+    }
+
+    let mut fp = Sha256::new();
+    fp.update(base_url.as_bytes());
+    fp.update(u.timeouts.connect_ms.to_le_bytes());
+    for (n, v) in &headers {
+        fp.update(n.as_str().as_bytes());
+        fp.update([0]);
+        fp.update(v.as_bytes());
+        fp.update([0]);
+    }
+    let client_fingerprint: [u8; 32] = fp.finalize().into();
+    let reused = prev.and_then(|p| {
+        p.upstreams
+            .iter()
+            .find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint)
+    });
+    let client = match reused {
+        Some(o) => o.client.clone(),
+        None => reqwest::Client::builder()
+            .default_headers(headers)
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_millis(u.timeouts.connect_ms))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .build()
+            .map_err(|e| err(path, format!("cannot build HTTP client: {e}")))?,
+    };
+
+    if u.models.is_empty() {
+        return Err(err(
+            format!("{path}.models"),
+            "an upstream needs at least one model",
+        ));
+    }
+    let mut models = Vec::with_capacity(u.models.len());
+    let mut names = HashSet::new();
+    for (j, m) in u.models.iter().enumerate() {
+        let mpath = format!("{path}.models[{j}]");
+        if !names.insert(m.name.as_str()) {
+            return Err(err(
+                format!("{mpath}.name"),
+                format!("duplicate model '{}'", m.name),
+            ));
+        }
+        if m.context_window == 0 {
+            return Err(err(
+                format!("{mpath}.context_window"),
+                "must be greater than 0",
+            ));
+        }
+        if m.capabilities.is_empty() {
+            return Err(err(
+                format!("{mpath}.capabilities"),
+                "list at least one capability",
+            ));
+        }
+        if let Some(p) = &m.price_per_mtok {
+            let all = [Some(p.input), Some(p.output), p.cached_input, p.cache_write];
+            if all.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
+                return Err(err(
+                    format!("{mpath}.price_per_mtok"),
+                    "prices must be finite and >= 0",
+                ));
+            }
+        }
+        let (chat_url, stream_url, embed_url) = urls(u, &base_url, &m.name);
+        models.push(Model {
+            name: m.name.clone(),
+            context_window: m.context_window,
+            max_output_tokens: m.max_output_tokens,
+            caps: Caps::from_list(&m.capabilities),
+            chat_url,
+            stream_url,
+            embed_url,
+        });
+    }
+
+    let mock = (u.provider == ProviderKind::Mock).then(|| MockUpstream {
+        spec: u.mock.clone().unwrap_or_default(),
+        counter: AtomicU64::new(0),
+    });
+
+    Ok(Upstream {
+        name: u.name.clone(),
+        kind: u.provider,
+        client,
+        timeouts: u.timeouts.clone(),
+        models,
+        mock,
+        client_fingerprint,
+    })
+}
+
+fn urls(u: &UpstreamSpec, base: &str, model: &str) -> (String, String, String) {
+    match u.provider {
+        ProviderKind::Openai => {
+            let chat = format!("{base}/chat/completions");
+            (chat.clone(), chat, format!("{base}/embeddings"))
+        }
+        ProviderKind::AzureOpenai => {
+            let v = u.api_version.as_deref().unwrap_or_default();
+            let chat =
+                format!("{base}/openai/deployments/{model}/chat/completions?api-version={v}");
+            (
+                chat.clone(),
+                chat,
+                format!("{base}/openai/deployments/{model}/embeddings?api-version={v}"),
+            )
+        }
+        ProviderKind::Anthropic => {
+            let chat = format!("{base}/v1/messages");
+            (chat.clone(), chat, String::new())
+        }
+        ProviderKind::Gemini => (
+            format!("{base}/v1beta/models/{model}:generateContent"),
+            format!("{base}/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+            format!("{base}/v1beta/models/{model}:batchEmbedContents"),
+        ),
+        ProviderKind::Mock => (String::new(), String::new(), String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> ConfigSpec {
+        serde_norway::from_str(yaml).unwrap()
+    }
+
+    const BASE: &str = r#"
+upstreams:
+  - name: m
+    provider: mock
+    models: [{ name: mock-1, context_window: 1000, capabilities: [chat] }]
+routes:
+  - alias: a
+    candidates: [{ upstream: m, model: mock-1 }]
+"#;
+
+    #[test]
+    fn unknown_upstream_names_field_path() {
+        let s = spec(&BASE.replace("upstream: m,", "upstream: nope,"));
+        let e = build(&s, 1, &|_| None, None).unwrap_err();
+        assert_eq!(e.path, "routes[0].candidates[0].upstream");
+    }
+
+    #[test]
+    fn plaintext_keys_are_refused_and_env_keys_hash() {
+        let plain = format!("{BASE}tenants: [{{ id: t, keys: [{{ id: k, key: ax-secret }}] }}]");
+        let e = build(&spec(&plain), 1, &|_| None, None).unwrap_err();
+        assert_eq!(e.path, "tenants[0].keys[0].key");
+        let env = format!("{BASE}tenants: [{{ id: t, keys: [{{ id: k, key: \"${{K}}\" }}] }}]");
+        let s = build(
+            &spec(&env),
+            1,
+            &|n| (n == "K").then(|| "ax-secret".to_owned()),
+            None,
+        )
+        .unwrap();
+        assert!(s.authenticate("ax-secret").is_some());
+        assert!(s.authenticate("ax-other").is_none());
+    }
+
+    #[test]
+    fn clients_survive_unchanged_reloads() {
+        let s = spec(BASE);
+        let a = build(&s, 1, &|_| None, None).unwrap();
+        let b = build(&s, 2, &|_| None, Some(&a)).unwrap();
+        assert_eq!(
+            a.upstreams[0].client_fingerprint,
+            b.upstreams[0].client_fingerprint
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! Server-sent events: a strict incremental decoder for upstream streams and the egress encoder.
+//!
+//! Framing follows the WHATWG rules: lines end in `\n`, `\r\n` or `\r`; a blank line ends an
+//! event; `:` lines are comments; several `data:` lines join with `\n`. The decoder works on
+//! bytes and decodes UTF-8 only once an event is whole, so a socket read may end anywhere:
+//! inside a line, inside a multi-byte character, or between `\r` and `\n`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field, if any.
+    pub event: Option<String>,
+    /// All `data:` lines joined with `\n`.
+    pub data: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SseError {
+    #[error("stream event is not valid UTF-8")]
+    InvalidUtf8,
+    #[error("stream event exceeds {0} bytes")]
+    TooLarge(usize),
+}
+
+/// Incremental decoder: `push` bytes as they arrive, then drain `next_event` until `None`.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already consumed as whole lines.
+    pos: usize,
+    /// The event being assembled.
+    event: Option<Vec<u8>>,
+    data: Vec<u8>,
+    has_data: bool,
+    /// The previous chunk ended in `\r`: a `\n` at the start of the next one belongs to it.
+    skip_lf: bool,
+}
+
+/// An upstream event larger than this is an error, not unbounded buffering.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+impl SseDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > 4096 && self.pos * 2 > self.buf.len() {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next complete event, if the bytes pushed so far hold one.
+    pub fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
+        loop {
+            if self.skip_lf && self.pos < self.buf.len() {
+                if self.buf[self.pos] == b'\n' {
+                    self.pos += 1;
+                }
+                self.skip_lf = false;
+            }
+            let rest = &self.buf[self.pos..];
+            let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') else {
+                if rest.len() + self.data.len() > MAX_EVENT_BYTES {
+                    return Err(SseError::TooLarge(MAX_EVENT_BYTES));
+                }
+                return Ok(None);
+            };
+            let line_start = self.pos;
+            let line_end = line_start + end;
+            self.pos = line_end + 1;
+            if self.buf[line_end] == b'\r' {
+                // A `\r\n` pair may be split across reads: remember to skip the `\n`.
+                self.skip_lf = true;
+            }
+            if line_start == line_end {
+                if let Some(ev) = self.dispatch()? {
+                    return Ok(Some(ev));
+                }
+                continue;
+            }
+            self.field(line_start, line_end)?;
+        }
+    }
+
+    /// End of stream: a final event without its blank line is still delivered (lenient towards
+    /// servers that close right after the last `data:` line); a partial line is completed first.
+    pub fn finish(&mut self) -> Result<Option<SseEvent>, SseError> {
+        if self.pos < self.buf.len() {
+            let (start, end) = (self.pos, self.buf.len());
+            self.pos = end;
+            self.field(start, end)?;
+        }
+        self.dispatch()
+    }
+
+    fn field(&mut self, start: usize, end: usize) -> Result<(), SseError> {
+        let line = &self.buf[start..end];
+        if line[0] == b':' {
+            return Ok(()); // comment, e.g. a keep-alive
+        }
+        let (name, value) = match line.iter().position(|&b| b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &[][..]),
+        };
+        match name {
+            b"data" => {
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
+                if self.data.len() > MAX_EVENT_BYTES {
+                    return Err(SseError::TooLarge(MAX_EVENT_BYTES));
+                }
+            }
+            b"event" => self.event = Some(value.to_vec()),
+            _ => {} // id, retry and unknown fields carry nothing ax needs
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self) -> Result<Option<SseEvent>, SseError> {
+        let event = self.event.take();
+        if !self.has_data {
+            self.data.clear();
+            return Ok(None);
+        }
+        self.has_data = false;
+        let data =
+            String::from_utf8(std::mem::take(&mut self.data)).map_err(|_| SseError::InvalidUtf8)?;
+        let event = match event {
+            Some(e) => Some(String::from_utf8(e).map_err(|_| SseError::InvalidUtf8)?),
+            None => None,
+        };
+        Ok(Some(SseEvent { event, data }))
+    }
+}
+
+/// One egress SSE event: `data: <json>\n\n`, in one buffer so it goes out in one write.
+pub fn data_event(json: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(json.len() + 8);
+    b.put_slice(b"data: ");
+    b.put_slice(json);
+    b.put_slice(b"\n\n");
+    b.freeze()
+}
+
+pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn decode_all(reads: &[&[u8]]) -> Result<Vec<SseEvent>, SseError> {
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        for r in reads {
+            d.push(r);
+            while let Some(ev) = d.next_event()? {
+                out.push(ev);
+            }
+        }
+        if let Some(ev) = d.finish()? {
+            out.push(ev);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn framing_rules() {
+        let input = b": keep-alive\r\n\r\nevent: a\r\ndata: one\r\ndata:two\r\n\r\ndata: x\n\ndata: y\r\rdata\n\n";
+        let evs = decode_all(&[input]).unwrap();
+        assert_eq!(
+            evs,
+            vec![
+                SseEvent {
+                    event: Some("a".into()),
+                    data: "one\ntwo".into()
+                },
+                SseEvent {
+                    event: None,
+                    data: "x".into()
+                },
+                SseEvent {
+                    event: None,
+                    data: "y".into()
+                },
+                SseEvent {
+                    event: None,
+                    data: String::new()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn split_crlf_and_multibyte() {
+        let input = "data: 你好🙂\r\n\r\n".as_bytes();
+        // Split between \r and \n and inside the emoji.
+        let evs = decode_all(&[&input[..9], &input[9..15], &input[15..17], &input[17..]]).unwrap();
+        assert_eq!(
+            evs,
+            vec![SseEvent {
+                event: None,
+                data: "你好🙂".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn trailing_event_without_blank_line() {
+        let evs = decode_all(&[b"data: a\n\ndata: b"]).unwrap();
+        assert_eq!(evs.len(), 2);
+        assert_eq!(evs[1].data, "b");
+    }
+
+    #[test]
+    fn invalid_utf8_is_an_error() {
+        assert_eq!(decode_all(&[b"data: \xff\n\n"]), Err(SseError::InvalidUtf8));
+    }
+
+    fn line_end() -> impl Strategy<Value = &'static str> {
+        prop_oneof![Just("\n"), Just("\r\n"), Just("\r")]
+    }
+
+    fn event() -> impl Strategy<Value = (Option<String>, Vec<String>, bool)> {
+        (
+            proptest::option::of("[a-z_]{1,12}"),
+            proptest::collection::vec("[a-zA-Z0-9 {}\":,é你好🙂]{0,24}", 1..4),
+            any::<bool>(),
+        )
+    }
+
+    proptest! {
+        /// Any split of a valid SSE byte stream into reads yields the same events.
+        #[test]
+        fn any_split_yields_same_events(
+            events in proptest::collection::vec((event(), line_end()), 1..12),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..24),
+        ) {
+            let mut wire = String::new();
+            let mut expected = Vec::new();
+            for ((name, lines, comment), nl) in &events {
+                if *comment {
+                    wire.push_str(": ping");
+                    wire.push_str(nl);
+                }
+                if let Some(n) = name {
+                    wire.push_str("event: ");
+                    wire.push_str(n);
+                    wire.push_str(nl);
+                }
+                for l in lines {
+                    wire.push_str("data: ");
+                    wire.push_str(l);
+                    wire.push_str(nl);
+                }
+                wire.push_str(nl);
+                expected.push(SseEvent { event: name.clone(), data: lines.join("\n") });
+            }
+            let bytes = wire.as_bytes();
+            let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut reads = Vec::new();
+            let mut last = 0;
+            for p in points {
+                reads.push(&bytes[last..p]);
+                last = p;
+            }
+            reads.push(&bytes[last..]);
+            let whole = decode_all(&[bytes]).unwrap();
+            let split = decode_all(&reads).unwrap();
+            prop_assert_eq!(&whole, &expected);
+            prop_assert_eq!(&split, &expected);
+        }
+    }
+}

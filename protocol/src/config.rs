@@ -1,0 +1,324 @@
+//! The snapshot schema: upstreams, their capability matrix and prices, routes, tenants and keys.
+//!
+//! Every struct denies unknown fields so a typo in a config file is an error naming its path,
+//! not a silently ignored setting. Field docs here are mirrored in `docs/config.md`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One whole gateway configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigSpec {
+    #[serde(default)]
+    pub server: ServerSpec,
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamSpec>,
+    #[serde(default)]
+    pub routes: Vec<RouteSpec>,
+    #[serde(default)]
+    pub tenants: Vec<TenantSpec>,
+}
+
+/// Process-level settings. `listen` is read once at start; the rest follows reloads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSpec {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    #[serde(default)]
+    pub params: ParamsMode,
+    /// Largest accepted request body in bytes; larger bodies get 413 `request_too_large`.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: u64,
+    /// `max_tokens` sent to providers that require one (Anthropic) when neither the request nor
+    /// the model's `max_output_tokens` gives one.
+    #[serde(default = "default_max_tokens")]
+    pub default_max_tokens: u32,
+}
+
+impl Default for ServerSpec {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            params: ParamsMode::default(),
+            max_body_bytes: default_max_body_bytes(),
+            default_max_tokens: default_max_tokens(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".to_owned()
+}
+fn default_max_body_bytes() -> u64 {
+    10 * 1024 * 1024
+}
+fn default_max_tokens() -> u32 {
+    4096
+}
+
+/// What happens to a request parameter the chosen provider cannot honour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParamsMode {
+    /// 400 `unsupported_parameter` naming the parameter.
+    #[default]
+    Strict,
+    /// Drop the parameter and log a warning.
+    Lenient,
+}
+
+/// The wire protocol an upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Any OpenAI-compatible API: OpenAI, DeepSeek, Qwen, vLLM, Ollama, LM Studio.
+    Openai,
+    /// Azure OpenAI: deployment URLs, `api-version`, `api-key` header.
+    AzureOpenai,
+    Anthropic,
+    Gemini,
+    /// The built-in deterministic upstream (no network).
+    Mock,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::AzureOpenai => "azure_openai",
+            Self::Anthropic => "anthropic",
+            Self::Gemini => "gemini",
+            Self::Mock => "mock",
+        }
+    }
+}
+
+/// One upstream instance (one base URL + one credential).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSpec {
+    pub name: String,
+    pub provider: ProviderKind,
+    /// Required for every provider but `mock`. `${ENV}` references are expanded.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The upstream credential, normally a `${ENV}` reference.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// Azure OpenAI `api-version` query parameter.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Extra headers sent on every upstream request (values may be `${ENV}` references).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub timeouts: TimeoutsSpec,
+    pub models: Vec<ModelSpec>,
+    /// Behaviour of a `mock` upstream.
+    #[serde(default)]
+    pub mock: Option<MockSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutsSpec {
+    #[serde(default = "default_connect_ms")]
+    pub connect_ms: u64,
+    /// Ceiling on a whole upstream call, including a stream.
+    #[serde(default = "default_total_ms")]
+    pub total_ms: u64,
+}
+
+impl Default for TimeoutsSpec {
+    fn default() -> Self {
+        Self {
+            connect_ms: default_connect_ms(),
+            total_ms: default_total_ms(),
+        }
+    }
+}
+
+fn default_connect_ms() -> u64 {
+    3_000
+}
+fn default_total_ms() -> u64 {
+    600_000
+}
+
+/// A real model served by an upstream: its capability matrix and prices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    pub name: String,
+    pub context_window: u32,
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    pub capabilities: Vec<Capability>,
+    #[serde(default)]
+    pub price_per_mtok: Option<PriceSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    Chat,
+    Tools,
+    Streaming,
+    Vision,
+    Json,
+    Embeddings,
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceSpec {
+    pub input: f64,
+    pub output: f64,
+    #[serde(default)]
+    pub cached_input: Option<f64>,
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+}
+
+/// Behaviour of the built-in mock upstream. Every reply is a pure function of the request and
+/// these settings, so tests and benchmarks are repeatable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockSpec {
+    /// Delay before a non-stream reply, in milliseconds.
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// Delay before the first stream event, in milliseconds.
+    #[serde(default)]
+    pub ttft_ms: u64,
+    /// Stream pace; 0 sends every token at once.
+    #[serde(default)]
+    pub tokens_per_second: u32,
+    /// Number of words in a generated reply.
+    #[serde(default = "default_reply_tokens")]
+    pub reply_tokens: u32,
+    /// A fixed reply instead of the generated one.
+    #[serde(default)]
+    pub reply: Option<String>,
+    /// When the request offers tools, call the first one (or the one `tool_choice` names)
+    /// unless the conversation already ends with a tool result.
+    #[serde(default)]
+    pub tool_calls: bool,
+    /// The arguments (a JSON object) of a mock tool call.
+    #[serde(default = "default_tool_arguments")]
+    pub tool_arguments: String,
+    /// Inject a failure into every n-th request (1 = every request).
+    #[serde(default)]
+    pub fail_every: Option<u32>,
+    #[serde(default)]
+    pub fail_mode: MockFailMode,
+    /// HTTP status of an injected `status` failure.
+    #[serde(default = "default_fail_status")]
+    pub fail_status: u16,
+}
+
+impl Default for MockSpec {
+    fn default() -> Self {
+        Self {
+            latency_ms: 0,
+            ttft_ms: 0,
+            tokens_per_second: 0,
+            reply_tokens: default_reply_tokens(),
+            reply: None,
+            tool_calls: false,
+            tool_arguments: default_tool_arguments(),
+            fail_every: None,
+            fail_mode: MockFailMode::default(),
+            fail_status: default_fail_status(),
+        }
+    }
+}
+
+fn default_reply_tokens() -> u32 {
+    16
+}
+fn default_tool_arguments() -> String {
+    "{}".to_owned()
+}
+fn default_fail_status() -> u16 {
+    503
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MockFailMode {
+    /// Answer with `fail_status`.
+    #[default]
+    Status,
+    /// Answer 200 with an error object in the body (or as the first stream event).
+    ErrorIn200,
+    /// Stream half the reply, then an error event.
+    MidStream,
+}
+
+/// A logical model (alias) and the real models that can serve it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    pub alias: String,
+    #[serde(default)]
+    pub strategy: Strategy,
+    pub candidates: Vec<CandidateSpec>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Random order, each candidate drawn with probability proportional to its weight.
+    #[default]
+    Weighted,
+    /// Tiers by ascending `priority`; weighted within a tier.
+    Priority,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateSpec {
+    pub upstream: String,
+    pub model: String,
+    /// 0 disables the candidate.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Lower is tried first (strategy `priority`).
+    #[serde(default)]
+    pub priority: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    pub id: String,
+    pub keys: Vec<KeySpec>,
+    /// Aliases this tenant may call; `"*"` allows all.
+    #[serde(default = "default_allowed")]
+    pub allowed_aliases: Vec<String>,
+}
+
+fn default_allowed() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+/// One API key of a tenant. The config never holds a key in plaintext: either its SHA-256
+/// digest (hex) or a `${ENV}` reference to a variable holding the key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySpec {
+    pub id: String,
+    #[serde(default)]
+    pub sha256: Option<String>,
+    #[serde(default)]
+    pub key: Option<String>,
+}

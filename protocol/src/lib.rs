@@ -1,0 +1,9 @@
+//! Serde types shared by the ax data plane, control plane and UI.
+//!
+//! `config` is the snapshot schema: what a data plane reads from its YAML file in standalone
+//! mode and what the control plane pushes to it later. `usage` is the per-call usage record.
+//! These types only describe data; validation and compilation into runtime structures happen in
+//! the data plane (`ax_dataplane::snapshot`).
+
+pub mod config;
+pub mod usage;
