@@ -1,1 +1,397 @@
+//! The ax test kit: fake upstreams that speak each provider's protocol, and ways to run the
+//! gateway (in-process or as the real binary) against them.
+//!
+//! Fakes bind `127.0.0.1:0`, record every request they receive, count hits, and answer with a
+//! scripted `Reply`: a JSON body, or an SSE body sent as arbitrary byte pieces (so tests decide
+//! where socket writes split events, lines, `\r\n` pairs and multi-byte characters).
 
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+
+pub mod wire;
+
+/// One request as the fake upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub query: Option<String>,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// What a fake upstream answers.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Json { status: u16, body: Value },
+    /// Raw body bytes with a content type (for malformed answers).
+    Raw { status: u16, content_type: &'static str, body: Vec<u8> },
+    /// An SSE body written piece by piece, with `delay` before each piece after the first.
+    Sse { pieces: Vec<Bytes>, delay: Duration },
+}
+
+impl Reply {
+    pub fn json(body: Value) -> Self {
+        Self::Json { status: 200, body }
+    }
+    pub fn status(status: u16, body: Value) -> Self {
+        Self::Json { status, body }
+    }
+    /// An SSE body split into pieces of the given sizes, cycling through them.
+    pub fn sse_split(wire: &str, sizes: &[usize]) -> Self {
+        Self::Sse { pieces: split(wire.as_bytes(), sizes), delay: Duration::ZERO }
+    }
+    pub fn sse(wire: &str) -> Self {
+        Self::sse_split(wire, &[usize::MAX])
+    }
+    /// One piece per event, `delay` apart (a paced stream).
+    pub fn sse_paced(events: Vec<String>, delay: Duration) -> Self {
+        Self::Sse { pieces: events.into_iter().map(Bytes::from).collect(), delay }
+    }
+}
+
+/// Splits bytes into pieces whose sizes cycle through `sizes` (byte-exact, ignoring UTF-8).
+pub fn split(bytes: &[u8], sizes: &[usize]) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut k = 0;
+    while i < bytes.len() {
+        let n = sizes[k % sizes.len()].max(1).min(bytes.len() - i);
+        out.push(Bytes::copy_from_slice(&bytes[i..i + n]));
+        i += n;
+        k += 1;
+    }
+    out
+}
+
+type Handler = dyn Fn(&Recorded) -> Reply + Send + Sync;
+
+struct FakeState {
+    handler: Box<Handler>,
+    requests: Mutex<Vec<Recorded>>,
+    hits: AtomicUsize,
+    /// Streams the client (the gateway) dropped before the last piece was sent.
+    cancelled: AtomicUsize,
+}
+
+/// A fake upstream server. Dropping it does not stop the server task (it dies with the runtime).
+#[derive(Clone)]
+pub struct FakeUpstream {
+    pub addr: SocketAddr,
+    state: Arc<FakeState>,
+}
+
+impl FakeUpstream {
+    pub async fn start(handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> Self {
+        let state = Arc::new(FakeState {
+            handler: Box::new(handler),
+            requests: Mutex::new(Vec::new()),
+            hits: AtomicUsize::new(0),
+            cancelled: AtomicUsize::new(0),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake upstream");
+        let addr = listener.local_addr().expect("fake upstream addr");
+        let app = axum::Router::new().fallback(fake_handler).with_state(state.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { addr, state }
+    }
+
+    /// Always answers the same.
+    pub async fn fixed(reply: Reply) -> Self {
+        Self::start(move |_| reply.clone()).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+    pub fn hits(&self) -> usize {
+        self.state.hits.load(Ordering::SeqCst)
+    }
+    pub fn cancelled(&self) -> usize {
+        self.state.cancelled.load(Ordering::SeqCst)
+    }
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.requests.lock().expect("requests lock").clone()
+    }
+    pub fn last(&self) -> Recorded {
+        self.requests().pop().expect("the fake upstream saw no request")
+    }
+}
+
+async fn fake_handler(State(state): State<Arc<FakeState>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let rec = Recorded {
+        path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    };
+    state.hits.fetch_add(1, Ordering::SeqCst);
+    let reply = (state.handler)(&rec);
+    state.requests.lock().expect("requests lock").push(rec);
+    match reply {
+        Reply::Json { status, body } => Response::builder()
+            .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .expect("response"),
+        Reply::Raw { status, content_type, body } => Response::builder()
+            .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+            .header("content-type", content_type)
+            .body(Body::from(body))
+            .expect("response"),
+        Reply::Sse { pieces, delay } => {
+            let guard = CancelGuard { state: state.clone(), finished: Arc::new(AtomicBool::new(false)) };
+            let total = pieces.len();
+            let s = futures_util::stream::unfold((pieces.into_iter().enumerate(), guard), move |(mut it, guard)| async move {
+                let (i, piece) = it.next()?;
+                if i > 0 {
+                    if delay.is_zero() {
+                        // Give the writer a chance to flush so pieces reach the socket apart.
+                        if i % 16 == 0 {
+                            tokio::time::sleep(Duration::from_micros(200)).await;
+                        } else {
+                            tokio::task::yield_now().await;
+                        }
+                    } else {
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+                if i + 1 == total {
+                    guard.finished.store(true, Ordering::SeqCst);
+                }
+                Some((Ok::<_, std::convert::Infallible>(piece), (it, guard)))
+            });
+            Response::builder()
+                .status(200)
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(s))
+                .expect("response")
+        }
+    }
+}
+
+struct CancelGuard {
+    state: Arc<FakeState>,
+    finished: Arc<AtomicBool>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.finished.load(Ordering::SeqCst) {
+            self.state.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the gateway
+
+/// A gateway running inside the test process.
+pub struct Gateway {
+    pub url: String,
+    pub app: Arc<ax_dataplane::App>,
+}
+
+impl Gateway {
+    pub async fn start(yaml: &str) -> Self {
+        let spec = ax_dataplane::config::parse(yaml).expect("test config parses");
+        let snap = ax_dataplane::snapshot::build(&spec, 1, &|n| std::env::var(n).ok(), None).expect("test config builds");
+        let app = ax_dataplane::App::new(snap);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
+        let url = format!("http://{}", listener.local_addr().expect("gateway addr"));
+        let a = app.clone();
+        tokio::spawn(async move {
+            let _ = ax_dataplane::serve(listener, a, std::future::pending()).await;
+        });
+        Self { url, app }
+    }
+}
+
+/// The real `ax-dataplane` binary, started on port 0; killed on drop.
+pub struct Binary {
+    pub url: String,
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Binary {
+    pub fn start(config: &Path, dir: &Path) -> Self {
+        let addr_file = dir.join("addr");
+        let log = dir.join("ax.log");
+        let _ = std::fs::remove_file(&addr_file);
+        let child = Command::new(binary_path())
+            .args(["--config"])
+            .arg(config)
+            .args(["--listen", "127.0.0.1:0", "--addr-file"])
+            .arg(&addr_file)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start ax-dataplane");
+        for _ in 0..200 {
+            if let Ok(a) = std::fs::read_to_string(&addr_file) {
+                if !a.is_empty() {
+                    return Self { url: format!("http://{a}"), child, log };
+                }
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let logs = std::fs::read_to_string(&log).unwrap_or_default();
+        panic!("ax-dataplane did not start within 5 s; log:\n{logs}");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `target/<profile>/ax-dataplane`, next to the test executable's `deps/` folder; built on demand.
+pub fn binary_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("ax-dataplane");
+    if !bin.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "ax-dataplane", "--bin", "ax-dataplane"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building ax-dataplane failed");
+    }
+    bin
+}
+
+/// A fresh temporary directory under the target dir (no tempfile dependency needed).
+pub fn temp_dir(name: &str) -> PathBuf {
+    let n: u64 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let dir = std::env::temp_dir().join(format!("ax-test-{name}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client side
+
+pub const KEY: &str = "ax-test-key";
+pub const UPSTREAM_KEY: &str = "sk-upstream-secret-123";
+
+pub fn key_digest(key: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(key.as_bytes()))
+}
+
+/// A POST with the test key.
+pub async fn post(url: &str, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}{path}"))
+        .bearer_auth(KEY)
+        .json(body)
+        .send()
+        .await
+        .expect("request to gateway")
+}
+
+/// Reads a whole SSE response from the gateway as its `data:` payloads (the gateway always
+/// frames with `\n\n`, so this parser is deliberately simple and independent of ax's decoder).
+pub async fn sse_events(resp: reqwest::Response) -> Vec<String> {
+    let body = resp.bytes().await.expect("stream body");
+    let text = String::from_utf8(body.to_vec()).expect("gateway stream is UTF-8");
+    text.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("not a data event: {e:?}")).to_owned())
+        .collect()
+}
+
+/// What an OpenAI client assembles from a chunk stream.
+#[derive(Debug, Default, PartialEq)]
+pub struct Assembled {
+    pub role: Option<String>,
+    pub text: String,
+    /// (id, name, arguments) by tool-call index.
+    pub tool_calls: Vec<(String, String, String)>,
+    pub finish_reason: Option<String>,
+    pub provider_finish_reason: Option<String>,
+    pub usage: Option<Value>,
+    pub error: Option<Value>,
+    pub done: bool,
+}
+
+pub fn assemble(events: &[String]) -> Assembled {
+    let mut a = Assembled::default();
+    for e in events {
+        assert!(!a.done, "event after [DONE]: {e}");
+        if e == "[DONE]" {
+            a.done = true;
+            continue;
+        }
+        let v: Value = serde_json::from_str(e).unwrap_or_else(|_| panic!("event is not JSON: {e}"));
+        if let Some(err) = v.get("error") {
+            a.error = Some(err.clone());
+            continue;
+        }
+        assert_eq!(v["object"], "chat.completion.chunk", "{e}");
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            a.usage = Some(u.clone());
+        }
+        for c in v["choices"].as_array().expect("choices") {
+            let d = &c["delta"];
+            if let Some(r) = d["role"].as_str() {
+                a.role = Some(r.to_owned());
+            }
+            if let Some(t) = d["content"].as_str() {
+                a.text.push_str(t);
+            }
+            for tc in d["tool_calls"].as_array().into_iter().flatten() {
+                let i = tc["index"].as_u64().expect("tool call index") as usize;
+                if a.tool_calls.len() <= i {
+                    a.tool_calls.resize(i + 1, Default::default());
+                }
+                let slot = &mut a.tool_calls[i];
+                if let Some(id) = tc["id"].as_str() {
+                    slot.0 = id.to_owned();
+                }
+                if let Some(n) = tc["function"]["name"].as_str() {
+                    slot.1 = n.to_owned();
+                }
+                if let Some(args) = tc["function"]["arguments"].as_str() {
+                    slot.2.push_str(args);
+                }
+            }
+            if let Some(f) = c["finish_reason"].as_str() {
+                a.finish_reason = Some(f.to_owned());
+            }
+            if let Some(f) = c["provider_finish_reason"].as_str() {
+                a.provider_finish_reason = Some(f.to_owned());
+            }
+        }
+    }
+    a
+}

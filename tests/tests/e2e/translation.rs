@@ -1,0 +1,166 @@
+//! What each upstream receives: the request translated into its protocol, with its auth.
+
+use ax_tests::wire::{self};
+use ax_tests::{post, FakeUpstream, Gateway, Reply, UPSTREAM_KEY};
+use serde_json::{json, Value};
+
+use crate::config;
+
+/// A conversation with every message kind: system, developer, user (text + image), an assistant
+/// turn with two parallel tool calls, two tool results, and a follow-up user message.
+fn conversation() -> Value {
+    json!({
+        "model": "chat",
+        "temperature": 1.2,
+        "top_p": 0.9,
+        "max_tokens": 300,
+        "stop": ["END"],
+        "user": "user-7",
+        "messages": [
+            { "role": "system", "content": "You are terse." },
+            { "role": "developer", "content": "Answer in French." },
+            { "role": "user", "content": [
+                { "type": "text", "text": "What is in this image, and the weather?" },
+                { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=" } } ] },
+            { "role": "assistant", "content": null, "tool_calls": [
+                { "id": "call_1", "type": "function", "function": { "name": "get_weather", "arguments": "{\"city\":\"Paris\"}" } },
+                { "id": "call_2", "type": "function", "function": { "name": "get_time", "arguments": "{}" } } ] },
+            { "role": "tool", "tool_call_id": "call_1", "content": "{\"temp\":21}" },
+            { "role": "tool", "tool_call_id": "call_2", "content": "14:00" },
+            { "role": "user", "content": "Thanks. Summarize." }
+        ],
+        "tools": [
+            { "type": "function", "function": { "name": "get_weather", "parameters": { "type": "object" } } },
+            { "type": "function", "function": { "name": "get_time" } } ],
+        "tool_choice": "required"
+    })
+}
+
+#[tokio::test]
+async fn anthropic_request_translation() {
+    let up = FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)))).await;
+    let gw = Gateway::start(&config("anthropic", &up.url(), "strict")).await;
+    let resp = post(&gw.url, "/v1/chat/completions", &conversation()).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let r = up.last();
+    assert_eq!(r.path, "/v1/messages");
+    assert_eq!(r.header("x-api-key"), Some(UPSTREAM_KEY));
+    assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    assert!(r.header("authorization").is_none());
+    let b = r.body;
+    assert_eq!(b["model"], "real-model");
+    assert_eq!(b["system"], "You are terse.\n\nAnswer in French.", "system and developer hoisted");
+    assert_eq!(b["max_tokens"], 300);
+    assert_eq!(b["temperature"], 0.6, "0..2 scaled onto 0..1");
+    assert_eq!(b["stop_sequences"], json!(["END"]));
+    assert_eq!(b["metadata"]["user_id"], "user-7");
+    assert_eq!(b["tool_choice"], json!({ "type": "any" }));
+    assert_eq!(b["tools"][1]["input_schema"]["type"], "object", "a default schema for a tool without parameters");
+    let m = b["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 3, "user, assistant, user (tool results and the follow-up merged): {m:?}");
+    assert_eq!(m[0]["role"], "user");
+    assert_eq!(m[0]["content"][1]["source"], json!({ "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo=" }));
+    assert_eq!(m[1]["role"], "assistant");
+    assert_eq!(m[1]["content"][0], json!({ "type": "tool_use", "id": "call_1", "name": "get_weather", "input": { "city": "Paris" } }));
+    assert_eq!(m[1]["content"][1]["input"], json!({}));
+    assert_eq!(m[2]["role"], "user");
+    assert_eq!(m[2]["content"][0], json!({ "type": "tool_result", "tool_use_id": "call_1", "content": "{\"temp\":21}" }));
+    assert_eq!(m[2]["content"][1]["tool_use_id"], "call_2");
+    assert_eq!(m[2]["content"][2], json!({ "type": "text", "text": "Thanks. Summarize." }));
+
+    // Without max_tokens, the required field still goes out (server default 4096).
+    let mut req = conversation();
+    req.as_object_mut().unwrap().remove("max_tokens");
+    post(&gw.url, "/v1/chat/completions", &req).await;
+    assert_eq!(up.last().body["max_tokens"], 4096);
+}
+
+#[tokio::test]
+async fn gemini_request_translation() {
+    let up = FakeUpstream::fixed(Reply::json(wire::gemini_response(Some("ok"), &[], "STOP", (1, 1, 0)))).await;
+    let gw = Gateway::start(&config("gemini", &up.url(), "strict")).await;
+    let mut req = conversation();
+    req["response_format"] = json!({ "type": "json_schema", "json_schema": { "name": "s", "schema": { "type": "object" } } });
+    req["seed"] = json!(7);
+    req.as_object_mut().unwrap().remove("user"); // Gemini has no user field: strict mode would refuse it
+    let resp = post(&gw.url, "/v1/chat/completions", &req).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let r = up.last();
+    assert_eq!(r.path, "/v1beta/models/real-model:generateContent");
+    assert_eq!(r.header("x-goog-api-key"), Some(UPSTREAM_KEY));
+    let b = r.body;
+    assert_eq!(b["systemInstruction"]["parts"][0]["text"], "You are terse.\n\nAnswer in French.");
+    let g = &b["generationConfig"];
+    assert_eq!(g["temperature"], 1.2);
+    assert_eq!(g["maxOutputTokens"], 300);
+    assert_eq!(g["stopSequences"], json!(["END"]));
+    assert_eq!(g["seed"], 7);
+    assert_eq!(g["responseMimeType"], "application/json");
+    assert_eq!(g["responseJsonSchema"], json!({ "type": "object" }));
+    assert_eq!(b["toolConfig"]["functionCallingConfig"]["mode"], "ANY");
+    let c = b["contents"].as_array().unwrap();
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert_eq!(c[0]["parts"][1]["inlineData"], json!({ "mimeType": "image/png", "data": "iVBORw0KGgo=" }));
+    assert_eq!(c[1]["role"], "model");
+    assert_eq!(c[1]["parts"][0]["functionCall"], json!({ "name": "get_weather", "args": { "city": "Paris" } }));
+    assert_eq!(c[2]["role"], "user");
+    // Tool results find their function names through the assistant's tool calls.
+    assert_eq!(c[2]["parts"][0]["functionResponse"], json!({ "name": "get_weather", "response": { "temp": 21 } }));
+    assert_eq!(c[2]["parts"][1]["functionResponse"], json!({ "name": "get_time", "response": { "content": "14:00" } }));
+    assert_eq!(c[2]["parts"][2]["text"], "Thanks. Summarize.");
+
+    // Streams go to streamGenerateContent with alt=sse.
+    let up = FakeUpstream::fixed(Reply::sse(&wire::gemini_stream(&["a"], &[], "STOP", (1, 1, 0), Default::default()))).await;
+    let gw = Gateway::start(&config("gemini", &up.url(), "strict")).await;
+    let mut req = json!({ "model": "chat", "stream": true, "messages": [{ "role": "user", "content": "x" }] });
+    post(&gw.url, "/v1/chat/completions", &req).await.bytes().await.unwrap();
+    let r = up.last();
+    assert_eq!(r.path, "/v1beta/models/real-model:streamGenerateContent");
+    assert_eq!(r.query.as_deref(), Some("alt=sse"));
+    // A tool result that matches no earlier call is the caller's error, named precisely.
+    req["stream"] = json!(false);
+    req["messages"] = json!([{ "role": "user", "content": "x" }, { "role": "tool", "tool_call_id": "call_zzz", "content": "1" }]);
+    let resp = post(&gw.url, "/v1/chat/completions", &req).await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["param"], "messages[1].tool_call_id");
+}
+
+#[tokio::test]
+async fn openai_request_passes_through_with_real_model() {
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let gw = Gateway::start(&config("openai", &format!("{}/v1", up.url()), "strict")).await;
+    let mut req = conversation();
+    req["seed"] = json!(3);
+    req["logit_bias"] = json!({ "50256": -100 });
+    req["max_completion_tokens"] = json!(200);
+    let resp = post(&gw.url, "/v1/chat/completions", &req).await;
+    assert_eq!(resp.status(), 200);
+    let r = up.last();
+    assert_eq!(r.path, "/v1/chat/completions");
+    assert_eq!(r.header("authorization"), Some(format!("Bearer {UPSTREAM_KEY}").as_str()));
+    let b = r.body;
+    assert_eq!(b["model"], "real-model");
+    // Forwarded unchanged, except that an assistant's `content: null` is omitted (equivalent).
+    let mut want = req["messages"].clone();
+    want[3].as_object_mut().unwrap().remove("content");
+    assert_eq!(b["messages"], want);
+    assert_eq!(b["temperature"], 1.2, "OpenAI keeps 0..2");
+    assert_eq!(b["seed"], 3);
+    assert_eq!(b["logit_bias"], json!({ "50256": -100 }));
+    assert_eq!(b["max_tokens"], 300);
+    assert_eq!(b["max_completion_tokens"], 200);
+    assert!(b.get("stream").is_none());
+}
+
+#[tokio::test]
+async fn azure_openai_url_and_key() {
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let gw = Gateway::start(&config("azure_openai", &up.url(), "strict")).await;
+    let resp = post(&gw.url, "/v1/chat/completions", &json!({ "model": "chat", "messages": [{ "role": "user", "content": "x" }] })).await;
+    assert_eq!(resp.status(), 200);
+    let r = up.last();
+    assert_eq!(r.path, "/openai/deployments/real-model/chat/completions");
+    assert_eq!(r.query.as_deref(), Some("api-version=2024-10-21"));
+    assert_eq!(r.header("api-key"), Some(UPSTREAM_KEY));
+    assert!(r.header("authorization").is_none());
+}
