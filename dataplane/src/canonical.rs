@@ -67,9 +67,7 @@ impl ChatRequest {
     }
 
     pub fn include_usage(&self) -> bool {
-        self.stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage)
+        self.stream_options.as_ref().is_some_and(|o| o.include_usage)
     }
 
     pub fn has_tools(&self) -> bool {
@@ -78,18 +76,13 @@ impl ChatRequest {
 
     pub fn has_images(&self) -> bool {
         self.messages.iter().any(|m| match &m.content {
-            Some(Content::Parts(parts)) => parts
-                .iter()
-                .any(|p| matches!(p, ContentPart::ImageUrl { .. })),
+            Some(Content::Parts(parts)) => parts.iter().any(|p| matches!(p, ContentPart::ImageUrl { .. })),
             _ => false,
         })
     }
 
     pub fn wants_json(&self) -> bool {
-        matches!(
-            self.response_format,
-            Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. })
-        )
+        matches!(self.response_format, Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }))
     }
 
     /// The request parameters that are set, by their OpenAI names; adapters check these
@@ -104,17 +97,8 @@ impl ChatRequest {
             ("tools", self.has_tools()),
             ("tool_choice", self.tool_choice.is_some()),
             ("parallel_tool_calls", self.parallel_tool_calls.is_some()),
-            (
-                "response_format",
-                matches!(self.response_format, Some(ResponseFormat::JsonObject)),
-            ),
-            (
-                "response_format.json_schema",
-                matches!(
-                    self.response_format,
-                    Some(ResponseFormat::JsonSchema { .. })
-                ),
-            ),
+            ("response_format", matches!(self.response_format, Some(ResponseFormat::JsonObject))),
+            ("response_format.json_schema", matches!(self.response_format, Some(ResponseFormat::JsonSchema { .. }))),
             ("seed", self.seed.is_some()),
             ("user", self.user.is_some()),
             ("presence_penalty", self.presence_penalty.is_some()),
@@ -153,10 +137,7 @@ impl ChatRequest {
     pub fn validate(&self) -> Result<(), crate::AxError> {
         use crate::AxError;
         if self.messages.is_empty() {
-            return Err(AxError::invalid_param(
-                "messages",
-                "'messages' must not be empty",
-            ));
+            return Err(AxError::invalid_param("messages", "'messages' must not be empty"));
         }
         for (i, m) in self.messages.iter().enumerate() {
             match m.role {
@@ -169,20 +150,13 @@ impl ChatRequest {
                 Role::System | Role::Developer | Role::User | Role::Tool if m.content.is_none() => {
                     return Err(AxError::invalid_param(
                         format!("messages[{i}].content"),
-                        format!(
-                            "messages[{i}]: 'content' is required for role '{}'",
-                            m.role.as_str()
-                        ),
+                        format!("messages[{i}]: 'content' is required for role '{}'", m.role.as_str()),
                     ))
                 }
-                Role::Assistant
-                    if m.content.is_none() && m.tool_calls.as_ref().is_none_or(Vec::is_empty) =>
-                {
+                Role::Assistant if m.content.is_none() && m.tool_calls.as_ref().is_none_or(Vec::is_empty) => {
                     return Err(AxError::invalid_param(
                         format!("messages[{i}].content"),
-                        format!(
-                            "messages[{i}]: an assistant message needs 'content' or 'tool_calls'"
-                        ),
+                        format!("messages[{i}]: an assistant message needs 'content' or 'tool_calls'"),
                     ))
                 }
                 _ => {}
@@ -190,43 +164,27 @@ impl ChatRequest {
         }
         if let Some(t) = self.temperature {
             if !(0.0..=2.0).contains(&t) {
-                return Err(AxError::invalid_param(
-                    "temperature",
-                    "'temperature' must be between 0 and 2",
-                ));
+                return Err(AxError::invalid_param("temperature", "'temperature' must be between 0 and 2"));
             }
         }
         if let Some(p) = self.top_p {
             if !(0.0..=1.0).contains(&p) {
-                return Err(AxError::invalid_param(
-                    "top_p",
-                    "'top_p' must be between 0 and 1",
-                ));
+                return Err(AxError::invalid_param("top_p", "'top_p' must be between 0 and 1"));
             }
         }
         if self.n == Some(0) {
             return Err(AxError::invalid_param("n", "'n' must be at least 1"));
         }
         if self.max_output() == Some(0) {
-            return Err(AxError::invalid_param(
-                "max_tokens",
-                "'max_tokens' must be at least 1",
-            ));
+            return Err(AxError::invalid_param("max_tokens", "'max_tokens' must be at least 1"));
         }
         if let Some(Stop(s)) = &self.stop {
             if s.len() > 4 {
-                return Err(AxError::invalid_param(
-                    "stop",
-                    "'stop' takes at most 4 sequences",
-                ));
+                return Err(AxError::invalid_param("stop", "'stop' takes at most 4 sequences"));
             }
         }
         if let Some(ToolChoice::Function(name)) = &self.tool_choice {
-            let known = self
-                .tools
-                .iter()
-                .flatten()
-                .any(|t| &t.function.name == name);
+            let known = self.tools.iter().flatten().any(|t| &t.function.name == name);
             if !known {
                 return Err(AxError::invalid_param(
                     "tool_choice",
@@ -738,18 +696,14 @@ mod tests {
     #[test]
     fn validation_names_the_field() {
         let r: ChatRequest =
-            serde_json::from_str(r#"{"model":"m","messages":[{"role":"tool","content":"x"}]}"#)
-                .unwrap();
+            serde_json::from_str(r#"{"model":"m","messages":[{"role":"tool","content":"x"}]}"#).unwrap();
         let e = r.validate().unwrap_err();
         assert_eq!(e.param(), Some("messages[0].tool_call_id"));
     }
 
     #[test]
     fn data_urls_split() {
-        let u = ImageUrl {
-            url: "data:image/jpeg;base64,QUJD".into(),
-            detail: None,
-        };
+        let u = ImageUrl { url: "data:image/jpeg;base64,QUJD".into(), detail: None };
         assert_eq!(u.as_data(), Some(("image/jpeg", "QUJD")));
     }
 }

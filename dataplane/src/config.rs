@@ -12,27 +12,14 @@ pub fn parse(text: &str) -> Result<ConfigSpec, ConfigError> {
     let de = serde_norway::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        ConfigError {
-            path: if path == "." {
-                "(root)".to_owned()
-            } else {
-                path
-            },
-            message: e.into_inner().to_string(),
-        }
+        ConfigError { path: if path == "." { "(root)".to_owned() } else { path }, message: e.into_inner().to_string() }
     })
 }
 
 /// Reads, decodes and compiles a config file into a snapshot.
-pub fn load(
-    path: &Path,
-    version: u64,
-    prev: Option<&Snapshot>,
-) -> Result<(ConfigSpec, Snapshot), ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        path: path.display().to_string(),
-        message: format!("cannot read: {e}"),
-    })?;
+pub fn load(path: &Path, version: u64, prev: Option<&Snapshot>) -> Result<(ConfigSpec, Snapshot), ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError { path: path.display().to_string(), message: format!("cannot read: {e}") })?;
     let spec = parse(&text)?;
     let snap = snapshot::build(&spec, version, &|name| std::env::var(name).ok(), prev)?;
     Ok((spec, snap))
@@ -42,8 +29,7 @@ pub fn load(
 mod tests {
     #[test]
     fn errors_name_the_field_path() {
-        let e = super::parse("upstreams:\n  - name: a\n    provider: nope\n    models: []\n")
-            .unwrap_err();
+        let e = super::parse("upstreams:\n  - name: a\n    provider: nope\n    models: []\n").unwrap_err();
         assert_eq!(e.path, "upstreams[0].provider");
         let e = super::parse("server:\n  lissten: 1\n").unwrap_err();
         assert!(e.path.starts_with("server"), "{e}");

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{timeout_at, Instant};
 
-use crate::canonical::{
-    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem,
-};
+use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
 use crate::error::AxError;
 use crate::providers::{self, mock, Ctx, StreamDecoder};
 use crate::snapshot::{Model, Upstream};
@@ -38,24 +36,14 @@ pub async fn chat(
 ) -> Result<ChatOutcome, AxError> {
     if let Some(m) = &up.mock {
         return if req.stream {
-            Ok(ChatOutcome::Stream(UpstreamStream {
-                source: Source::Mock(mock::MockStream::start(m, req)?),
-            }))
+            Ok(ChatOutcome::Stream(UpstreamStream { source: Source::Mock(mock::MockStream::start(m, req)?) }))
         } else {
             Ok(ChatOutcome::Full(mock::chat(m, model, req).await?))
         };
     }
-    let ctx = Ctx {
-        upstream: up,
-        model,
-        default_max_tokens,
-    };
+    let ctx = Ctx { upstream: up, model, default_max_tokens };
     let body = providers::encode_chat(ctx, req)?;
-    let url = if req.stream {
-        &model.stream_url
-    } else {
-        &model.chat_url
-    };
+    let url = if req.stream { &model.stream_url } else { &model.chat_url };
     let resp = send(up, url, body, deadline).await?;
     if req.stream {
         let is_sse = resp
@@ -75,12 +63,7 @@ pub async fn chat(
         }
         let decoder = StreamDecoder::new(up.kind).ok_or(AxError::Internal)?;
         return Ok(ChatOutcome::Stream(UpstreamStream {
-            source: Source::Http {
-                resp,
-                sse: SseDecoder::new(),
-                decoder,
-                state: HttpState::Reading,
-            },
+            source: Source::Http { resp, sse: SseDecoder::new(), decoder, state: HttpState::Reading },
         }));
     }
     let bytes = read_body(resp, deadline).await?;
@@ -102,30 +85,15 @@ pub async fn embeddings(
     if up.mock.is_some() {
         return mock::embeddings(model, req);
     }
-    let ctx = Ctx {
-        upstream: up,
-        model,
-        default_max_tokens: 0,
-    };
+    let ctx = Ctx { upstream: up, model, default_max_tokens: 0 };
     let body = providers::encode_embeddings(ctx, req)?;
     let resp = send(up, &model.embed_url, body, deadline).await?;
     let bytes = read_body(resp, deadline).await?;
-    providers::decode_embeddings(up.kind, &bytes, req)
-        .inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
+    providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
 }
 
-async fn send(
-    up: &Upstream,
-    url: &str,
-    body: Vec<u8>,
-    deadline: Instant,
-) -> Result<reqwest::Response, AxError> {
-    let fut = up
-        .client
-        .post(url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send();
+async fn send(up: &Upstream, url: &str, body: Vec<u8>, deadline: Instant) -> Result<reqwest::Response, AxError> {
+    let fut = up.client.post(url).header(http::header::CONTENT_TYPE, "application/json").body(body).send();
     let resp = timeout_at(deadline, fut).await.map_err(|_| AxError::UpstreamTimeout)?.map_err(|e| {
         tracing::warn!(upstream = %up.name, error = %without_url(&e), "upstream request failed");
         map_reqwest(&e)
@@ -141,10 +109,7 @@ async fn send(
 }
 
 async fn read_body(resp: reqwest::Response, deadline: Instant) -> Result<bytes::Bytes, AxError> {
-    timeout_at(deadline, resp.bytes())
-        .await
-        .map_err(|_| AxError::UpstreamTimeout)?
-        .map_err(|e| map_reqwest(&e))
+    timeout_at(deadline, resp.bytes()).await.map_err(|_| AxError::UpstreamTimeout)?.map_err(|e| map_reqwest(&e))
 }
 
 fn map_reqwest(e: &reqwest::Error) -> AxError {
@@ -190,12 +155,7 @@ pub struct UpstreamStream {
 }
 
 enum Source {
-    Http {
-        resp: reqwest::Response,
-        sse: SseDecoder,
-        decoder: StreamDecoder,
-        state: HttpState,
-    },
+    Http { resp: reqwest::Response, sse: SseDecoder, decoder: StreamDecoder, state: HttpState },
     Mock(mock::MockStream),
 }
 
@@ -212,12 +172,7 @@ impl UpstreamStream {
     pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
         let (resp, sse, decoder, state) = match &mut self.source {
             Source::Mock(m) => return m.next().await,
-            Source::Http {
-                resp,
-                sse,
-                decoder,
-                state,
-            } => (resp, sse, decoder, state),
+            Source::Http { resp, sse, decoder, state } => (resp, sse, decoder, state),
         };
         loop {
             match state {

@@ -10,17 +10,11 @@ use serde::Serialize;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AxError {
     #[error("{message}")]
-    InvalidRequest {
-        message: String,
-        param: Option<String>,
-    },
+    InvalidRequest { message: String, param: Option<String> },
     #[error("request body is not valid JSON: {0}")]
     InvalidJson(String),
     #[error("parameter '{param}' is not supported by {provider}")]
-    UnsupportedParameter {
-        param: String,
-        provider: &'static str,
-    },
+    UnsupportedParameter { param: String, provider: &'static str },
     #[error("missing API key: send 'Authorization: Bearer <key>'")]
     MissingApiKey,
     #[error("invalid API key")]
@@ -63,17 +57,11 @@ pub enum AxError {
 
 impl AxError {
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::InvalidRequest {
-            message: message.into(),
-            param: None,
-        }
+        Self::InvalidRequest { message: message.into(), param: None }
     }
 
     pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::InvalidRequest {
-            message: message.into(),
-            param: Some(param.into()),
-        }
+        Self::InvalidRequest { message: message.into(), param: Some(param.into()) }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -194,12 +182,7 @@ impl AxError {
             param: Option<&'a str>,
         }
         let body = Body {
-            error: Inner {
-                message: self.to_string(),
-                kind: self.error_type(),
-                code: self.code(),
-                param: self.param(),
-            },
+            error: Inner { message: self.to_string(), kind: self.error_type(), code: self.code(), param: self.param() },
             request_id,
         };
         serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec())
@@ -213,9 +196,7 @@ pub fn upstream_code_suffix(code: Option<&str>) -> String {
         Some(c)
             if !c.is_empty()
                 && c.len() <= 64
-                && c.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.'
-                }) =>
+                && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.') =>
         {
             format!(" ({c})")
         }
@@ -229,10 +210,7 @@ mod tests {
 
     #[test]
     fn body_is_openai_shaped() {
-        let e = AxError::UnsupportedParameter {
-            param: "seed".into(),
-            provider: "anthropic",
-        };
+        let e = AxError::UnsupportedParameter { param: "seed".into(), provider: "anthropic" };
         let v: serde_json::Value = serde_json::from_slice(&e.to_body("req-1")).unwrap();
         assert_eq!(v["error"]["code"], "unsupported_parameter");
         assert_eq!(v["error"]["type"], "invalid_request_error");
@@ -243,10 +221,7 @@ mod tests {
 
     #[test]
     fn upstream_codes_are_filtered() {
-        assert_eq!(
-            upstream_code_suffix(Some("context_length_exceeded")),
-            " (context_length_exceeded)"
-        );
+        assert_eq!(upstream_code_suffix(Some("context_length_exceeded")), " (context_length_exceeded)");
         assert_eq!(upstream_code_suffix(Some("sk-abc Secret")), "");
         assert_eq!(upstream_code_suffix(None), "");
     }

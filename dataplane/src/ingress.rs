@@ -65,10 +65,7 @@ fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Respons
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = status;
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     h.insert(X_REQUEST_ID.clone(), header_value(request_id));
     r
 }
@@ -76,17 +73,9 @@ fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Respons
 /// The single error-to-HTTP mapping.
 pub fn error_response(e: &AxError, request_id: &str) -> Response {
     if e.status().is_server_error() {
-        tracing::warn!(
-            code = e.code(),
-            status = e.status().as_u16(),
-            "request failed"
-        );
+        tracing::warn!(code = e.code(), status = e.status().as_u16(), "request failed");
     } else {
-        tracing::info!(
-            code = e.code(),
-            status = e.status().as_u16(),
-            "request rejected"
-        );
+        tracing::info!(code = e.code(), status = e.status().as_u16(), "request rejected");
     }
     json_response(e.status(), e.to_body(request_id), request_id)
 }
@@ -105,16 +94,11 @@ struct Caller<'s> {
 }
 
 fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s>, AxError> {
-    let raw = headers
-        .get(header::AUTHORIZATION)
-        .ok_or(AxError::MissingApiKey)?;
+    let raw = headers.get(header::AUTHORIZATION).ok_or(AxError::MissingApiKey)?;
     let key = raw
         .to_str()
         .ok()
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .ok_or(AxError::MissingApiKey)?;
@@ -122,26 +106,19 @@ fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s
     let span = tracing::Span::current();
     span.record("tenant", tenant.id.as_str());
     span.record("key_id", k.key_id.as_str());
-    Ok(Caller {
-        tenant,
-        key_id: &k.key_id,
-    })
+    Ok(Caller { tenant, key_id: &k.key_id })
 }
 
 async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, AxError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(AxError::PayloadTooLarge(limit));
     }
     let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
     match Limited::new(body, limit_usize).collect().await {
         Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(AxError::PayloadTooLarge(limit))
-        }
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(AxError::PayloadTooLarge(limit)),
         Err(_) => Err(AxError::invalid("could not read the request body")),
     }
 }
@@ -168,10 +145,7 @@ fn decode<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxEr
     if let Some(first) = unknown.first() {
         match mode {
             ParamsMode::Strict => {
-                return Err(AxError::UnsupportedParameter {
-                    param: first.clone(),
-                    provider: "ax",
-                });
+                return Err(AxError::UnsupportedParameter { param: first.clone(), provider: "ax" });
             }
             ParamsMode::Lenient => {
                 tracing::warn!(params = ?unknown, "dropped unknown request parameters")
@@ -186,10 +160,7 @@ fn alias_allowed<'s>(
     caller: &Caller<'_>,
     alias: &str,
 ) -> Result<&'s crate::snapshot::Route, AxError> {
-    let route = snap
-        .routes
-        .get(alias)
-        .ok_or_else(|| AxError::ModelNotFound(alias.to_owned()))?;
+    let route = snap.routes.get(alias).ok_or_else(|| AxError::ModelNotFound(alias.to_owned()))?;
     if !caller.tenant.allowed.permits(alias) {
         return Err(AxError::ModelNotAllowed(alias.to_owned()));
     }
@@ -236,9 +207,7 @@ async fn chat(
     start: Instant,
 ) -> Result<Response, Rejection> {
     let caller = authenticate(snap, headers).map_err(|e| (e, None))?;
-    let bytes = read_body(headers, body, snap.max_body_bytes)
-        .await
-        .map_err(|e| (e, None))?;
+    let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(|e| (e, None))?;
     let mut req: ChatRequest = decode(&bytes, snap.params).map_err(|e| (e, None))?;
     drop(bytes);
     let route = alias_allowed(snap, &caller, &req.model).map_err(|e| (e, None))?;
@@ -254,12 +223,7 @@ async fn chat(
     tracing::debug!(upstream = %up.name, model = %model.name, "routed");
 
     // Lenient mode: drop what this provider cannot honour, with a warning.
-    let dropped: Vec<&str> = needs
-        .params
-        .iter()
-        .copied()
-        .filter(|p| !providers::supports(up.kind, p))
-        .collect();
+    let dropped: Vec<&str> = needs.params.iter().copied().filter(|p| !providers::supports(up.kind, p)).collect();
     if !dropped.is_empty() {
         tracing::warn!(upstream = %up.name, params = ?dropped, "dropped parameters the provider does not support");
         for p in &dropped {
@@ -267,14 +231,7 @@ async fn chat(
         }
     }
 
-    let mut meter = Meter::new(
-        rid,
-        &caller.tenant.id,
-        caller.key_id,
-        alias,
-        req.stream,
-        start,
-    );
+    let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
     meter.served_by(&up.name, &model.name, 1);
     let deadline = dispatch::deadline(up);
     let outcome = match dispatch::chat(up, model, &req, snap.default_max_tokens, deadline).await {
@@ -306,37 +263,20 @@ async fn chat(
             Ok(r)
         }
         ChatOutcome::Stream(us) => {
-            let enc = openai::ChunkEncoder {
-                id: format!("chatcmpl-{rid}"),
-                created: unix_now(),
-                model: model.name.clone(),
-            };
+            let enc =
+                openai::ChunkEncoder { id: format!("chatcmpl-{rid}"), created: unix_now(), model: model.name.clone() };
             let n = req.n.unwrap_or(1);
-            match EgressStream::open(
-                us,
-                enc,
-                rid.to_owned(),
-                req.include_usage(),
-                n,
-                deadline,
-                meter,
-            )
-            .await
-            {
+            match EgressStream::open(us, enc, rid.to_owned(), req.include_usage(), n, deadline, meter).await {
                 Opening::Started(s) => {
                     let mut r = Response::new(s.into_body());
                     let h = r.headers_mut();
-                    h.insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("text/event-stream"),
-                    );
+                    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
                     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
                     h.insert(X_REQUEST_ID.clone(), header_value(rid));
                     served_headers(&mut r, &up.name, &model.name, 1);
                     Ok(r)
                 }
-                Opening::Failed(e, mut meter) => {
-                    meter.finish(e.status().as_u16(), Some(e.code()));
+                Opening::Failed(e) => {
                     let mut r = error_response(&e, rid);
                     served_headers(&mut r, &up.name, &model.name, 1);
                     Ok(r)
@@ -372,20 +312,12 @@ async fn embed(
     start: Instant,
 ) -> Result<Response, Rejection> {
     let caller = authenticate(snap, headers).map_err(|e| (e, None))?;
-    let bytes = read_body(headers, body, snap.max_body_bytes)
-        .await
-        .map_err(|e| (e, None))?;
+    let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(|e| (e, None))?;
     let req: EmbeddingsRequest = decode(&bytes, snap.params).map_err(|e| (e, None))?;
     let route = alias_allowed(snap, &caller, &req.model).map_err(|e| (e, None))?;
     let alias = route.alias.as_str();
     let reject = |e: AxError| (e, Some(alias.to_owned()));
-    let plan = route::plan(
-        snap,
-        route,
-        &route::embeddings_needs(&req),
-        &mut rand::rng(),
-    )
-    .map_err(reject)?;
+    let plan = route::plan(snap, route, &route::embeddings_needs(&req), &mut rand::rng()).map_err(reject)?;
     let Some(cand) = plan.first() else {
         return Err(reject(AxError::Internal));
     };
@@ -397,16 +329,9 @@ async fn embed(
             if resp.model.is_empty() || resp.model == req.model {
                 resp.model.clone_from(&model.name);
             }
-            meter.usage(&crate::canonical::Usage {
-                prompt_tokens: resp.prompt_tokens,
-                ..Default::default()
-            });
+            meter.usage(&crate::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
             meter.finish(200, None);
-            json_response(
-                StatusCode::OK,
-                openai::encode_embeddings_response(&resp, req.encoding_format),
-                rid,
-            )
+            json_response(StatusCode::OK, openai::encode_embeddings_response(&resp, req.encoding_format), rid)
         }
         Err(e) => {
             meter.finish(e.status().as_u16(), Some(e.code()));
@@ -424,50 +349,30 @@ async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         Ok(c) => c,
         Err(e) => return error_response(&e, &rid),
     };
-    let mut aliases: Vec<&str> = snap
-        .routes
-        .keys()
-        .map(String::as_str)
-        .filter(|a| caller.tenant.allowed.permits(a))
-        .collect();
+    let mut aliases: Vec<&str> =
+        snap.routes.keys().map(String::as_str).filter(|a| caller.tenant.allowed.permits(a)).collect();
     aliases.sort_unstable();
     let data: Vec<serde_json::Value> = aliases
         .iter()
         .map(|a| serde_json::json!({ "id": a, "object": "model", "created": 0, "owned_by": "ax" }))
         .collect();
-    let body = serde_json::to_vec(&serde_json::json!({ "object": "list", "data": data }))
-        .unwrap_or_default();
+    let body = serde_json::to_vec(&serde_json::json!({ "object": "list", "data": data })).unwrap_or_default();
     json_response(StatusCode::OK, body, &rid)
 }
 
 async fn healthz() -> Response {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        r#"{"status":"ok"}"#,
-    )
-        .into_response()
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], r#"{"status":"ok"}"#).into_response()
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     let snap = app.store.load();
     let body = format!(r#"{{"status":"ready","config_version":{}}}"#, snap.version);
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response()
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     match &app.metrics {
-        Some(h) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            h.render(),
-        )
-            .into_response(),
+        Some(h) => (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response(),
         None => error_response(&AxError::Internal, "-"),
     }
 }
@@ -478,7 +383,5 @@ async fn not_found(headers: HeaderMap, uri: axum::http::Uri) -> Response {
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

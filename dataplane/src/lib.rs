@@ -45,10 +45,7 @@ pub struct App {
 impl App {
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
         let metrics = meter::prometheus();
-        Arc::new(Self {
-            store: SnapshotStore::new(snapshot),
-            metrics,
-        })
+        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics })
     }
 }
 
@@ -75,7 +72,5 @@ pub async fn serve(
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
     });
-    axum::serve(listener, ingress::router(app))
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, ingress::router(app)).with_graceful_shutdown(shutdown).await
 }

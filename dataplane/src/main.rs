@@ -27,12 +27,7 @@ fn parse_args() -> Result<Args, String> {
         Some("serve" | "check" | "keygen") => it.next().unwrap_or_default(),
         _ => "serve".to_owned(),
     };
-    let mut a = Args {
-        command,
-        config: None,
-        listen: None,
-        addr_file: None,
-    };
+    let mut a = Args { command, config: None, listen: None, addr_file: None };
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -118,10 +113,7 @@ fn serve(args: Args) -> ExitCode {
         }
     };
     let listen = args.listen.unwrap_or(spec.server.listen);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the runtime");
@@ -136,10 +128,7 @@ fn serve(args: Args) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let addr = listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
+        let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
         if let Some(f) = &args.addr_file {
             if let Err(e) = std::fs::write(f, &addr) {
                 tracing::error!(error = %e, "cannot write --addr-file");

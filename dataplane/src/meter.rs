@@ -17,30 +17,16 @@ pub fn prometheus() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let latency = [
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
-            ];
+            let latency = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
             let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &latency)
                 .ok()?
                 .install_recorder()
                 .ok()?;
-            metrics::describe_counter!(
-                "ax_requests_total",
-                "Requests by alias, upstream and HTTP status"
-            );
-            metrics::describe_histogram!(
-                "ax_request_duration_seconds",
-                "Time from request to last byte"
-            );
-            metrics::describe_histogram!(
-                "ax_time_to_first_token_seconds",
-                "Time from request to first streamed token"
-            );
-            metrics::describe_counter!(
-                "ax_tokens_total",
-                "Tokens by alias, upstream and direction"
-            );
+            metrics::describe_counter!("ax_requests_total", "Requests by alias, upstream and HTTP status");
+            metrics::describe_histogram!("ax_request_duration_seconds", "Time from request to last byte");
+            metrics::describe_histogram!("ax_time_to_first_token_seconds", "Time from request to first streamed token");
+            metrics::describe_counter!("ax_tokens_total", "Tokens by alias, upstream and direction");
             Some(handle)
         })
         .clone()
@@ -55,14 +41,7 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn new(
-        request_id: &str,
-        tenant: &str,
-        key_id: &str,
-        alias: &str,
-        stream: bool,
-        start: Instant,
-    ) -> Self {
+    pub fn new(request_id: &str, tenant: &str, key_id: &str, alias: &str, stream: bool, start: Instant) -> Self {
         Self {
             record: UsageRecord {
                 request_id: request_id.to_owned(),
@@ -119,9 +98,7 @@ impl Drop for Meter {
         let elapsed = self.start.elapsed();
         let r = &mut self.record;
         r.latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        r.ttft_ms = self
-            .ttft
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        r.ttft_ms = self.ttft.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
 
         let alias = r.alias.clone();
         let upstream = r.upstream.clone();

@@ -12,9 +12,7 @@ pub mod openai;
 
 use ax_protocol::config::ProviderKind;
 
-use crate::canonical::{
-    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem,
-};
+use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
 use crate::error::{upstream_code_suffix, AxError};
 use crate::snapshot::{Model, Upstream};
 use crate::sse::SseEvent;
@@ -60,9 +58,7 @@ pub fn decode_chat(kind: ProviderKind, body: &[u8]) -> Result<ChatResponse, AxEr
 /// Decodes a non-2xx answer. Returns the classified error and the provider's own code (for logs).
 pub fn decode_error(kind: ProviderKind, status: u16, body: &[u8]) -> AxError {
     let code = match kind {
-        ProviderKind::Openai | ProviderKind::AzureOpenai | ProviderKind::Mock => {
-            openai::error_code(body)
-        }
+        ProviderKind::Openai | ProviderKind::AzureOpenai | ProviderKind::Mock => openai::error_code(body),
         ProviderKind::Anthropic => anthropic::error_code(body),
         ProviderKind::Gemini => gemini::error_code(body),
     };
@@ -99,9 +95,7 @@ pub enum StreamDecoder {
 impl StreamDecoder {
     pub fn new(kind: ProviderKind) -> Option<Self> {
         match kind {
-            ProviderKind::Openai | ProviderKind::AzureOpenai => {
-                Some(Self::OpenAi(openai::StreamState::default()))
-            }
+            ProviderKind::Openai | ProviderKind::AzureOpenai => Some(Self::OpenAi(openai::StreamState::default())),
             ProviderKind::Anthropic => Some(Self::Anthropic(anthropic::StreamState::default())),
             ProviderKind::Gemini => Some(Self::Gemini(gemini::StreamState::default())),
             ProviderKind::Mock => None,
@@ -136,9 +130,7 @@ impl StreamDecoder {
 /// Maps an upstream HTTP status (or a status carried inside a 200 body) and the provider's
 /// error code onto ax's error. Which of these may fail over is `AxError::is_retryable`.
 pub fn classify(status: u16, code: Option<&str>) -> AxError {
-    if code.is_some_and(|c| {
-        c.contains("content_filter") || c == "content_policy_violation" || c == "refusal"
-    }) {
+    if code.is_some_and(|c| c.contains("content_filter") || c == "content_policy_violation" || c == "refusal") {
         return AxError::ContentFilter;
     }
     match status {
@@ -155,18 +147,12 @@ pub fn classify(status: u16, code: Option<&str>) -> AxError {
 /// Maps a provider's error *type* string (what errors inside a 200 carry) onto a status.
 pub fn status_of_error_type(t: &str) -> u16 {
     match t {
-        "invalid_request_error"
-        | "invalid_argument"
-        | "INVALID_ARGUMENT"
-        | "FAILED_PRECONDITION" => 400,
+        "invalid_request_error" | "invalid_argument" | "INVALID_ARGUMENT" | "FAILED_PRECONDITION" => 400,
         "authentication_error" | "UNAUTHENTICATED" => 401,
         "permission_error" | "PERMISSION_DENIED" => 403,
         "not_found_error" | "NOT_FOUND" => 404,
         "request_too_large" => 413,
-        "rate_limit_error"
-        | "rate_limit_exceeded"
-        | "insufficient_quota"
-        | "RESOURCE_EXHAUSTED" => 429,
+        "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" | "RESOURCE_EXHAUSTED" => 429,
         "overloaded_error" | "overloaded" | "UNAVAILABLE" => 503,
         "DEADLINE_EXCEEDED" | "timeout" => 504,
         _ => 500,

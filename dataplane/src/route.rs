@@ -53,11 +53,7 @@ pub fn estimate_prompt(req: &ChatRequest) -> u64 {
     }
     for t in req.tools.iter().flatten() {
         bytes += t.function.name.len() + t.function.description.as_ref().map_or(0, String::len);
-        bytes += t
-            .function
-            .parameters
-            .as_ref()
-            .map_or(0, |p| p.to_string().len());
+        bytes += t.function.parameters.as_ref().map_or(0, |p| p.to_string().len());
     }
     estimate_tokens(bytes) + extra
 }
@@ -87,21 +83,11 @@ pub fn chat_needs(req: &ChatRequest) -> Needs {
 
 pub fn embeddings_needs(req: &EmbeddingsRequest) -> Needs {
     let prompt_estimate = estimate_tokens(req.input.byte_len());
-    Needs {
-        caps: vec![Capability::Embeddings],
-        window_tokens: 0,
-        prompt_estimate,
-        params: Vec::new(),
-    }
+    Needs { caps: vec![Capability::Embeddings], window_tokens: 0, prompt_estimate, params: Vec::new() }
 }
 
 /// Computes the ordered attempt plan, or the error that says why no candidate fits.
-pub fn plan(
-    snap: &Snapshot,
-    route: &Route,
-    needs: &Needs,
-    rng: &mut impl Rng,
-) -> Result<Vec<Candidate>, AxError> {
+pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -> Result<Vec<Candidate>, AxError> {
     let mut eligible = Vec::with_capacity(route.candidates.len());
     let mut missing_cap = None;
     let mut too_long = false;
@@ -117,11 +103,7 @@ pub fn plan(
             continue;
         }
         if snap.params == ParamsMode::Strict {
-            if let Some(p) = needs
-                .params
-                .iter()
-                .find(|p| !providers::supports(up.kind, p))
-            {
+            if let Some(p) = needs.params.iter().find(|p| !providers::supports(up.kind, p)) {
                 unsupported.get_or_insert((p, up.kind.as_str()));
                 continue;
             }
@@ -130,24 +112,15 @@ pub fn plan(
     }
     if eligible.is_empty() {
         return Err(if let Some((param, provider)) = unsupported {
-            AxError::UnsupportedParameter {
-                param: param.to_owned(),
-                provider,
-            }
+            AxError::UnsupportedParameter { param: param.to_owned(), provider }
         } else if too_long {
-            AxError::ContextLengthExceeded {
-                alias: route.alias.clone(),
-                estimated: needs.prompt_estimate,
-            }
+            AxError::ContextLengthExceeded { alias: route.alias.clone(), estimated: needs.prompt_estimate }
         } else {
             let reason = match missing_cap {
                 Some(cap) => format!("no candidate has the capability '{}'", cap_name(cap)),
                 None => "every candidate is disabled".to_owned(),
             };
-            AxError::NoCapableUpstream {
-                alias: route.alias.clone(),
-                reason,
-            }
+            AxError::NoCapableUpstream { alias: route.alias.clone(), reason }
         });
     }
     match route.strategy {
@@ -226,10 +199,7 @@ routes:
         let snap = snapshot(&TWO.replace("STRATEGY", "weighted"));
         let route = &snap.routes["r"];
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let needs = Needs {
-            caps: vec![Capability::Chat],
-            ..Needs::default()
-        };
+        let needs = Needs { caps: vec![Capability::Chat], ..Needs::default() };
         let mut first_a = 0;
         for _ in 0..10_000 {
             let p = plan(&snap, route, &needs, &mut rng).unwrap();
@@ -246,10 +216,7 @@ routes:
     #[test]
     fn priority_tiers_come_first() {
         let snap = snapshot(&TWO.replace("STRATEGY", "priority"));
-        let needs = Needs {
-            caps: vec![Capability::Chat],
-            ..Needs::default()
-        };
+        let needs = Needs { caps: vec![Capability::Chat], ..Needs::default() };
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         for _ in 0..100 {
             let p = plan(&snap, &snap.routes["r"], &needs, &mut rng).unwrap();
@@ -263,45 +230,21 @@ routes:
         let route = &snap.routes["r"];
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         // Tools: only `a` has them.
-        let tools = Needs {
-            caps: vec![Capability::Chat, Capability::Tools],
-            ..Needs::default()
-        };
+        let tools = Needs { caps: vec![Capability::Chat, Capability::Tools], ..Needs::default() };
         assert_eq!(plan(&snap, route, &tools, &mut rng).unwrap().len(), 1);
         // Window: only `b` holds 5,000 tokens.
-        let long = Needs {
-            caps: vec![Capability::Chat],
-            window_tokens: 5_000,
-            ..Needs::default()
-        };
+        let long = Needs { caps: vec![Capability::Chat], window_tokens: 5_000, ..Needs::default() };
         let p = plan(&snap, route, &long, &mut rng).unwrap();
         assert_eq!((p.len(), p[0].upstream), (1, 1));
         // Strict: `seed` is unsupported by anthropic; with a long prompt nothing is left.
-        let seed = Needs {
-            caps: vec![Capability::Chat],
-            window_tokens: 5_000,
-            params: vec!["seed"],
-            ..Needs::default()
-        };
+        let seed =
+            Needs { caps: vec![Capability::Chat], window_tokens: 5_000, params: vec!["seed"], ..Needs::default() };
         let e = plan(&snap, route, &seed, &mut rng).unwrap_err();
         assert_eq!(e.code(), "unsupported_parameter");
         assert_eq!(e.param(), Some("seed"));
-        let vision = Needs {
-            caps: vec![Capability::Chat, Capability::Vision],
-            ..Needs::default()
-        };
-        assert_eq!(
-            plan(&snap, route, &vision, &mut rng).unwrap_err().code(),
-            "no_capable_upstream"
-        );
-        let huge = Needs {
-            caps: vec![Capability::Chat],
-            window_tokens: 1_000_000,
-            ..Needs::default()
-        };
-        assert_eq!(
-            plan(&snap, route, &huge, &mut rng).unwrap_err().code(),
-            "context_length_exceeded"
-        );
+        let vision = Needs { caps: vec![Capability::Chat, Capability::Vision], ..Needs::default() };
+        assert_eq!(plan(&snap, route, &vision, &mut rng).unwrap_err().code(), "no_capable_upstream");
+        let huge = Needs { caps: vec![Capability::Chat], window_tokens: 1_000_000, ..Needs::default() };
+        assert_eq!(plan(&snap, route, &huge, &mut rng).unwrap_err().code(), "context_length_exceeded");
     }
 }

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use ax_protocol::config::{
-    Capability, ConfigSpec, MockSpec, ParamsMode, ProviderKind, Strategy, TimeoutsSpec,
-    UpstreamSpec,
+    Capability, ConfigSpec, MockSpec, ParamsMode, ProviderKind, Strategy, TimeoutsSpec, UpstreamSpec,
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
@@ -172,22 +171,13 @@ pub struct ConfigError {
 }
 
 fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        path: path.into(),
-        message: message.into(),
-    }
+    ConfigError { path: path.into(), message: message.into() }
 }
 
 /// Expands a whole-value `${NAME}` reference from the environment.
-fn expand(
-    path: &str,
-    value: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, ConfigError> {
+fn expand(path: &str, value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
     match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
-        Some(name) => {
-            env(name).ok_or_else(|| err(path, format!("environment variable '{name}' is not set")))
-        }
+        Some(name) => env(name).ok_or_else(|| err(path, format!("environment variable '{name}' is not set"))),
         None => Ok(value.to_owned()),
     }
 }
@@ -210,10 +200,7 @@ pub fn build(
             return Err(err(format!("{path}.name"), "must not be empty"));
         }
         if upstream_index.insert(u.name.clone(), i).is_some() {
-            return Err(err(
-                format!("{path}.name"),
-                format!("duplicate upstream name '{}'", u.name),
-            ));
+            return Err(err(format!("{path}.name"), format!("duplicate upstream name '{}'", u.name)));
         }
         upstreams.push(build_upstream(u, &path, env, prev)?);
     }
@@ -225,60 +212,29 @@ pub fn build(
             return Err(err(format!("{path}.alias"), "must not be empty"));
         }
         if r.candidates.is_empty() {
-            return Err(err(
-                format!("{path}.candidates"),
-                "a route needs at least one candidate",
-            ));
+            return Err(err(format!("{path}.candidates"), "a route needs at least one candidate"));
         }
         let mut candidates = Vec::with_capacity(r.candidates.len());
         let mut seen = HashSet::new();
         for (j, c) in r.candidates.iter().enumerate() {
             let cpath = format!("{path}.candidates[{j}]");
-            let &ui = upstream_index.get(&c.upstream).ok_or_else(|| {
-                err(
-                    format!("{cpath}.upstream"),
-                    format!("unknown upstream '{}'", c.upstream),
-                )
+            let &ui = upstream_index
+                .get(&c.upstream)
+                .ok_or_else(|| err(format!("{cpath}.upstream"), format!("unknown upstream '{}'", c.upstream)))?;
+            let mi = upstreams[ui].models.iter().position(|m: &Model| m.name == c.model).ok_or_else(|| {
+                err(format!("{cpath}.model"), format!("upstream '{}' has no model '{}'", c.upstream, c.model))
             })?;
-            let mi = upstreams[ui]
-                .models
-                .iter()
-                .position(|m: &Model| m.name == c.model)
-                .ok_or_else(|| {
-                    err(
-                        format!("{cpath}.model"),
-                        format!("upstream '{}' has no model '{}'", c.upstream, c.model),
-                    )
-                })?;
             if !seen.insert((ui, mi)) {
-                return Err(err(
-                    cpath,
-                    format!("candidate {}/{} is listed twice", c.upstream, c.model),
-                ));
+                return Err(err(cpath, format!("candidate {}/{} is listed twice", c.upstream, c.model)));
             }
-            candidates.push(Candidate {
-                upstream: ui,
-                model: mi,
-                weight: c.weight,
-                priority: c.priority,
-            });
+            candidates.push(Candidate { upstream: ui, model: mi, weight: c.weight, priority: c.priority });
         }
         if candidates.iter().all(|c| c.weight == 0) {
-            return Err(err(
-                format!("{path}.candidates"),
-                "at least one candidate needs a weight above 0",
-            ));
+            return Err(err(format!("{path}.candidates"), "at least one candidate needs a weight above 0"));
         }
-        let route = Route {
-            alias: r.alias.clone(),
-            strategy: r.strategy,
-            candidates,
-        };
+        let route = Route { alias: r.alias.clone(), strategy: r.strategy, candidates };
         if routes.insert(r.alias.clone(), route).is_some() {
-            return Err(err(
-                format!("{path}.alias"),
-                format!("duplicate alias '{}'", r.alias),
-            ));
+            return Err(err(format!("{path}.alias"), format!("duplicate alias '{}'", r.alias)));
         }
     }
 
@@ -289,20 +245,14 @@ pub fn build(
     for (i, t) in spec.tenants.iter().enumerate() {
         let path = format!("tenants[{i}]");
         if !tenant_ids.insert(t.id.as_str()) {
-            return Err(err(
-                format!("{path}.id"),
-                format!("duplicate tenant '{}'", t.id),
-            ));
+            return Err(err(format!("{path}.id"), format!("duplicate tenant '{}'", t.id)));
         }
         let allowed = if t.allowed_aliases.iter().any(|a| a == "*") {
             Allowed::All
         } else {
             for (j, a) in t.allowed_aliases.iter().enumerate() {
                 if !routes.contains_key(a) {
-                    return Err(err(
-                        format!("{path}.allowed_aliases[{j}]"),
-                        format!("unknown alias '{a}'"),
-                    ));
+                    return Err(err(format!("{path}.allowed_aliases[{j}]"), format!("unknown alias '{a}'")));
                 }
             }
             Allowed::Some(t.allowed_aliases.iter().cloned().collect())
@@ -310,29 +260,14 @@ pub fn build(
         for (j, k) in t.keys.iter().enumerate() {
             let kpath = format!("{path}.keys[{j}]");
             if !key_ids.insert(k.id.as_str()) {
-                return Err(err(
-                    format!("{kpath}.id"),
-                    format!("duplicate key id '{}'", k.id),
-                ));
+                return Err(err(format!("{kpath}.id"), format!("duplicate key id '{}'", k.id)));
             }
             let digest = key_digest(k.sha256.as_deref(), k.key.as_deref(), &kpath, env)?;
-            if keys
-                .insert(
-                    digest,
-                    KeyRef {
-                        tenant: i,
-                        key_id: k.id.clone(),
-                    },
-                )
-                .is_some()
-            {
+            if keys.insert(digest, KeyRef { tenant: i, key_id: k.id.clone() }).is_some() {
                 return Err(err(kpath, "the same key is configured twice"));
             }
         }
-        tenants.push(Tenant {
-            id: t.id.clone(),
-            allowed,
-        });
+        tenants.push(Tenant { id: t.id.clone(), allowed });
     }
 
     Ok(Snapshot {
@@ -356,12 +291,8 @@ fn key_digest(
     match (sha256, key) {
         (Some(hexd), None) => {
             let mut out = [0u8; 32];
-            hex::decode_to_slice(hexd.trim(), &mut out).map_err(|_| {
-                err(
-                    format!("{path}.sha256"),
-                    "must be 64 hex characters (a SHA-256 digest)",
-                )
-            })?;
+            hex::decode_to_slice(hexd.trim(), &mut out)
+                .map_err(|_| err(format!("{path}.sha256"), "must be 64 hex characters (a SHA-256 digest)"))?;
             Ok(out)
         }
         (None, Some(k)) => {
@@ -385,42 +316,21 @@ fn build_upstream(
     prev: Option<&Snapshot>,
 ) -> Result<Upstream, ConfigError> {
     let base_url = match (&u.base_url, u.provider) {
-        (Some(b), _) => expand(&format!("{path}.base_url"), b, env)?
-            .trim_end_matches('/')
-            .to_owned(),
+        (Some(b), _) => expand(&format!("{path}.base_url"), b, env)?.trim_end_matches('/').to_owned(),
         (None, ProviderKind::Mock) => String::new(),
-        (None, _) => {
-            return Err(err(
-                format!("{path}.base_url"),
-                "required for this provider",
-            ))
-        }
+        (None, _) => return Err(err(format!("{path}.base_url"), "required for this provider")),
     };
-    if u.provider != ProviderKind::Mock
-        && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
-    {
-        return Err(err(
-            format!("{path}.base_url"),
-            "must start with http:// or https://",
-        ));
+    if u.provider != ProviderKind::Mock && !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        return Err(err(format!("{path}.base_url"), "must start with http:// or https://"));
     }
     if u.provider == ProviderKind::AzureOpenai && u.api_version.is_none() {
-        return Err(err(
-            format!("{path}.api_version"),
-            "required for azure_openai",
-        ));
+        return Err(err(format!("{path}.api_version"), "required for azure_openai"));
     }
     if u.provider != ProviderKind::Mock && u.mock.is_some() {
-        return Err(err(
-            format!("{path}.mock"),
-            "only a 'mock' upstream takes mock settings",
-        ));
+        return Err(err(format!("{path}.mock"), "only a 'mock' upstream takes mock settings"));
     }
     if u.timeouts.connect_ms == 0 || u.timeouts.total_ms == 0 {
-        return Err(err(
-            format!("{path}.timeouts"),
-            "timeouts must be greater than 0",
-        ));
+        return Err(err(format!("{path}.timeouts"), "timeouts must be greater than 0"));
     }
     let api_key = match &u.api_key {
         Some(k) => Some(Secret::new(expand(&format!("{path}.api_key"), k, env)?)),
@@ -436,12 +346,8 @@ fn build_upstream(
             ProviderKind::Gemini => ("x-goog-api-key", key.expose().to_owned()),
             ProviderKind::Mock => ("authorization", format!("Bearer {}", key.expose())),
         };
-        let mut v = HeaderValue::from_str(&value).map_err(|_| {
-            err(
-                format!("{path}.api_key"),
-                "contains characters not allowed in a header",
-            )
-        })?;
+        let mut v = HeaderValue::from_str(&value)
+            .map_err(|_| err(format!("{path}.api_key"), "contains characters not allowed in a header"))?;
         v.set_sensitive(true);
         headers.insert(HeaderName::from_static(name), v);
     }
@@ -450,10 +356,9 @@ fn build_upstream(
     }
     for (name, value) in &u.headers {
         let hpath = format!("{path}.headers.{name}");
-        let n = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| err(&hpath, "not a valid header name"))?;
-        let mut v = HeaderValue::from_str(&expand(&hpath, value, env)?)
-            .map_err(|_| err(&hpath, "not a valid header value"))?;
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| err(&hpath, "not a valid header name"))?;
+        let mut v =
+            HeaderValue::from_str(&expand(&hpath, value, env)?).map_err(|_| err(&hpath, "not a valid header value"))?;
         v.set_sensitive(true);
         headers.insert(n, v);
     }
@@ -468,11 +373,8 @@ fn build_upstream(
         fp.update([0]);
     }
     let client_fingerprint: [u8; 32] = fp.finalize().into();
-    let reused = prev.and_then(|p| {
-        p.upstreams
-            .iter()
-            .find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint)
-    });
+    let reused =
+        prev.and_then(|p| p.upstreams.iter().find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint));
     let client = match reused {
         Some(o) => o.client.clone(),
         None => reqwest::Client::builder()
@@ -486,40 +388,25 @@ fn build_upstream(
     };
 
     if u.models.is_empty() {
-        return Err(err(
-            format!("{path}.models"),
-            "an upstream needs at least one model",
-        ));
+        return Err(err(format!("{path}.models"), "an upstream needs at least one model"));
     }
     let mut models = Vec::with_capacity(u.models.len());
     let mut names = HashSet::new();
     for (j, m) in u.models.iter().enumerate() {
         let mpath = format!("{path}.models[{j}]");
         if !names.insert(m.name.as_str()) {
-            return Err(err(
-                format!("{mpath}.name"),
-                format!("duplicate model '{}'", m.name),
-            ));
+            return Err(err(format!("{mpath}.name"), format!("duplicate model '{}'", m.name)));
         }
         if m.context_window == 0 {
-            return Err(err(
-                format!("{mpath}.context_window"),
-                "must be greater than 0",
-            ));
+            return Err(err(format!("{mpath}.context_window"), "must be greater than 0"));
         }
         if m.capabilities.is_empty() {
-            return Err(err(
-                format!("{mpath}.capabilities"),
-                "list at least one capability",
-            ));
+            return Err(err(format!("{mpath}.capabilities"), "list at least one capability"));
         }
         if let Some(p) = &m.price_per_mtok {
             let all = [Some(p.input), Some(p.output), p.cached_input, p.cache_write];
             if all.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
-                return Err(err(
-                    format!("{mpath}.price_per_mtok"),
-                    "prices must be finite and >= 0",
-                ));
+                return Err(err(format!("{mpath}.price_per_mtok"), "prices must be finite and >= 0"));
             }
         }
         let (chat_url, stream_url, embed_url) = urls(u, &base_url, &m.name);
@@ -534,10 +421,8 @@ fn build_upstream(
         });
     }
 
-    let mock = (u.provider == ProviderKind::Mock).then(|| MockUpstream {
-        spec: u.mock.clone().unwrap_or_default(),
-        counter: AtomicU64::new(0),
-    });
+    let mock = (u.provider == ProviderKind::Mock)
+        .then(|| MockUpstream { spec: u.mock.clone().unwrap_or_default(), counter: AtomicU64::new(0) });
 
     Ok(Upstream {
         name: u.name.clone(),
@@ -558,13 +443,8 @@ fn urls(u: &UpstreamSpec, base: &str, model: &str) -> (String, String, String) {
         }
         ProviderKind::AzureOpenai => {
             let v = u.api_version.as_deref().unwrap_or_default();
-            let chat =
-                format!("{base}/openai/deployments/{model}/chat/completions?api-version={v}");
-            (
-                chat.clone(),
-                chat,
-                format!("{base}/openai/deployments/{model}/embeddings?api-version={v}"),
-            )
+            let chat = format!("{base}/openai/deployments/{model}/chat/completions?api-version={v}");
+            (chat.clone(), chat, format!("{base}/openai/deployments/{model}/embeddings?api-version={v}"))
         }
         ProviderKind::Anthropic => {
             let chat = format!("{base}/v1/messages");
@@ -610,13 +490,7 @@ routes:
         let e = build(&spec(&plain), 1, &|_| None, None).unwrap_err();
         assert_eq!(e.path, "tenants[0].keys[0].key");
         let env = format!("{BASE}tenants: [{{ id: t, keys: [{{ id: k, key: \"${{K}}\" }}] }}]");
-        let s = build(
-            &spec(&env),
-            1,
-            &|n| (n == "K").then(|| "ax-secret".to_owned()),
-            None,
-        )
-        .unwrap();
+        let s = build(&spec(&env), 1, &|n| (n == "K").then(|| "ax-secret".to_owned()), None).unwrap();
         assert!(s.authenticate("ax-secret").is_some());
         assert!(s.authenticate("ax-other").is_none());
     }
@@ -626,9 +500,6 @@ routes:
         let s = spec(BASE);
         let a = build(&s, 1, &|_| None, None).unwrap();
         let b = build(&s, 2, &|_| None, Some(&a)).unwrap();
-        assert_eq!(
-            a.upstreams[0].client_fingerprint,
-            b.upstreams[0].client_fingerprint
-        );
+        assert_eq!(a.upstreams[0].client_fingerprint, b.upstreams[0].client_fingerprint);
     }
 }

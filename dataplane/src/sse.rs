@@ -136,8 +136,7 @@ impl SseDecoder {
             return Ok(None);
         }
         self.has_data = false;
-        let data =
-            String::from_utf8(std::mem::take(&mut self.data)).map_err(|_| SseError::InvalidUtf8)?;
+        let data = String::from_utf8(std::mem::take(&mut self.data)).map_err(|_| SseError::InvalidUtf8)?;
         let event = match event {
             Some(e) => Some(String::from_utf8(e).map_err(|_| SseError::InvalidUtf8)?),
             None => None,
@@ -184,22 +183,10 @@ mod tests {
         assert_eq!(
             evs,
             vec![
-                SseEvent {
-                    event: Some("a".into()),
-                    data: "one\ntwo".into()
-                },
-                SseEvent {
-                    event: None,
-                    data: "x".into()
-                },
-                SseEvent {
-                    event: None,
-                    data: "y".into()
-                },
-                SseEvent {
-                    event: None,
-                    data: String::new()
-                },
+                SseEvent { event: Some("a".into()), data: "one\ntwo".into() },
+                SseEvent { event: None, data: "x".into() },
+                SseEvent { event: None, data: "y".into() },
+                SseEvent { event: None, data: String::new() },
             ]
         );
     }
@@ -209,13 +196,7 @@ mod tests {
         let input = "data: 你好🙂\r\n\r\n".as_bytes();
         // Split between \r and \n and inside the emoji.
         let evs = decode_all(&[&input[..9], &input[9..15], &input[15..17], &input[17..]]).unwrap();
-        assert_eq!(
-            evs,
-            vec![SseEvent {
-                event: None,
-                data: "你好🙂".into()
-            }]
-        );
+        assert_eq!(evs, vec![SseEvent { event: None, data: "你好🙂".into() }]);
     }
 
     #[test]

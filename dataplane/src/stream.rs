@@ -37,7 +37,7 @@ pub enum Opening {
     /// The stream is alive: these events go out first.
     Started(Box<EgressStream>),
     /// The upstream failed before anything could be sent: answer with an HTTP error instead.
-    Failed(AxError, Meter),
+    Failed(AxError),
 }
 
 impl EgressStream {
@@ -50,7 +50,7 @@ impl EgressStream {
         include_usage: bool,
         n: u32,
         deadline: Instant,
-        meter: Meter,
+        mut meter: Meter,
     ) -> Opening {
         let mut usage = None;
         loop {
@@ -63,10 +63,7 @@ impl EgressStream {
                     if let Some(u) = c.usage {
                         usage = Some(u);
                     }
-                    if c.choices
-                        .iter()
-                        .all(crate::canonical::ChunkChoice::is_empty)
-                    {
+                    if c.choices.iter().all(crate::canonical::ChunkChoice::is_empty) {
                         continue;
                     }
                     let role = enc.role(n.max(1));
@@ -101,7 +98,10 @@ impl EgressStream {
                     s.finish();
                     return Opening::Started(Box::new(s));
                 }
-                Some(Err(e)) => return Opening::Failed(e, meter),
+                Some(Err(e)) => {
+                    meter.finish(e.status().as_u16(), Some(e.code()));
+                    return Opening::Failed(e);
+                }
             }
         }
     }
@@ -141,9 +141,7 @@ impl EgressStream {
         if c.choices.is_empty() {
             return;
         }
-        if c.choices.iter().any(|ch| {
-            ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty()
-        }) {
+        if c.choices.iter().any(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty()) {
             self.meter.first_token();
         }
         self.pending.push_back(self.enc.chunk(&c.choices));

@@ -134,10 +134,7 @@ pub struct TimeoutsSpec {
 
 impl Default for TimeoutsSpec {
     fn default() -> Self {
-        Self {
-            connect_ms: default_connect_ms(),
-            total_ms: default_total_ms(),
-        }
+        Self { connect_ms: default_connect_ms(), total_ms: default_total_ms() }
     }
 }
 

@@ -5,6 +5,12 @@
 //! scripted `Reply`: a JSON body, or an SSE body sent as arbitrary byte pieces (so tests decide
 //! where socket writes split events, lines, `\r\n` pairs and multi-byte characters).
 
+#![expect(
+    clippy::expect_used,
+    clippy::panic,
+    reason = "the test kit reports failures by panicking, like the tests that use it"
+)]
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -39,11 +45,21 @@ impl Recorded {
 /// What a fake upstream answers.
 #[derive(Debug, Clone)]
 pub enum Reply {
-    Json { status: u16, body: Value },
+    Json {
+        status: u16,
+        body: Value,
+    },
     /// Raw body bytes with a content type (for malformed answers).
-    Raw { status: u16, content_type: &'static str, body: Vec<u8> },
+    Raw {
+        status: u16,
+        content_type: &'static str,
+        body: Vec<u8>,
+    },
     /// An SSE body written piece by piece, with `delay` before each piece after the first.
-    Sse { pieces: Vec<Bytes>, delay: Duration },
+    Sse {
+        pieces: Vec<Bytes>,
+        delay: Duration,
+    },
 }
 
 impl Reply {
@@ -160,25 +176,28 @@ async fn fake_handler(State(state): State<Arc<FakeState>>, uri: Uri, headers: He
         Reply::Sse { pieces, delay } => {
             let guard = CancelGuard { state: state.clone(), finished: Arc::new(AtomicBool::new(false)) };
             let total = pieces.len();
-            let s = futures_util::stream::unfold((pieces.into_iter().enumerate(), guard), move |(mut it, guard)| async move {
-                let (i, piece) = it.next()?;
-                if i > 0 {
-                    if delay.is_zero() {
-                        // Give the writer a chance to flush so pieces reach the socket apart.
-                        if i % 16 == 0 {
-                            tokio::time::sleep(Duration::from_micros(200)).await;
+            let s = futures_util::stream::unfold(
+                (pieces.into_iter().enumerate(), guard),
+                move |(mut it, guard)| async move {
+                    let (i, piece) = it.next()?;
+                    if i > 0 {
+                        if delay.is_zero() {
+                            // Give the writer a chance to flush so pieces reach the socket apart.
+                            if i % 16 == 0 {
+                                tokio::time::sleep(Duration::from_micros(200)).await;
+                            } else {
+                                tokio::task::yield_now().await;
+                            }
                         } else {
-                            tokio::task::yield_now().await;
+                            tokio::time::sleep(delay).await;
                         }
-                    } else {
-                        tokio::time::sleep(delay).await;
                     }
-                }
-                if i + 1 == total {
-                    guard.finished.store(true, Ordering::SeqCst);
-                }
-                Some((Ok::<_, std::convert::Infallible>(piece), (it, guard)))
-            });
+                    if i + 1 == total {
+                        guard.finished.store(true, Ordering::SeqCst);
+                    }
+                    Some((Ok::<_, std::convert::Infallible>(piece), (it, guard)))
+                },
+            );
             Response::builder()
                 .status(200)
                 .header("content-type", "text/event-stream")
@@ -213,7 +232,8 @@ pub struct Gateway {
 impl Gateway {
     pub async fn start(yaml: &str) -> Self {
         let spec = ax_dataplane::config::parse(yaml).expect("test config parses");
-        let snap = ax_dataplane::snapshot::build(&spec, 1, &|n| std::env::var(n).ok(), None).expect("test config builds");
+        let snap =
+            ax_dataplane::snapshot::build(&spec, 1, &|n| std::env::var(n).ok(), None).expect("test config builds");
         let app = ax_dataplane::App::new(snap);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
         let url = format!("http://{}", listener.local_addr().expect("gateway addr"));
@@ -254,6 +274,9 @@ impl Binary {
             }
             std::thread::sleep(Duration::from_millis(25));
         }
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
         let logs = std::fs::read_to_string(&log).unwrap_or_default();
         panic!("ax-dataplane did not start within 5 s; log:\n{logs}");
     }

@@ -42,7 +42,9 @@ fn frame(events: &[(Option<&str>, String)], f: Framing) -> String {
 pub fn openai_response(text: Option<&str>, calls: &[Call<'_>], finish: &str, usage: (u64, u64, u64)) -> Value {
     let tool_calls: Vec<Value> = calls
         .iter()
-        .map(|(id, name, args)| json!({ "id": id, "type": "function", "function": { "name": name, "arguments": args } }))
+        .map(
+            |(id, name, args)| json!({ "id": id, "type": "function", "function": { "name": name, "arguments": args } }),
+        )
         .collect();
     let mut message = json!({ "role": "assistant", "content": text });
     if !tool_calls.is_empty() {
@@ -62,17 +64,27 @@ pub fn openai_stream(pieces: &[&str], calls: &[Call<'_>], finish: &str, usage: (
                 "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }] })
         .to_string()
     };
-    let mut ev: Vec<(Option<&str>, String)> = vec![(None, chunk(json!({ "role": "assistant", "content": "" }), Value::Null))];
+    let mut ev: Vec<(Option<&str>, String)> =
+        vec![(None, chunk(json!({ "role": "assistant", "content": "" }), Value::Null))];
     for p in pieces {
         ev.push((None, chunk(json!({ "content": p }), Value::Null)));
     }
     for (i, (id, name, args)) in calls.iter().enumerate() {
-        ev.push((None, chunk(json!({ "tool_calls": [{ "index": i, "id": id, "type": "function",
-            "function": { "name": name, "arguments": "" } }] }), Value::Null)));
+        ev.push((
+            None,
+            chunk(
+                json!({ "tool_calls": [{ "index": i, "id": id, "type": "function",
+            "function": { "name": name, "arguments": "" } }] }),
+                Value::Null,
+            ),
+        ));
         // Arguments in two halves, as OpenAI sends them in pieces.
         let mid = args.char_indices().nth(args.chars().count() / 2).map_or(args.len(), |(b, _)| b);
         for part in [&args[..mid], &args[mid..]] {
-            ev.push((None, chunk(json!({ "tool_calls": [{ "index": i, "function": { "arguments": part } }] }), Value::Null)));
+            ev.push((
+                None,
+                chunk(json!({ "tool_calls": [{ "index": i, "function": { "arguments": part } }] }), Value::Null),
+            ));
         }
     }
     ev.push((None, chunk(json!({}), Value::from(finish))));
@@ -104,7 +116,13 @@ pub fn anthropic_response(text: Option<&str>, calls: &[Call<'_>], stop: &str, us
     })
 }
 
-pub fn anthropic_stream(pieces: &[&str], calls: &[Call<'_>], stop: &str, usage: (u64, u64, u64, u64), f: Framing) -> String {
+pub fn anthropic_stream(
+    pieces: &[&str],
+    calls: &[Call<'_>],
+    stop: &str,
+    usage: (u64, u64, u64, u64),
+    f: Framing,
+) -> String {
     let mut ev: Vec<(Option<&str>, String)> = vec![(
         Some("message_start"),
         json!({ "type": "message_start", "message": { "id": "msg_01", "type": "message", "role": "assistant",
@@ -115,29 +133,49 @@ pub fn anthropic_stream(pieces: &[&str], calls: &[Call<'_>], stop: &str, usage: 
     )];
     let mut block = 0;
     if !pieces.is_empty() {
-        ev.push((Some("content_block_start"), json!({ "type": "content_block_start", "index": block,
-            "content_block": { "type": "text", "text": "" } }).to_string()));
+        ev.push((
+            Some("content_block_start"),
+            json!({ "type": "content_block_start", "index": block,
+            "content_block": { "type": "text", "text": "" } })
+            .to_string(),
+        ));
         ev.push((Some("ping"), json!({ "type": "ping" }).to_string()));
         for p in pieces {
-            ev.push((Some("content_block_delta"), json!({ "type": "content_block_delta", "index": block,
-                "delta": { "type": "text_delta", "text": p } }).to_string()));
+            ev.push((
+                Some("content_block_delta"),
+                json!({ "type": "content_block_delta", "index": block,
+                "delta": { "type": "text_delta", "text": p } })
+                .to_string(),
+            ));
         }
         ev.push((Some("content_block_stop"), json!({ "type": "content_block_stop", "index": block }).to_string()));
         block += 1;
     }
     for (id, name, args) in calls {
-        ev.push((Some("content_block_start"), json!({ "type": "content_block_start", "index": block,
-            "content_block": { "type": "tool_use", "id": id, "name": name, "input": {} } }).to_string()));
+        ev.push((
+            Some("content_block_start"),
+            json!({ "type": "content_block_start", "index": block,
+            "content_block": { "type": "tool_use", "id": id, "name": name, "input": {} } })
+            .to_string(),
+        ));
         let mid = args.char_indices().nth(args.chars().count() / 2).map_or(args.len(), |(b, _)| b);
         for part in ["", &args[..mid], &args[mid..]] {
-            ev.push((Some("content_block_delta"), json!({ "type": "content_block_delta", "index": block,
-                "delta": { "type": "input_json_delta", "partial_json": part } }).to_string()));
+            ev.push((
+                Some("content_block_delta"),
+                json!({ "type": "content_block_delta", "index": block,
+                "delta": { "type": "input_json_delta", "partial_json": part } })
+                .to_string(),
+            ));
         }
         ev.push((Some("content_block_stop"), json!({ "type": "content_block_stop", "index": block }).to_string()));
         block += 1;
     }
-    ev.push((Some("message_delta"), json!({ "type": "message_delta",
-        "delta": { "stop_reason": stop, "stop_sequence": null }, "usage": { "output_tokens": usage.1 } }).to_string()));
+    ev.push((
+        Some("message_delta"),
+        json!({ "type": "message_delta",
+        "delta": { "stop_reason": stop, "stop_sequence": null }, "usage": { "output_tokens": usage.1 } })
+        .to_string(),
+    ));
     ev.push((Some("message_stop"), json!({ "type": "message_stop" }).to_string()));
     frame(&ev, f)
 }
@@ -163,13 +201,25 @@ pub fn gemini_response(text: Option<&str>, calls: &[(&str, &str)], finish: &str,
     })
 }
 
-pub fn gemini_stream(pieces: &[&str], calls: &[(&str, &str)], finish: &str, usage: (u64, u64, u64), f: Framing) -> String {
-    let meta = |c: u64| json!({ "promptTokenCount": usage.0, "candidatesTokenCount": c,
-        "totalTokenCount": usage.0 + c, "cachedContentTokenCount": usage.2 });
+pub fn gemini_stream(
+    pieces: &[&str],
+    calls: &[(&str, &str)],
+    finish: &str,
+    usage: (u64, u64, u64),
+    f: Framing,
+) -> String {
+    let meta = |c: u64| {
+        json!({ "promptTokenCount": usage.0, "candidatesTokenCount": c,
+        "totalTokenCount": usage.0 + c, "cachedContentTokenCount": usage.2 })
+    };
     let mut ev: Vec<(Option<&str>, String)> = Vec::new();
     for (i, p) in pieces.iter().enumerate() {
-        ev.push((None, json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": p }] }, "index": 0 }],
-            "usageMetadata": meta(i as u64 + 1), "modelVersion": "gemini-real" }).to_string()));
+        ev.push((
+            None,
+            json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": p }] }, "index": 0 }],
+            "usageMetadata": meta(i as u64 + 1), "modelVersion": "gemini-real" })
+            .to_string(),
+        ));
     }
     let call_parts: Vec<Value> = calls
         .iter()

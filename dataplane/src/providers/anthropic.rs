@@ -13,22 +13,14 @@ use serde_json::Value;
 
 use super::{classify, status_of_error_type, Ctx};
 use crate::canonical::{
-    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason,
-    FunctionCall, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
+    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, Role,
+    StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
-pub const SUPPORTED: &[&str] = &[
-    "temperature",
-    "top_p",
-    "stop",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "user",
-];
+pub const SUPPORTED: &[&str] = &["temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "user"];
 
 #[derive(Serialize)]
 struct AnthropicRequest<'a> {
@@ -67,21 +59,10 @@ struct AnthropicMessage<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
-    Text {
-        text: Cow<'a, str>,
-    },
-    Image {
-        source: ImageSource<'a>,
-    },
-    ToolUse {
-        id: &'a str,
-        name: &'a str,
-        input: Value,
-    },
-    ToolResult {
-        tool_use_id: &'a str,
-        content: Cow<'a, str>,
-    },
+    Text { text: Cow<'a, str> },
+    Image { source: ImageSource<'a> },
+    ToolUse { id: &'a str, name: &'a str, input: Value },
+    ToolResult { tool_use_id: &'a str, content: Cow<'a, str> },
 }
 
 #[derive(Serialize)]
@@ -103,24 +84,20 @@ fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
     match c {
         Content::Text(t) => {
             if !t.is_empty() {
-                out.push(Block::Text {
-                    text: Cow::Borrowed(t),
-                });
+                out.push(Block::Text { text: Cow::Borrowed(t) });
             }
         }
         Content::Parts(parts) => {
             for p in parts {
                 match p {
-                    ContentPart::Text { text } if !text.is_empty() => out.push(Block::Text {
-                        text: Cow::Borrowed(text),
-                    }),
+                    ContentPart::Text { text } if !text.is_empty() => {
+                        out.push(Block::Text { text: Cow::Borrowed(text) })
+                    }
                     ContentPart::Text { .. } => {}
                     ContentPart::ImageUrl { image_url } => {
                         let source = match image_url.as_data() {
                             Some((media_type, data)) => ImageSource::Base64 { media_type, data },
-                            None => ImageSource::Url {
-                                url: &image_url.url,
-                            },
+                            None => ImageSource::Url { url: &image_url.url },
                         };
                         out.push(Block::Image { source });
                     }
@@ -151,13 +128,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
             Role::Tool => {
                 let id = m.tool_call_id.as_deref().unwrap_or_default();
                 let content = m.content.as_ref().map(Content::text).unwrap_or_default();
-                (
-                    "user",
-                    vec![Block::ToolResult {
-                        tool_use_id: id,
-                        content,
-                    }],
-                )
+                ("user", vec![Block::ToolResult { tool_use_id: id, content }])
             }
             Role::Assistant => {
                 let mut b = Vec::new();
@@ -175,11 +146,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                             )
                         })?
                     };
-                    b.push(Block::ToolUse {
-                        id: &tc.id,
-                        name: &tc.function.name,
-                        input,
-                    });
+                    b.push(Block::ToolUse { id: &tc.id, name: &tc.function.name, input });
                 }
                 ("assistant", b)
             }
@@ -188,17 +155,11 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         // joins that same turn.
         match messages.last_mut() {
             Some(last) if last.role == role => last.content.append(&mut blocks),
-            _ => messages.push(AnthropicMessage {
-                role,
-                content: blocks,
-            }),
+            _ => messages.push(AnthropicMessage { role, content: blocks }),
         }
     }
     if messages.is_empty() {
-        return Err(AxError::invalid_param(
-            "messages",
-            "Anthropic needs at least one user or assistant message",
-        ));
+        return Err(AxError::invalid_param("messages", "Anthropic needs at least one user or assistant message"));
     }
 
     let tools = r
@@ -220,9 +181,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         (None | Some(ToolChoice::Auto), _) => Some(serde_json::json!({ "type": "auto" })),
         (Some(ToolChoice::None), _) => Some(serde_json::json!({ "type": "none" })),
         (Some(ToolChoice::Required), _) => Some(serde_json::json!({ "type": "any" })),
-        (Some(ToolChoice::Function(name)), _) => {
-            Some(serde_json::json!({ "type": "tool", "name": name }))
-        }
+        (Some(ToolChoice::Function(name)), _) => Some(serde_json::json!({ "type": "tool", "name": name })),
     }
     .map(|mut v| {
         if disable_parallel && v["type"] != "none" {
@@ -233,10 +192,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
 
     let body = AnthropicRequest {
         model: &ctx.model.name,
-        max_tokens: r
-            .max_output()
-            .or(ctx.model.max_output_tokens)
-            .unwrap_or(ctx.default_max_tokens),
+        max_tokens: r.max_output().or(ctx.model.max_output_tokens).unwrap_or(ctx.default_max_tokens),
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages,
         // OpenAI's range is 0..2, Anthropic's 0..1: scaled linearly (documented).
@@ -301,12 +257,8 @@ impl AnthropicUsage {
     fn merge(&mut self, later: AnthropicUsage) {
         self.input_tokens = later.input_tokens.or(self.input_tokens);
         self.output_tokens = later.output_tokens.or(self.output_tokens);
-        self.cache_creation_input_tokens = later
-            .cache_creation_input_tokens
-            .or(self.cache_creation_input_tokens);
-        self.cache_read_input_tokens = later
-            .cache_read_input_tokens
-            .or(self.cache_read_input_tokens);
+        self.cache_creation_input_tokens = later.cache_creation_input_tokens.or(self.cache_creation_input_tokens);
+        self.cache_read_input_tokens = later.cache_read_input_tokens.or(self.cache_read_input_tokens);
     }
 
     fn canonical(self) -> Usage {
@@ -337,10 +289,7 @@ fn embedded_error(v: &Value) -> Option<AxError> {
     if v.get("type").and_then(Value::as_str) != Some("error") {
         return None;
     }
-    let t = v
-        .pointer("/error/type")
-        .and_then(Value::as_str)
-        .unwrap_or("api_error");
+    let t = v.pointer("/error/type").and_then(Value::as_str).unwrap_or("api_error");
     Some(classify(status_of_error_type(t), Some(t)))
 }
 
@@ -349,8 +298,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
     if let Some(e) = embedded_error(&v) {
         return Err(e);
     }
-    let r: AnthropicResponse =
-        serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
+    let r: AnthropicResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
     let mut text: Option<String> = None;
     let mut tool_calls = Vec::new();
     for b in r.content {
@@ -359,10 +307,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
             RespBlock::ToolUse { id, name, input } => tool_calls.push(ToolCall {
                 id,
                 kind: ToolKind::Function,
-                function: FunctionCall {
-                    name,
-                    arguments: input.to_string(),
-                },
+                function: FunctionCall { name, arguments: input.to_string() },
             }),
             RespBlock::Other => {}
         }
@@ -386,9 +331,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
 
 pub fn error_code(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
-    v.pointer("/error/type")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    v.pointer("/error/type").and_then(Value::as_str).map(str::to_owned)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -480,32 +423,21 @@ pub struct StreamState {
 }
 
 fn one(choice: ChunkChoice) -> Option<StreamItem> {
-    Some(StreamItem::Chunk(Chunk {
-        choices: vec![choice],
-        usage: None,
-    }))
+    Some(StreamItem::Chunk(Chunk { choices: vec![choice], usage: None }))
 }
 
 impl StreamState {
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
-        let parsed: AnthropicEvent =
-            serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
+        let parsed: AnthropicEvent = serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
         Ok(match parsed {
             AnthropicEvent::MessageStart { message } => {
                 self.usage.merge(message.usage);
-                Some(StreamItem::Chunk(Chunk {
-                    choices: Vec::new(),
-                    usage: Some(self.usage.canonical()),
-                }))
+                Some(StreamItem::Chunk(Chunk { choices: Vec::new(), usage: Some(self.usage.canonical()) }))
             }
-            AnthropicEvent::ContentBlockStart {
-                index,
-                content_block,
-            } => match content_block {
-                StartBlock::Text { text } if !text.is_empty() => one(ChunkChoice {
-                    content: Some(text),
-                    ..ChunkChoice::default()
-                }),
+            AnthropicEvent::ContentBlockStart { index, content_block } => match content_block {
+                StartBlock::Text { text } if !text.is_empty() => {
+                    one(ChunkChoice { content: Some(text), ..ChunkChoice::default() })
+                }
                 StartBlock::ToolUse { id, name } => {
                     if self.tool_index.len() <= index {
                         self.tool_index.resize(index + 1, None);
@@ -526,27 +458,14 @@ impl StreamState {
                 _ => None,
             },
             AnthropicEvent::ContentBlockDelta { index, delta } => match delta {
-                BlockDelta::TextDelta { text } => one(ChunkChoice {
-                    content: Some(text),
-                    ..ChunkChoice::default()
-                }),
+                BlockDelta::TextDelta { text } => one(ChunkChoice { content: Some(text), ..ChunkChoice::default() }),
                 BlockDelta::InputJsonDelta { partial_json } => {
-                    let t = self
-                        .tool_index
-                        .get(index)
-                        .copied()
-                        .flatten()
-                        .ok_or(AxError::UpstreamInvalidResponse)?;
+                    let t = self.tool_index.get(index).copied().flatten().ok_or(AxError::UpstreamInvalidResponse)?;
                     if partial_json.is_empty() {
                         None
                     } else {
                         one(ChunkChoice {
-                            tool_calls: vec![ToolCallDelta {
-                                index: t,
-                                id: None,
-                                name: None,
-                                arguments: partial_json,
-                            }],
+                            tool_calls: vec![ToolCallDelta { index: t, id: None, name: None, arguments: partial_json }],
                             ..ChunkChoice::default()
                         })
                     }
@@ -561,26 +480,16 @@ impl StreamState {
                 self.finished |= finish.is_some();
                 Some(StreamItem::Chunk(Chunk {
                     choices: finish
-                        .map(|f| {
-                            vec![ChunkChoice {
-                                finish_reason: Some(f),
-                                ..ChunkChoice::default()
-                            }]
-                        })
+                        .map(|f| vec![ChunkChoice { finish_reason: Some(f), ..ChunkChoice::default() }])
                         .unwrap_or_default(),
                     usage: Some(self.usage.canonical()),
                 }))
             }
             AnthropicEvent::MessageStop {} => Some(StreamItem::Done),
             AnthropicEvent::Error { error } => {
-                return Err(classify(
-                    status_of_error_type(&error.kind),
-                    Some(&error.kind),
-                ));
+                return Err(classify(status_of_error_type(&error.kind), Some(&error.kind)));
             }
-            AnthropicEvent::ContentBlockStop {}
-            | AnthropicEvent::Ping {}
-            | AnthropicEvent::Unknown => None,
+            AnthropicEvent::ContentBlockStop {} | AnthropicEvent::Ping {} | AnthropicEvent::Unknown => None,
         })
     }
 }

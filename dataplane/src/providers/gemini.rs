@@ -14,9 +14,8 @@ use serde_json::Value;
 
 use super::{classify, estimate_tokens, status_of_error_type, synth_call_id, Ctx};
 use crate::canonical::{
-    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest,
-    EmbeddingsResponse, FinishReason, FunctionCall, ResponseFormat, Role, StreamItem, ToolCall,
-    ToolCallDelta, ToolChoice, ToolKind, Usage,
+    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest, EmbeddingsResponse,
+    FinishReason, FunctionCall, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -72,22 +71,10 @@ struct GContent<'a> {
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 enum GPart<'a> {
     Text(&'a str),
-    InlineData {
-        mime_type: &'a str,
-        data: &'a str,
-    },
-    FileData {
-        mime_type: &'a str,
-        file_uri: &'a str,
-    },
-    FunctionCall {
-        name: &'a str,
-        args: Value,
-    },
-    FunctionResponse {
-        name: &'a str,
-        response: Value,
-    },
+    InlineData { mime_type: &'a str, data: &'a str },
+    FileData { mime_type: &'a str, file_uri: &'a str },
+    FunctionCall { name: &'a str, args: Value },
+    FunctionResponse { name: &'a str, response: Value },
 }
 
 #[derive(Serialize)]
@@ -161,14 +148,8 @@ fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<()
                     ContentPart::Text { text } => out.push(GPart::Text(text)),
                     ContentPart::ImageUrl { image_url } => match image_url.as_data() {
                         Some((mime_type, data)) => out.push(GPart::InlineData { mime_type, data }),
-                        None if image_url.url.starts_with("gs://")
-                            || image_url.url.starts_with("https://") =>
-                        {
-                            out.push(GPart::FileData {
-                                mime_type: guess_mime(&image_url.url),
-                                file_uri: &image_url.url,
-                            })
-                        }
+                        None if image_url.url.starts_with("gs://") || image_url.url.starts_with("https://") => out
+                            .push(GPart::FileData { mime_type: guess_mime(&image_url.url), file_uri: &image_url.url }),
                         None => {
                             return Err(AxError::invalid_param(
                                 format!("messages[{i}].content"),
@@ -184,11 +165,7 @@ fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<()
 }
 
 fn guess_mime(url: &str) -> &'static str {
-    let path = url
-        .split(['?', '#'])
-        .next()
-        .unwrap_or(url)
-        .to_ascii_lowercase();
+    let path = url.split(['?', '#']).next().unwrap_or(url).to_ascii_lowercase();
     if path.ends_with(".png") {
         "image/png"
     } else if path.ends_with(".webp") {
@@ -240,10 +217,7 @@ pub fn encode_chat(_ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                             )
                         })?
                     };
-                    p.push(GPart::FunctionCall {
-                        name: &tc.function.name,
-                        args,
-                    });
+                    p.push(GPart::FunctionCall { name: &tc.function.name, args });
                 }
                 ("model", p)
             }
@@ -255,11 +229,7 @@ pub fn encode_chat(_ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                         format!("messages[{i}].tool_call_id '{id}' matches no earlier assistant tool call"),
                     )
                 })?;
-                let text = m
-                    .content
-                    .as_ref()
-                    .map(|c| c.text().into_owned())
-                    .unwrap_or_default();
+                let text = m.content.as_ref().map(|c| c.text().into_owned()).unwrap_or_default();
                 // functionResponse.response must be an object: a JSON object result is passed
                 // as is, anything else is wrapped.
                 let response = match serde_json::from_str::<Value>(&text) {
@@ -275,10 +245,7 @@ pub fn encode_chat(_ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         }
     }
     if contents.is_empty() {
-        return Err(AxError::invalid_param(
-            "messages",
-            "Gemini needs at least one user or assistant message",
-        ));
+        return Err(AxError::invalid_param("messages", "Gemini needs at least one user or assistant message"));
     }
 
     let tools = r.has_tools().then(|| {
@@ -308,18 +275,12 @@ pub fn encode_chat(_ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     });
     let (mime, schema) = match &r.response_format {
         Some(ResponseFormat::JsonObject) => (Some("application/json"), None),
-        Some(ResponseFormat::JsonSchema { json_schema }) => {
-            (Some("application/json"), json_schema.schema.as_ref())
-        }
+        Some(ResponseFormat::JsonSchema { json_schema }) => (Some("application/json"), json_schema.schema.as_ref()),
         Some(ResponseFormat::Text) | None => (None, None),
     };
     let body = GeminiRequest {
         contents,
-        system_instruction: (!system.is_empty()).then(|| GSystem {
-            parts: [GTextPart {
-                text: system.join("\n\n"),
-            }],
-        }),
+        system_instruction: (!system.is_empty()).then(|| GSystem { parts: [GTextPart { text: system.join("\n\n") }] }),
         tools,
         tool_config,
         generation_config: GenerationConfig {
@@ -439,15 +400,9 @@ pub fn finish_reason(raw: &str, called_function: bool) -> FinishReason {
 
 fn embedded_error(v: &Value) -> Option<AxError> {
     let e = v.get("error")?;
-    let status = e
-        .get("code")
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok());
+    let status = e.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok());
     let s = e.get("status").and_then(Value::as_str);
-    Some(classify(
-        status.unwrap_or_else(|| s.map_or(500, status_of_error_type)),
-        s,
-    ))
+    Some(classify(status.unwrap_or_else(|| s.map_or(500, status_of_error_type)), s))
 }
 
 /// One candidate, flattened: text (thought parts skipped) and function calls as (name, args JSON).
@@ -473,12 +428,7 @@ fn candidate_parts(c: GCandidate) -> CandidateParts {
             calls.push((fc.name, args.to_string()));
         }
     }
-    CandidateParts {
-        index: c.index.unwrap_or(0),
-        text,
-        calls,
-        finish: c.finish_reason,
-    }
+    CandidateParts { index: c.index.unwrap_or(0), text, calls, finish: c.finish_reason }
 }
 
 pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
@@ -486,27 +436,19 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
     if let Some(e) = embedded_error(&v) {
         return Err(e);
     }
-    let r: GeminiResponse =
-        serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
+    let r: GeminiResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
     if r.candidates.is_empty() {
-        return Err(
-            if r.prompt_feedback.and_then(|f| f.block_reason).is_some() {
-                AxError::ContentFilter
-            } else {
-                AxError::UpstreamInvalidResponse
-            },
-        );
+        return Err(if r.prompt_feedback.and_then(|f| f.block_reason).is_some() {
+            AxError::ContentFilter
+        } else {
+            AxError::UpstreamInvalidResponse
+        });
     }
     let choices = r
         .candidates
         .into_iter()
         .map(|c| {
-            let CandidateParts {
-                index,
-                text: content,
-                calls,
-                finish,
-            } = candidate_parts(c);
+            let CandidateParts { index, text: content, calls, finish } = candidate_parts(c);
             let called = !calls.is_empty();
             Choice {
                 index,
@@ -537,9 +479,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
 
 pub fn error_code(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
-    v.pointer("/error/status")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    v.pointer("/error/status").and_then(Value::as_str).map(str::to_owned)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -554,28 +494,17 @@ pub struct StreamState {
 
 impl StreamState {
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
-        let v: Value =
-            serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
+        let v: Value = serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
         if let Some(e) = embedded_error(&v) {
             return Err(e);
         }
-        let r: GeminiResponse =
-            serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
-        if r.candidates.is_empty()
-            && r.prompt_feedback
-                .as_ref()
-                .is_some_and(|f| f.block_reason.is_some())
-        {
+        let r: GeminiResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
+        if r.candidates.is_empty() && r.prompt_feedback.as_ref().is_some_and(|f| f.block_reason.is_some()) {
             return Err(AxError::ContentFilter);
         }
         let mut choices = Vec::with_capacity(r.candidates.len());
         for c in r.candidates {
-            let CandidateParts {
-                index,
-                text: content,
-                calls,
-                finish,
-            } = candidate_parts(c);
+            let CandidateParts { index, text: content, calls, finish } = candidate_parts(c);
             let slot = index as usize;
             if self.tools_seen.len() <= slot {
                 self.tools_seen.resize(slot + 1, 0);
@@ -590,17 +519,9 @@ impl StreamState {
                 });
                 self.tools_seen[slot] += 1;
             }
-            let finish_reason = finish
-                .as_deref()
-                .map(|f| finish_reason(f, self.tools_seen[slot] > 0));
+            let finish_reason = finish.as_deref().map(|f| finish_reason(f, self.tools_seen[slot] > 0));
             self.finished |= finish_reason.is_some();
-            let ch = ChunkChoice {
-                index,
-                content,
-                refusal: None,
-                tool_calls,
-                finish_reason,
-            };
+            let ch = ChunkChoice { index, content, refusal: None, tool_calls, finish_reason };
             if !ch.is_empty() {
                 choices.push(ch);
             }
@@ -617,16 +538,15 @@ impl StreamState {
 // Embeddings
 
 pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>, AxError> {
-    let texts = r.input.texts().ok_or(AxError::UnsupportedParameter {
-        param: "input (token arrays)".to_owned(),
-        provider: "gemini",
-    })?;
+    let texts = r
+        .input
+        .texts()
+        .ok_or(AxError::UnsupportedParameter { param: "input (token arrays)".to_owned(), provider: "gemini" })?;
     let model = format!("models/{}", ctx.model.name);
     let requests: Vec<Value> = texts
         .iter()
         .map(|t| {
-            let mut req =
-                serde_json::json!({ "model": model, "content": { "parts": [{ "text": t }] } });
+            let mut req = serde_json::json!({ "model": model, "content": { "parts": [{ "text": t }] } });
             if let Some(d) = r.dimensions {
                 req["outputDimensionality"] = Value::from(d);
             }
@@ -646,10 +566,7 @@ struct GEmbedding {
     values: Vec<f32>,
 }
 
-pub fn decode_embeddings(
-    body: &[u8],
-    req: &EmbeddingsRequest,
-) -> Result<EmbeddingsResponse, AxError> {
+pub fn decode_embeddings(body: &[u8], req: &EmbeddingsRequest) -> Result<EmbeddingsResponse, AxError> {
     let v: Value = serde_json::from_slice(body).map_err(|_| AxError::UpstreamInvalidResponse)?;
     if let Some(e) = embedded_error(&v) {
         return Err(e);

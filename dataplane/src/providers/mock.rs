@@ -9,9 +9,8 @@ use ax_protocol::config::{MockFailMode, MockSpec};
 
 use super::{classify, estimate_tokens, synth_call_id};
 use crate::canonical::{
-    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, EmbeddingsRequest,
-    EmbeddingsResponse, FinishReason, FunctionCall, Role, StreamItem, ToolCall, ToolCallDelta,
-    ToolChoice, ToolKind, Usage,
+    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, EmbeddingsRequest, EmbeddingsResponse,
+    FinishReason, FunctionCall, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::snapshot::{MockUpstream, Model};
@@ -47,45 +46,30 @@ struct Plan {
 fn plan(mock: &MockUpstream, req: &ChatRequest) -> Result<Plan, AxError> {
     let spec = &mock.spec;
     let n = mock.counter.fetch_add(1, Ordering::Relaxed) + 1;
-    let failing = spec
-        .fail_every
-        .is_some_and(|every| every > 0 && n % u64::from(every) == 0);
+    let failing = spec.fail_every.is_some_and(|every| every > 0 && n % u64::from(every) == 0);
     let mid_stream = failing && spec.fail_mode == MockFailMode::MidStream;
     if failing {
         match spec.fail_mode {
             MockFailMode::Status => return Err(classify(spec.fail_status, None)),
             MockFailMode::ErrorIn200 => return Err(classify(500, Some("server_error"))),
-            MockFailMode::MidStream if !req.stream => {
-                return Err(classify(500, Some("server_error")))
-            }
+            MockFailMode::MidStream if !req.stream => return Err(classify(500, Some("server_error"))),
             MockFailMode::MidStream => {}
         }
     }
 
-    let prompt_bytes: usize = req
-        .messages
-        .iter()
-        .map(|m| m.content.as_ref().map_or(0, |c| c.text().len()) + 4)
-        .sum();
+    let prompt_bytes: usize = req.messages.iter().map(|m| m.content.as_ref().map_or(0, |c| c.text().len()) + 4).sum();
     let last = req.messages.last();
     let after_tool = last.is_some_and(|m| m.role == Role::Tool);
     let tool_call = tool_call_for(spec, req, after_tool);
     let pieces = if tool_call.is_some() {
         Vec::new()
     } else if after_tool {
-        let result = last
-            .and_then(|m| m.content.as_ref())
-            .map(Content::text)
-            .unwrap_or_default();
+        let result = last.and_then(|m| m.content.as_ref()).map(Content::text).unwrap_or_default();
         vec![format!("Tool result: {result}")]
     } else {
         reply_pieces(spec, prompt_bytes)
     };
-    let completion = if tool_call.is_some() {
-        8
-    } else {
-        pieces.len() as u64
-    };
+    let completion = if tool_call.is_some() { 8 } else { pieces.len() as u64 };
     Ok(Plan {
         fail_at: mid_stream.then_some(pieces.len() / 2),
         pieces,
@@ -110,10 +94,7 @@ fn tool_call_for(spec: &MockSpec, req: &ChatRequest, after_tool: bool) -> Option
     Some(ToolCall {
         id: synth_call_id(),
         kind: ToolKind::Function,
-        function: FunctionCall {
-            name,
-            arguments: spec.tool_arguments.clone(),
-        },
+        function: FunctionCall { name, arguments: spec.tool_arguments.clone() },
     })
 }
 
@@ -145,20 +126,12 @@ fn reply_pieces(spec: &MockSpec, seed: usize) -> Vec<String> {
         .collect()
 }
 
-pub async fn chat(
-    mock: &MockUpstream,
-    model: &Model,
-    req: &ChatRequest,
-) -> Result<ChatResponse, AxError> {
+pub async fn chat(mock: &MockUpstream, model: &Model, req: &ChatRequest) -> Result<ChatResponse, AxError> {
     let plan = plan(mock, req)?;
     if mock.spec.latency_ms > 0 {
         tokio::time::sleep(Duration::from_millis(mock.spec.latency_ms)).await;
     }
-    let finish = if plan.tool_call.is_some() {
-        FinishReason::ToolCalls
-    } else {
-        FinishReason::Stop
-    };
+    let finish = if plan.tool_call.is_some() { FinishReason::ToolCalls } else { FinishReason::Stop };
     Ok(ChatResponse {
         id: String::new(),
         created: 0,
@@ -246,25 +219,16 @@ impl MockStream {
                     }
                     self.pos += 1;
                     return Some(Ok(StreamItem::Chunk(Chunk {
-                        choices: vec![ChunkChoice {
-                            content: Some(piece.clone()),
-                            ..ChunkChoice::default()
-                        }],
+                        choices: vec![ChunkChoice { content: Some(piece.clone()), ..ChunkChoice::default() }],
                         usage: None,
                     })));
                 }
                 State::Finish => {
                     self.state = State::Done;
-                    let finish = if self.plan.tool_call.is_some() {
-                        FinishReason::ToolCalls
-                    } else {
-                        FinishReason::Stop
-                    };
+                    let finish =
+                        if self.plan.tool_call.is_some() { FinishReason::ToolCalls } else { FinishReason::Stop };
                     return Some(Ok(StreamItem::Chunk(Chunk {
-                        choices: vec![ChunkChoice {
-                            finish_reason: Some(finish),
-                            ..ChunkChoice::default()
-                        }],
+                        choices: vec![ChunkChoice { finish_reason: Some(finish), ..ChunkChoice::default() }],
                         usage: Some(self.plan.usage),
                     })));
                 }
@@ -276,19 +240,20 @@ impl MockStream {
 
 /// Deterministic embeddings: a unit vector derived from each input's bytes.
 pub fn embeddings(model: &Model, req: &EmbeddingsRequest) -> Result<EmbeddingsResponse, AxError> {
-    let texts = req.input.texts().ok_or(AxError::UnsupportedParameter {
-        param: "input (token arrays)".to_owned(),
-        provider: "mock",
-    })?;
+    let texts = req
+        .input
+        .texts()
+        .ok_or(AxError::UnsupportedParameter { param: "input (token arrays)".to_owned(), provider: "mock" })?;
     let dims = req.dimensions.unwrap_or(8).clamp(1, 4096) as usize;
     let data = texts
         .iter()
         .map(|t| {
             let mut v: Vec<f32> = (0..dims)
                 .map(|i| {
-                    let h = t.bytes().enumerate().fold(i as u32 + 1, |acc, (j, b)| {
-                        acc.wrapping_mul(31).wrapping_add(u32::from(b) ^ j as u32)
-                    });
+                    let h = t
+                        .bytes()
+                        .enumerate()
+                        .fold(i as u32 + 1, |acc, (j, b)| acc.wrapping_mul(31).wrapping_add(u32::from(b) ^ j as u32));
                     (h % 1000) as f32 / 1000.0 + 0.001
                 })
                 .collect();
@@ -297,9 +262,5 @@ pub fn embeddings(model: &Model, req: &EmbeddingsRequest) -> Result<EmbeddingsRe
             v
         })
         .collect();
-    Ok(EmbeddingsResponse {
-        model: model.name.clone(),
-        data,
-        prompt_tokens: estimate_tokens(req.input.byte_len()),
-    })
+    Ok(EmbeddingsResponse { model: model.name.clone(), data, prompt_tokens: estimate_tokens(req.input.byte_len()) })
 }

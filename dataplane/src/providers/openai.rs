@@ -11,9 +11,9 @@ use serde_json::Value;
 
 use super::{classify, status_of_error_type, Ctx};
 use crate::canonical::{
-    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse,
-    EncodingFormat, FinishReason, Message, ResponseFormat, Stop, StreamItem, StreamOptions, Tool,
-    ToolCall, ToolCallDelta, ToolChoice, Usage,
+    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, EncodingFormat,
+    FinishReason, Message, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice,
+    Usage,
 };
 use crate::error::AxError;
 use crate::sse::{self, SseEvent};
@@ -77,9 +77,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         n: r.n,
         stream: r.stream,
         // Always ask for usage on streams: metering needs it even when the caller did not.
-        stream_options: r.stream.then_some(StreamOptions {
-            include_usage: true,
-        }),
+        stream_options: r.stream.then_some(StreamOptions { include_usage: true }),
         tools: r.tools.as_deref(),
         tool_choice: r.tool_choice.as_ref(),
         parallel_tool_calls: r.parallel_tool_calls,
@@ -173,10 +171,7 @@ impl From<OpenAiUsage> for Usage {
                 .or(u.prompt_cache_hit_tokens)
                 .unwrap_or(0),
             cache_write_tokens: 0,
-            reasoning_tokens: u
-                .completion_tokens_details
-                .and_then(|d| d.reasoning_tokens)
-                .unwrap_or(0),
+            reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
         }
     }
 }
@@ -205,9 +200,7 @@ fn embedded_error(v: &Value) -> Option<AxError> {
         Some(Value::String(s)) => s.parse::<u16>().ok(),
         _ => None,
     };
-    let code_str = code
-        .and_then(Value::as_str)
-        .or_else(|| err.get("type").and_then(Value::as_str));
+    let code_str = code.and_then(Value::as_str).or_else(|| err.get("type").and_then(Value::as_str));
     let status = status.unwrap_or_else(|| code_str.map_or(500, status_of_error_type));
     Some(classify(status, code_str))
 }
@@ -217,8 +210,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
     if let Some(e) = embedded_error(&v) {
         return Err(e);
     }
-    let r: OpenAiResponse =
-        serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
+    let r: OpenAiResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
     if r.choices.is_empty() {
         return Err(AxError::UpstreamInvalidResponse);
     }
@@ -246,10 +238,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
 pub fn error_code(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
     let e = v.get("error").filter(|e| e.is_object()).unwrap_or(&v);
-    e.get("code")
-        .and_then(Value::as_str)
-        .or_else(|| e.get("type").and_then(Value::as_str))
-        .map(str::to_owned)
+    e.get("code").and_then(Value::as_str).or_else(|| e.get("type").and_then(Value::as_str)).map(str::to_owned)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -319,8 +308,7 @@ impl StreamState {
         if let Some(e) = embedded_error(&v) {
             return Err(e);
         }
-        let c: OpenAiChunk =
-            serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
+        let c: OpenAiChunk = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
         let choices = c
             .choices
             .into_iter()
@@ -341,12 +329,7 @@ impl StreamState {
                                 Some(f) => (f.name, f.arguments.unwrap_or_default()),
                                 None => (None, String::new()),
                             };
-                            ToolCallDelta {
-                                index: t.index,
-                                id: t.id,
-                                name,
-                                arguments,
-                            }
+                            ToolCallDelta { index: t.index, id: t.id, name, arguments }
                         })
                         .collect(),
                     finish_reason: finish,
@@ -407,8 +390,7 @@ pub fn decode_embeddings(body: &[u8]) -> Result<EmbeddingsResponse, AxError> {
     if let Some(e) = embedded_error(&v) {
         return Err(e);
     }
-    let mut r: OpenAiEmbeddingsResponse =
-        serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
+    let mut r: OpenAiEmbeddingsResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
     r.data.sort_by_key(|e| e.index);
     Ok(EmbeddingsResponse {
         model: r.model.unwrap_or_default(),
@@ -555,11 +537,7 @@ impl ChunkEncoder {
         let choices = (0..n)
             .map(|index| OutChunkChoice {
                 index,
-                delta: OutDelta {
-                    role: Some("assistant"),
-                    content: Some(""),
-                    ..OutDelta::default()
-                },
+                delta: OutDelta { role: Some("assistant"), content: Some(""), ..OutDelta::default() },
                 finish_reason: None,
                 provider_finish_reason: None,
             })
@@ -583,10 +561,7 @@ impl ChunkEncoder {
                             index: t.index,
                             id: t.id.as_deref(),
                             kind: t.id.as_ref().map(|_| "function"),
-                            function: OutFunctionDelta {
-                                name: t.name.as_deref(),
-                                arguments: &t.arguments,
-                            },
+                            function: OutFunctionDelta { name: t.name.as_deref(), arguments: &t.arguments },
                         })
                         .collect(),
                 },
@@ -631,10 +606,7 @@ struct OutEmbeddingUsage {
     total_tokens: u64,
 }
 
-pub fn encode_embeddings_response(
-    r: &EmbeddingsResponse,
-    format: Option<EncodingFormat>,
-) -> Vec<u8> {
+pub fn encode_embeddings_response(r: &EmbeddingsResponse, format: Option<EncodingFormat>) -> Vec<u8> {
     let data = r
         .data
         .iter()
@@ -647,21 +619,14 @@ pub fn encode_embeddings_response(
                 }
                 _ => OutVector::Floats(v),
             };
-            OutEmbedding {
-                object: "embedding",
-                index,
-                embedding,
-            }
+            OutEmbedding { object: "embedding", index, embedding }
         })
         .collect();
     let out = OutEmbeddings {
         object: "list",
         data,
         model: &r.model,
-        usage: OutEmbeddingUsage {
-            prompt_tokens: r.prompt_tokens,
-            total_tokens: r.prompt_tokens,
-        },
+        usage: OutEmbeddingUsage { prompt_tokens: r.prompt_tokens, total_tokens: r.prompt_tokens },
     };
     serde_json::to_vec(&out).unwrap_or_default()
 }

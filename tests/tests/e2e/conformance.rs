@@ -119,7 +119,8 @@ async fn tool_calls_non_stream_every_provider() {
 async fn tool_calls_stream_every_provider() {
     let calls = [("call_a", "get_weather", r#"{"city":"Paris"}"#), ("call_b", "get_time", r#"{"tz":"Asia/Tokyo"}"#)];
     for p in ALL {
-        let up = FakeUpstream::fixed(streamed(p, &["Let me check."], &calls, stop_of(p).1, Framing::default(), &[37])).await;
+        let up =
+            FakeUpstream::fixed(streamed(p, &["Let me check."], &calls, stop_of(p).1, Framing::default(), &[37])).await;
         let gw = gateway_for(p, &up).await;
         let resp = post(&gw.url, "/v1/chat/completions", &tools_request(true)).await;
         assert_eq!(resp.status(), 200);
@@ -131,7 +132,11 @@ async fn tool_calls_stream_every_provider() {
         assert_eq!(a.tool_calls.len(), 2, "{p:?}: {a:?}");
         for ((id, name, args), (eid, ename, eargs)) in a.tool_calls.iter().zip(&calls) {
             assert_eq!(name, ename);
-            assert_eq!(serde_json::from_str::<Value>(args).unwrap(), serde_json::from_str::<Value>(eargs).unwrap(), "{p:?}");
+            assert_eq!(
+                serde_json::from_str::<Value>(args).unwrap(),
+                serde_json::from_str::<Value>(eargs).unwrap(),
+                "{p:?}"
+            );
             if p == P::Gemini {
                 assert!(id.starts_with("call_"));
             } else {
@@ -161,7 +166,12 @@ async fn long_stream_split_anywhere_every_provider() {
             assert_eq!(resp.status(), 200);
             let events = sse_events(resp).await;
             let a = assemble(&events);
-            assert!(a.text == expected, "{p:?} crlf={crlf}: assembled text differs (len {} vs {})", a.text.len(), expected.len());
+            assert!(
+                a.text == expected,
+                "{p:?} crlf={crlf}: assembled text differs (len {} vs {})",
+                a.text.len(),
+                expected.len()
+            );
             assert_eq!(a.finish_reason.as_deref(), Some("stop"));
             assert!(a.done && a.error.is_none());
             assert!(events.len() > 3000, "events are forwarded one by one, not batched");
@@ -174,7 +184,8 @@ async fn long_stream_split_anywhere_every_provider() {
 #[tokio::test]
 async fn usage_chunk_only_when_asked() {
     for p in ALL {
-        let up = FakeUpstream::fixed(streamed(p, &["a", "b"], &[], stop_of(p).0, Framing::default(), &[usize::MAX])).await;
+        let up =
+            FakeUpstream::fixed(streamed(p, &["a", "b"], &[], stop_of(p).0, Framing::default(), &[usize::MAX])).await;
         let gw = gateway_for(p, &up).await;
         let a = assemble(&sse_events(post(&gw.url, "/v1/chat/completions", &chat(true)).await).await);
         assert_eq!(a.text, "ab");
@@ -247,11 +258,17 @@ async fn error_inside_200_every_provider() {
             ),
             P::Anthropic => (
                 json!({ "type": "error", "error": { "type": "overloaded_error", "message": secret_msg } }),
-                format!("event: error\ndata: {}\n\n", json!({ "type": "error", "error": { "type": "overloaded_error", "message": secret_msg } })),
+                format!(
+                    "event: error\ndata: {}\n\n",
+                    json!({ "type": "error", "error": { "type": "overloaded_error", "message": secret_msg } })
+                ),
             ),
             P::Gemini => (
                 json!({ "error": { "code": 503, "message": secret_msg, "status": "UNAVAILABLE" } }),
-                format!("data: {}\n\n", json!({ "error": { "code": 503, "message": secret_msg, "status": "UNAVAILABLE" } })),
+                format!(
+                    "data: {}\n\n",
+                    json!({ "error": { "code": 503, "message": secret_msg, "status": "UNAVAILABLE" } })
+                ),
             ),
         };
         let want_status = if p == P::OpenAi { 502 } else { 503 };
@@ -277,7 +294,9 @@ async fn error_inside_200_every_provider() {
         // Error in the middle of a stream: one final error event, then [DONE]; nothing repeated.
         let mut wire_text = match p {
             P::OpenAi => wire::openai_stream(&["one ", "two "], &[], "stop", (1, 1, 0), Framing::default()),
-            P::Anthropic => wire::anthropic_stream(&["one ", "two "], &[], "end_turn", (1, 1, 0, 0), Framing::default()),
+            P::Anthropic => {
+                wire::anthropic_stream(&["one ", "two "], &[], "end_turn", (1, 1, 0, 0), Framing::default())
+            }
             P::Gemini => wire::gemini_stream(&["one ", "two "], &[], "STOP", (1, 1, 0), Framing::default()),
         };
         // Cut the stream after the text and append the error event.
@@ -422,19 +441,23 @@ async fn embeddings_openai_and_gemini() {
         "usage": { "prompt_tokens": 6, "total_tokens": 6 } })))
     .await;
     let gw = gateway_for(P::OpenAi, &up).await;
-    let v: Value = post(&gw.url, "/v1/embeddings", &json!({ "model": "chat", "input": ["a", "b"] })).await.json().await.unwrap();
+    let v: Value =
+        post(&gw.url, "/v1/embeddings", &json!({ "model": "chat", "input": ["a", "b"] })).await.json().await.unwrap();
     assert_eq!(v["data"][0]["embedding"], json!([0.125, 1.0]), "sorted by index");
     assert_eq!(v["usage"]["prompt_tokens"], 6);
     assert_eq!(up.last().body["model"], "real-model");
     // base64: little-endian f32s.
-    let v: Value = post(&gw.url, "/v1/embeddings", &json!({ "model": "chat", "input": "a", "encoding_format": "base64" }))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value =
+        post(&gw.url, "/v1/embeddings", &json!({ "model": "chat", "input": "a", "encoding_format": "base64" }))
+            .await
+            .json()
+            .await
+            .unwrap();
     assert_eq!(v["data"][0]["embedding"], "AAAAPgAAgD8=");
 
-    let up = FakeUpstream::fixed(Reply::json(json!({ "embeddings": [{ "values": [0.1, 0.2] }, { "values": [0.3, 0.4] }] }))).await;
+    let up =
+        FakeUpstream::fixed(Reply::json(json!({ "embeddings": [{ "values": [0.1, 0.2] }, { "values": [0.3, 0.4] }] })))
+            .await;
     let gw = gateway_for(P::Gemini, &up).await;
     let v: Value = post(&gw.url, "/v1/embeddings", &json!({ "model": "chat", "input": ["a", "b"], "dimensions": 2 }))
         .await

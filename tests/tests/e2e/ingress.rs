@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 use crate::config;
 
 async fn setup(params: &str) -> (FakeUpstream, Gateway) {
-    let up = FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)))).await;
+    let up =
+        FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)))).await;
     let gw = Gateway::start(&config("anthropic", &up.url(), params)).await;
     (up, gw)
 }
@@ -39,8 +40,12 @@ async fn documented_rejections() {
     assert_eq!(v["error"]["param"], "model");
     // Missing key → 401; wrong key → 401.
     expect_error(client.post(&url).json(&hello("chat")).send().await.unwrap(), 401, "missing_api_key").await;
-    expect_error(client.post(&url).bearer_auth("ax-wrong").json(&hello("chat")).send().await.unwrap(), 401, "invalid_api_key")
-        .await;
+    expect_error(
+        client.post(&url).bearer_auth("ax-wrong").json(&hello("chat")).send().await.unwrap(),
+        401,
+        "invalid_api_key",
+    )
+    .await;
     // An alias the tenant may not use → 403.
     expect_error(post(&gw.url, "/v1/chat/completions", &hello("other")).await, 403, "model_not_allowed").await;
     // Oversize body (limit 65536 in the test config) → 413, declared or streamed.
@@ -50,11 +55,17 @@ async fn documented_rejections() {
     let chunked = reqwest::Body::wrap_stream(futures_util::stream::iter(
         body.chunks(8192).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>(),
     ));
-    expect_error(client.post(&url).bearer_auth(KEY).body(chunked).send().await.unwrap(), 413, "request_too_large").await;
+    expect_error(client.post(&url).bearer_auth(KEY).body(chunked).send().await.unwrap(), 413, "request_too_large")
+        .await;
     // Broken JSON and wrong types → 400 invalid_json naming the field.
     expect_error(client.post(&url).bearer_auth(KEY).body("{nope").send().await.unwrap(), 400, "invalid_json").await;
     let v = expect_error(
-        post(&gw.url, "/v1/chat/completions", &json!({ "model": "chat", "messages": [{ "role": "robot", "content": "x" }] })).await,
+        post(
+            &gw.url,
+            "/v1/chat/completions",
+            &json!({ "model": "chat", "messages": [{ "role": "robot", "content": "x" }] }),
+        )
+        .await,
         400,
         "invalid_json",
     )
@@ -62,7 +73,12 @@ async fn documented_rejections() {
     assert!(v["error"]["message"].as_str().unwrap().contains("messages[0].role"), "{v}");
     // Semantic validation → 400 invalid_request with the param.
     let v = expect_error(
-        post(&gw.url, "/v1/chat/completions", &json!({ "model": "chat", "temperature": 3, "messages": [{ "role": "user", "content": "x" }] })).await,
+        post(
+            &gw.url,
+            "/v1/chat/completions",
+            &json!({ "model": "chat", "temperature": 3, "messages": [{ "role": "user", "content": "x" }] }),
+        )
+        .await,
         400,
         "invalid_request",
     )
@@ -124,7 +140,8 @@ async fn request_id_is_echoed_or_generated() {
 async fn models_health_and_metrics() {
     let (_up, gw) = setup("strict").await;
     let client = reqwest::Client::new();
-    let v: Value = client.get(format!("{}/v1/models", gw.url)).bearer_auth(KEY).send().await.unwrap().json().await.unwrap();
+    let v: Value =
+        client.get(format!("{}/v1/models", gw.url)).bearer_auth(KEY).send().await.unwrap().json().await.unwrap();
     let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec!["chat"], "only the aliases this tenant may use");
     assert_eq!(client.get(format!("{}/v1/models", gw.url)).send().await.unwrap().status(), 401);
@@ -141,7 +158,8 @@ async fn models_health_and_metrics() {
 
 #[tokio::test]
 async fn mock_upstream_quickstart_config_serves() {
-    let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/quickstart.yaml")).unwrap();
+    let yaml =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/quickstart.yaml")).unwrap();
     let gw = Gateway::start(&yaml).await;
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/chat/completions", gw.url))

@@ -1,5 +1,6 @@
 //! End-to-end suite: the gateway (in-process, or the real binary where a process matters)
 //! against fake upstreams on ephemeral ports.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "test helpers fail a test by panicking")]
 
 mod conformance;
 mod ingress;
@@ -55,5 +56,8 @@ tenants:
     allowed_aliases: [chat]
 "#
     )
-    .replace("    api_version: \"2024-10-21\"\n", if provider == "azure_openai" { "    api_version: \"2024-10-21\"\n" } else { "" })
+    .replace(
+        "    api_version: \"2024-10-21\"\n",
+        if provider == "azure_openai" { "    api_version: \"2024-10-21\"\n" } else { "" },
+    )
 }

@@ -37,7 +37,12 @@ fn write_atomic(path: &Path, text: &str) {
 }
 
 async fn served_by(url: &str) -> String {
-    let resp = post(url, "/v1/chat/completions", &json!({ "model": "chat", "messages": [{ "role": "user", "content": "x" }] })).await;
+    let resp = post(
+        url,
+        "/v1/chat/completions",
+        &json!({ "model": "chat", "messages": [{ "role": "user", "content": "x" }] }),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     resp.headers()["x-ax-upstream"].to_str().unwrap().to_owned()
 }
@@ -58,8 +63,10 @@ async fn reload_keeps_streams_and_switches_routes() {
     let pieces: Vec<String> = (0..50).map(|i| format!("piece{i} ")).collect();
     let expected = pieces.concat();
     let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
-    let events: Vec<String> =
-        wire::openai_stream(&refs, &[], "stop", (1, 50, 0), Framing::default()).split_inclusive("\n\n").map(str::to_owned).collect();
+    let events: Vec<String> = wire::openai_stream(&refs, &[], "stop", (1, 50, 0), Framing::default())
+        .split_inclusive("\n\n")
+        .map(str::to_owned)
+        .collect();
     let ok = Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)));
     let ok_a = ok.clone();
     // 54 events, 100 ms apart: a stream of about 5 seconds.
@@ -81,8 +88,12 @@ async fn reload_keeps_streams_and_switches_routes() {
 
     let url = bin.url.clone();
     let stream = tokio::spawn(async move {
-        let resp = post(&url, "/v1/chat/completions", &json!({ "model": "chat", "stream": true,
-            "messages": [{ "role": "user", "content": "long" }] }))
+        let resp = post(
+            &url,
+            "/v1/chat/completions",
+            &json!({ "model": "chat", "stream": true,
+            "messages": [{ "role": "user", "content": "long" }] }),
+        )
         .await;
         assert_eq!(resp.headers()["x-ax-upstream"], "up-a");
         sse_events(resp).await

@@ -16,15 +16,19 @@ fn anthropic(r: &Recorded) -> Reply {
         .and_then(|blocks| blocks.iter().find(|b| b["type"] == "tool_result"))
         .map(|b| b["content"].as_str().unwrap_or_default().to_owned());
     let has_tools = r.body["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let (text, calls, stop): (Option<String>, Vec<(&str, &str, &str)>, &str) = match (tool_result, has_tools) {
+    let (text, calls, stop): (Option<String>, Vec<wire::Call<'_>>, &str) = match (tool_result, has_tools) {
         (Some(result), _) => (Some(format!("The weather is {result}.")), vec![], "end_turn"),
         (None, true) => (None, vec![("toolu_01", "get_weather", r#"{"city":"Paris"}"#)], "tool_use"),
         (None, false) => (Some("Hello from Claude, 你好 🙂".to_owned()), vec![], "end_turn"),
     };
     if stream {
-        let pieces: Vec<String> = text.as_deref().map(|t| t.split_inclusive(' ').map(str::to_owned).collect()).unwrap_or_default();
+        let pieces: Vec<String> =
+            text.as_deref().map(|t| t.split_inclusive(' ').map(str::to_owned).collect()).unwrap_or_default();
         let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
-        Reply::sse_split(&wire::anthropic_stream(&refs, &calls, stop, (10, 5, 0, 0), Framing { crlf: false, keepalive_every: 3 }), &[29])
+        Reply::sse_split(
+            &wire::anthropic_stream(&refs, &calls, stop, (10, 5, 0, 0), Framing { crlf: false, keepalive_every: 3 }),
+            &[29],
+        )
     } else {
         Reply::json(wire::anthropic_response(text.as_deref(), &calls, stop, (10, 5, 0, 0)))
     }
@@ -83,7 +87,11 @@ tenants:
     .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}", bin.logs());
+    assert!(
+        out.status.success(),
+        "SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
+        bin.logs()
+    );
     assert!(stdout.contains("sdk: all checks passed"), "{stdout}");
     // Non-stream + stream + 2 round trips of 2 calls each + error checks that never reach it.
     assert!(up.hits() >= 6, "hits = {}", up.hits());

@@ -38,7 +38,8 @@ fn conversation() -> Value {
 
 #[tokio::test]
 async fn anthropic_request_translation() {
-    let up = FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)))).await;
+    let up =
+        FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)))).await;
     let gw = Gateway::start(&config("anthropic", &up.url(), "strict")).await;
     let resp = post(&gw.url, "/v1/chat/completions", &conversation()).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
@@ -59,12 +60,21 @@ async fn anthropic_request_translation() {
     let m = b["messages"].as_array().unwrap();
     assert_eq!(m.len(), 3, "user, assistant, user (tool results and the follow-up merged): {m:?}");
     assert_eq!(m[0]["role"], "user");
-    assert_eq!(m[0]["content"][1]["source"], json!({ "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo=" }));
+    assert_eq!(
+        m[0]["content"][1]["source"],
+        json!({ "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo=" })
+    );
     assert_eq!(m[1]["role"], "assistant");
-    assert_eq!(m[1]["content"][0], json!({ "type": "tool_use", "id": "call_1", "name": "get_weather", "input": { "city": "Paris" } }));
+    assert_eq!(
+        m[1]["content"][0],
+        json!({ "type": "tool_use", "id": "call_1", "name": "get_weather", "input": { "city": "Paris" } })
+    );
     assert_eq!(m[1]["content"][1]["input"], json!({}));
     assert_eq!(m[2]["role"], "user");
-    assert_eq!(m[2]["content"][0], json!({ "type": "tool_result", "tool_use_id": "call_1", "content": "{\"temp\":21}" }));
+    assert_eq!(
+        m[2]["content"][0],
+        json!({ "type": "tool_result", "tool_use_id": "call_1", "content": "{\"temp\":21}" })
+    );
     assert_eq!(m[2]["content"][1]["tool_use_id"], "call_2");
     assert_eq!(m[2]["content"][2], json!({ "type": "text", "text": "Thanks. Summarize." }));
 
@@ -80,7 +90,8 @@ async fn gemini_request_translation() {
     let up = FakeUpstream::fixed(Reply::json(wire::gemini_response(Some("ok"), &[], "STOP", (1, 1, 0)))).await;
     let gw = Gateway::start(&config("gemini", &up.url(), "strict")).await;
     let mut req = conversation();
-    req["response_format"] = json!({ "type": "json_schema", "json_schema": { "name": "s", "schema": { "type": "object" } } });
+    req["response_format"] =
+        json!({ "type": "json_schema", "json_schema": { "name": "s", "schema": { "type": "object" } } });
     req["seed"] = json!(7);
     req.as_object_mut().unwrap().remove("user"); // Gemini has no user field: strict mode would refuse it
     let resp = post(&gw.url, "/v1/chat/completions", &req).await;
@@ -110,7 +121,8 @@ async fn gemini_request_translation() {
     assert_eq!(c[2]["parts"][2]["text"], "Thanks. Summarize.");
 
     // Streams go to streamGenerateContent with alt=sse.
-    let up = FakeUpstream::fixed(Reply::sse(&wire::gemini_stream(&["a"], &[], "STOP", (1, 1, 0), Default::default()))).await;
+    let up =
+        FakeUpstream::fixed(Reply::sse(&wire::gemini_stream(&["a"], &[], "STOP", (1, 1, 0), Default::default()))).await;
     let gw = Gateway::start(&config("gemini", &up.url(), "strict")).await;
     let mut req = json!({ "model": "chat", "stream": true, "messages": [{ "role": "user", "content": "x" }] });
     post(&gw.url, "/v1/chat/completions", &req).await.bytes().await.unwrap();
@@ -119,7 +131,8 @@ async fn gemini_request_translation() {
     assert_eq!(r.query.as_deref(), Some("alt=sse"));
     // A tool result that matches no earlier call is the caller's error, named precisely.
     req["stream"] = json!(false);
-    req["messages"] = json!([{ "role": "user", "content": "x" }, { "role": "tool", "tool_call_id": "call_zzz", "content": "1" }]);
+    req["messages"] =
+        json!([{ "role": "user", "content": "x" }, { "role": "tool", "tool_call_id": "call_zzz", "content": "1" }]);
     let resp = post(&gw.url, "/v1/chat/completions", &req).await;
     assert_eq!(resp.status(), 400);
     assert_eq!(resp.json::<Value>().await.unwrap()["error"]["param"], "messages[1].tool_call_id");
@@ -156,7 +169,12 @@ async fn openai_request_passes_through_with_real_model() {
 async fn azure_openai_url_and_key() {
     let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
     let gw = Gateway::start(&config("azure_openai", &up.url(), "strict")).await;
-    let resp = post(&gw.url, "/v1/chat/completions", &json!({ "model": "chat", "messages": [{ "role": "user", "content": "x" }] })).await;
+    let resp = post(
+        &gw.url,
+        "/v1/chat/completions",
+        &json!({ "model": "chat", "messages": [{ "role": "user", "content": "x" }] }),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     let r = up.last();
     assert_eq!(r.path, "/openai/deployments/real-model/chat/completions");
