@@ -496,7 +496,7 @@ pub struct Choice {
     pub logprobs: Option<Value>,
 }
 
-/// A provider's reason for ending the reply, normalized per the table in `docs/protocols.md`.
+/// A provider's reason for ending the reply, normalized per the table in `docs/translation.md`.
 /// A provider value with no faithful OpenAI equivalent is kept as `Unmapped`: it is sent as
 /// `finish_reason: null` plus `provider_finish_reason: "<raw>"`, never guessed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -32,6 +32,7 @@ pub async fn chat(
     model: &Model,
     req: &ChatRequest,
     default_max_tokens: u32,
+    request_id: &str,
     deadline: Instant,
 ) -> Result<ChatOutcome, AxError> {
     if let Some(m) = &up.mock {
@@ -44,7 +45,7 @@ pub async fn chat(
     let ctx = Ctx { upstream: up, model, default_max_tokens };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(up, url, body, deadline).await?;
+    let resp = send(up, url.as_ref(), body, request_id, deadline).await?;
     if req.stream {
         let is_sse = resp
             .headers()
@@ -80,6 +81,7 @@ pub async fn embeddings(
     up: &Upstream,
     model: &Model,
     req: &EmbeddingsRequest,
+    request_id: &str,
     deadline: Instant,
 ) -> Result<EmbeddingsResponse, AxError> {
     if up.mock.is_some() {
@@ -87,13 +89,27 @@ pub async fn embeddings(
     }
     let ctx = Ctx { upstream: up, model, default_max_tokens: 0 };
     let body = providers::encode_embeddings(ctx, req)?;
-    let resp = send(up, &model.embed_url, body, deadline).await?;
+    let resp = send(up, model.embed_url.as_ref(), body, request_id, deadline).await?;
     let bytes = read_body(resp, deadline).await?;
     providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
 }
 
-async fn send(up: &Upstream, url: &str, body: Vec<u8>, deadline: Instant) -> Result<reqwest::Response, AxError> {
-    let fut = up.client.post(url).header(http::header::CONTENT_TYPE, "application/json").body(body).send();
+/// Sends one request; the caller's request id goes along so provider-side logs can be matched.
+async fn send(
+    up: &Upstream,
+    url: Option<&reqwest::Url>,
+    body: Vec<u8>,
+    request_id: &str,
+    deadline: Instant,
+) -> Result<reqwest::Response, AxError> {
+    let url = url.ok_or(AxError::Internal)?.clone();
+    let fut = up
+        .client
+        .post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header("x-request-id", request_id)
+        .body(body)
+        .send();
     let resp = timeout_at(deadline, fut).await.map_err(|_| AxError::UpstreamTimeout)?.map_err(|e| {
         tracing::warn!(upstream = %up.name, error = %without_url(&e), "upstream request failed");
         map_reqwest(&e)

@@ -25,6 +25,8 @@ pub enum AxError {
     ModelNotFound(String),
     #[error("no route for {0}")]
     NotFound(String),
+    #[error("method not allowed: {0}")]
+    MethodNotAllowed(String),
     #[error("request body is larger than the limit of {0} bytes")]
     PayloadTooLarge(u64),
     #[error("no upstream of '{alias}' can serve this request: {reason}")]
@@ -76,6 +78,7 @@ impl AxError {
             Self::MissingApiKey | Self::InvalidApiKey => StatusCode::UNAUTHORIZED,
             Self::ModelNotAllowed(_) => StatusCode::FORBIDDEN,
             Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UpstreamRateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::UpstreamFailed(_)
@@ -101,7 +104,8 @@ impl AxError {
             | Self::UpstreamRejected(_)
             | Self::PayloadTooLarge(_)
             | Self::ModelNotFound(_)
-            | Self::NotFound(_) => "invalid_request_error",
+            | Self::NotFound(_)
+            | Self::MethodNotAllowed(_) => "invalid_request_error",
             Self::MissingApiKey | Self::InvalidApiKey => "authentication_error",
             Self::ModelNotAllowed(_) => "permission_error",
             Self::UpstreamRateLimited => "rate_limit_error",
@@ -127,6 +131,7 @@ impl AxError {
             Self::ModelNotAllowed(_) => "model_not_allowed",
             Self::ModelNotFound(_) => "model_not_found",
             Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::PayloadTooLarge(_) => "request_too_large",
             Self::NoCapableUpstream { .. } => "no_capable_upstream",
             Self::ContextLengthExceeded { .. } => "context_length_exceeded",

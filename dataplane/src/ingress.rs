@@ -38,6 +38,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)
 }
 
@@ -234,7 +235,7 @@ async fn chat(
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
     meter.served_by(&up.name, &model.name, 1);
     let deadline = dispatch::deadline(up);
-    let outcome = match dispatch::chat(up, model, &req, snap.default_max_tokens, deadline).await {
+    let outcome = match dispatch::chat(up, model, &req, snap.default_max_tokens, rid, deadline).await {
         Ok(o) => o,
         Err(e) => {
             meter.finish(e.status().as_u16(), Some(e.code()));
@@ -324,7 +325,7 @@ async fn embed(
     let (up, model) = snap.upstream_model(cand);
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
     meter.served_by(&up.name, &model.name, 1);
-    let mut r = match dispatch::embeddings(up, model, &req, dispatch::deadline(up)).await {
+    let mut r = match dispatch::embeddings(up, model, &req, rid, dispatch::deadline(up)).await {
         Ok(mut resp) => {
             if resp.model.is_empty() || resp.model == req.model {
                 resp.model.clone_from(&model.name);
@@ -380,6 +381,11 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 async fn not_found(headers: HeaderMap, uri: axum::http::Uri) -> Response {
     let rid = request_id(&headers);
     error_response(&AxError::NotFound(uri.path().to_owned()), &rid)
+}
+
+async fn method_not_allowed(headers: HeaderMap, method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let rid = request_id(&headers);
+    error_response(&AxError::MethodNotAllowed(format!("{method} {}", uri.path())), &rid)
 }
 
 fn unix_now() -> u64 {

@@ -173,5 +173,58 @@ pub fn synth_call_id() -> String {
     format!("call_{}", Alphanumeric.sample_string(&mut rand::rng(), 24))
 }
 
+/// A string field that only matters when it says `"error"` (OpenAI-compatible `object`,
+/// Anthropic `type`): decoded without allocating, so the success path parses the body once.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct IsError(pub bool);
+
+impl<'de> serde::Deserialize<'de> for IsError {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = IsError;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<IsError, E> {
+                Ok(IsError(v == "error"))
+            }
+            // Any other JSON type is simply not the error marker.
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<IsError, E> {
+                Ok(IsError(false))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<IsError, E> {
+                Ok(IsError(false))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<IsError, E> {
+                Ok(IsError(false))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<IsError, E> {
+                Ok(IsError(false))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<IsError, E> {
+                Ok(IsError(false))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<IsError, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(IsError(false))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<IsError, A::Error> {
+                while a.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(IsError(false))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Re-reads a body known to carry an error (the rare path) and classifies it.
+pub(crate) fn error_body(body: &[u8], classify_value: fn(&serde_json::Value) -> Option<AxError>) -> AxError {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| classify_value(&v))
+        .unwrap_or(AxError::UpstreamInvalidResponse)
+}
+
 #[cfg(test)]
 mod tests;

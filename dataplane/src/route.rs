@@ -53,9 +53,21 @@ pub fn estimate_prompt(req: &ChatRequest) -> u64 {
     }
     for t in req.tools.iter().flatten() {
         bytes += t.function.name.len() + t.function.description.as_ref().map_or(0, String::len);
-        bytes += t.function.parameters.as_ref().map_or(0, |p| p.to_string().len());
+        bytes += t.function.parameters.as_ref().map_or(0, json_len);
     }
     estimate_tokens(bytes) + extra
+}
+
+/// Approximate serialized length of a JSON value, without serializing it.
+fn json_len(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => 2 + a.iter().map(|x| json_len(x) + 1).sum::<usize>(),
+        Value::Object(o) => 2 + o.iter().map(|(k, x)| k.len() + 4 + json_len(x)).sum::<usize>(),
+    }
 }
 
 pub fn chat_needs(req: &ChatRequest) -> Needs {

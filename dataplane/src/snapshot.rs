@@ -76,10 +76,10 @@ pub struct Model {
     pub context_window: u32,
     pub max_output_tokens: Option<u32>,
     pub caps: Caps,
-    /// Precomputed upstream URLs, so no request formats one.
-    pub chat_url: String,
-    pub stream_url: String,
-    pub embed_url: String,
+    /// Upstream URLs, formatted and parsed once here so no request does either.
+    pub chat_url: Option<reqwest::Url>,
+    pub stream_url: Option<reqwest::Url>,
+    pub embed_url: Option<reqwest::Url>,
 }
 
 /// The capability matrix row of one model, as a bit set.
@@ -403,6 +403,9 @@ fn build_upstream(
         if m.capabilities.is_empty() {
             return Err(err(format!("{mpath}.capabilities"), "list at least one capability"));
         }
+        if u.provider == ProviderKind::Anthropic && m.capabilities.contains(&Capability::Embeddings) {
+            return Err(err(format!("{mpath}.capabilities"), "Anthropic has no embeddings API"));
+        }
         if let Some(p) = &m.price_per_mtok {
             let all = [Some(p.input), Some(p.output), p.cached_input, p.cache_write];
             if all.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
@@ -410,6 +413,13 @@ fn build_upstream(
             }
         }
         let (chat_url, stream_url, embed_url) = urls(u, &base_url, &m.name);
+        let parse = |url: String| -> Result<Option<reqwest::Url>, ConfigError> {
+            if url.is_empty() {
+                return Ok(None);
+            }
+            reqwest::Url::parse(&url).map(Some).map_err(|e| err(format!("{path}.base_url"), format!("invalid URL {url}: {e}")))
+        };
+        let (chat_url, stream_url, embed_url) = (parse(chat_url)?, parse(stream_url)?, parse(embed_url)?);
         models.push(Model {
             name: m.name.clone(),
             context_window: m.context_window,
@@ -493,6 +503,19 @@ routes:
         let s = build(&spec(&env), 1, &|n| (n == "K").then(|| "ax-secret".to_owned()), None).unwrap();
         assert!(s.authenticate("ax-secret").is_some());
         assert!(s.authenticate("ax-other").is_none());
+    }
+
+    #[test]
+    fn anthropic_embeddings_are_a_config_error() {
+        let yaml = r#"
+upstreams:
+  - name: c
+    provider: anthropic
+    base_url: https://api.anthropic.com
+    models: [{ name: claude, context_window: 1000, capabilities: [chat, embeddings] }]
+"#;
+        let e = build(&spec(yaml), 1, &|_| None, None).unwrap_err();
+        assert_eq!(e.path, "upstreams[0].models[0].capabilities");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, status_of_error_type, Ctx};
+use super::{classify, error_body, status_of_error_type, Ctx, IsError};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, Role,
     StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
@@ -212,6 +212,8 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
 
 #[derive(Deserialize)]
 struct AnthropicResponse {
+    #[serde(rename = "type", default)]
+    kind: IsError,
     #[serde(default)]
     id: String,
     #[serde(default)]
@@ -294,11 +296,10 @@ fn embedded_error(v: &Value) -> Option<AxError> {
 }
 
 pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| AxError::UpstreamInvalidResponse)?;
-    if let Some(e) = embedded_error(&v) {
-        return Err(e);
+    let r: AnthropicResponse = serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    if r.kind.0 {
+        return Err(error_body(body, embedded_error));
     }
-    let r: AnthropicResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
     let mut text: Option<String> = None;
     let mut tool_calls = Vec::new();
     for b in r.content {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, estimate_tokens, status_of_error_type, synth_call_id, Ctx};
+use super::{classify, error_body, estimate_tokens, status_of_error_type, synth_call_id, Ctx};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, FunctionCall, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
@@ -317,6 +317,8 @@ struct GeminiResponse {
     model_version: Option<String>,
     #[serde(default)]
     response_id: Option<String>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -432,11 +434,10 @@ fn candidate_parts(c: GCandidate) -> CandidateParts {
 }
 
 pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| AxError::UpstreamInvalidResponse)?;
-    if let Some(e) = embedded_error(&v) {
-        return Err(e);
+    let r: GeminiResponse = serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    if r.error.is_some() {
+        return Err(error_body(body, embedded_error));
     }
-    let r: GeminiResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
     if r.candidates.is_empty() {
         return Err(if r.prompt_feedback.and_then(|f| f.block_reason).is_some() {
             AxError::ContentFilter
@@ -494,11 +495,11 @@ pub struct StreamState {
 
 impl StreamState {
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
-        let v: Value = serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
-        if let Some(e) = embedded_error(&v) {
-            return Err(e);
+        let r: GeminiResponse =
+            serde_json::from_str(&ev.data).map_err(|_| error_body(ev.data.as_bytes(), embedded_error))?;
+        if r.error.is_some() {
+            return Err(error_body(ev.data.as_bytes(), embedded_error));
         }
-        let r: GeminiResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
         if r.candidates.is_empty() && r.prompt_feedback.as_ref().is_some_and(|f| f.block_reason.is_some()) {
             return Err(AxError::ContentFilter);
         }

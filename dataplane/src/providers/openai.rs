@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, status_of_error_type, Ctx};
+use super::{classify, error_body, status_of_error_type, Ctx, IsError};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, EncodingFormat,
     FinishReason, Message, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice,
@@ -110,6 +110,10 @@ struct OpenAiResponse {
     usage: Option<OpenAiUsage>,
     #[serde(default)]
     system_fingerprint: Option<String>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    object: IsError,
 }
 
 #[derive(Deserialize)]
@@ -206,11 +210,10 @@ fn embedded_error(v: &Value) -> Option<AxError> {
 }
 
 pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| AxError::UpstreamInvalidResponse)?;
-    if let Some(e) = embedded_error(&v) {
-        return Err(e);
+    let r: OpenAiResponse = serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    if r.error.is_some() || r.object.0 {
+        return Err(error_body(body, embedded_error));
     }
-    let r: OpenAiResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
     if r.choices.is_empty() {
         return Err(AxError::UpstreamInvalidResponse);
     }
@@ -250,6 +253,10 @@ struct OpenAiChunk {
     choices: Vec<OpenAiChunkChoice>,
     #[serde(default)]
     usage: Option<OpenAiUsage>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    object: IsError,
 }
 
 #[derive(Deserialize)]
@@ -304,11 +311,11 @@ impl StreamState {
         if data.is_empty() {
             return Ok(None);
         }
-        let v: Value = serde_json::from_str(data).map_err(|_| AxError::UpstreamInvalidResponse)?;
-        if let Some(e) = embedded_error(&v) {
-            return Err(e);
+        let c: OpenAiChunk =
+            serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
+        if c.error.is_some() || c.object.0 {
+            return Err(error_body(data.as_bytes(), embedded_error));
         }
-        let c: OpenAiChunk = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
         let choices = c
             .choices
             .into_iter()
@@ -371,7 +378,12 @@ pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>,
 
 #[derive(Deserialize)]
 struct OpenAiEmbeddingsResponse {
+    #[serde(default)]
     data: Vec<OpenAiEmbedding>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    object: IsError,
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
@@ -386,11 +398,11 @@ struct OpenAiEmbedding {
 }
 
 pub fn decode_embeddings(body: &[u8]) -> Result<EmbeddingsResponse, AxError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| AxError::UpstreamInvalidResponse)?;
-    if let Some(e) = embedded_error(&v) {
-        return Err(e);
+    let mut r: OpenAiEmbeddingsResponse =
+        serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    if r.error.is_some() || r.object.0 || r.data.is_empty() {
+        return Err(error_body(body, embedded_error));
     }
-    let mut r: OpenAiEmbeddingsResponse = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
     r.data.sort_by_key(|e| e.index);
     Ok(EmbeddingsResponse {
         model: r.model.unwrap_or_default(),

@@ -1,1 +1,148 @@
+//! Adapter unit tests: decoder state machines and error classification, event by event.
 
+use serde_json::json;
+
+use super::*;
+use crate::canonical::{Chunk, FinishReason, StreamItem};
+
+fn ev(data: serde_json::Value) -> SseEvent {
+    SseEvent { event: None, data: data.to_string() }
+}
+
+fn chunk(item: Option<StreamItem>) -> Chunk {
+    match item {
+        Some(StreamItem::Chunk(c)) => c,
+        other => panic!("expected a chunk, got {other:?}"),
+    }
+}
+
+#[test]
+fn anthropic_block_indexes_map_to_tool_indexes() {
+    let mut s = anthropic::StreamState::default();
+    let start = s.on_event(&ev(json!({ "type": "message_start", "message": { "usage": {
+        "input_tokens": 5, "cache_read_input_tokens": 7, "cache_creation_input_tokens": 3 } } })));
+    assert_eq!(chunk(start.unwrap()).usage.unwrap().prompt_tokens, 15);
+    // Block 0 thinking (ignored), block 1 text, blocks 2 and 3 tool_use.
+    let events = [
+        json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "thinking", "thinking": "" } }),
+        json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "thinking_delta", "thinking": "hmm" } }),
+        json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "signature_delta", "signature": "x" } }),
+        json!({ "type": "content_block_start", "index": 1, "content_block": { "type": "text", "text": "" } }),
+        json!({ "type": "some_future_event", "index": 1 }),
+    ];
+    for e in events {
+        assert_eq!(s.on_event(&ev(e)).unwrap(), None);
+    }
+    let t = chunk(
+        s.on_event(&ev(json!({ "type": "content_block_delta", "index": 1, "delta": { "type": "text_delta", "text": "Hi" } })))
+            .unwrap(),
+    );
+    assert_eq!(t.choices[0].content.as_deref(), Some("Hi"));
+    for (block, id) in [(2, "toolu_a"), (3, "toolu_b")] {
+        let c = chunk(s.on_event(&ev(json!({ "type": "content_block_start", "index": block,
+            "content_block": { "type": "tool_use", "id": id, "name": "f", "input": {} } }))).unwrap());
+        assert_eq!(c.choices[0].tool_calls[0].index, block - 2);
+        assert_eq!(c.choices[0].tool_calls[0].id.as_deref(), Some(id));
+    }
+    let d = chunk(s.on_event(&ev(json!({ "type": "content_block_delta", "index": 3,
+        "delta": { "type": "input_json_delta", "partial_json": "{\"a\":1}" } }))).unwrap());
+    assert_eq!((d.choices[0].tool_calls[0].index, d.choices[0].tool_calls[0].arguments.as_str()), (1, "{\"a\":1}"));
+    // A delta for a block that never started is a protocol violation.
+    assert!(s
+        .on_event(&ev(json!({ "type": "content_block_delta", "index": 9,
+            "delta": { "type": "input_json_delta", "partial_json": "{}" } })))
+        .is_err());
+    let end = chunk(
+        s.on_event(&ev(json!({ "type": "message_delta", "delta": { "stop_reason": "tool_use" }, "usage": { "output_tokens": 42 } })))
+            .unwrap(),
+    );
+    assert_eq!(end.choices[0].finish_reason, Some(FinishReason::ToolCalls));
+    let u = end.usage.unwrap();
+    assert_eq!((u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cache_write_tokens), (15, 42, 7, 3));
+    assert_eq!(s.on_event(&ev(json!({ "type": "message_stop" }))).unwrap(), Some(StreamItem::Done));
+    let err = s.on_event(&ev(json!({ "type": "error", "error": { "type": "overloaded_error", "message": "m" } })));
+    assert_eq!(err.unwrap_err().code(), "upstream_unavailable");
+}
+
+#[test]
+fn gemini_function_calls_across_events_keep_counting() {
+    let mut s = gemini::StreamState::default();
+    let call = |name: &str| {
+        json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "functionCall": { "name": name, "args": { "x": 1 } } }] }, "index": 0 }] })
+    };
+    let a = chunk(s.on_event(&ev(call("f"))).unwrap());
+    let b = chunk(s.on_event(&ev(call("g"))).unwrap());
+    assert_eq!(a.choices[0].tool_calls[0].index, 0);
+    assert_eq!(b.choices[0].tool_calls[0].index, 1);
+    assert_ne!(a.choices[0].tool_calls[0].id, b.choices[0].tool_calls[0].id);
+    assert_eq!(b.choices[0].tool_calls[0].arguments, r#"{"x":1}"#);
+    // The finishing event carries no call itself, but the candidate called functions: tool_calls.
+    let end = chunk(
+        s.on_event(&ev(json!({ "candidates": [{ "content": { "parts": [] }, "finishReason": "STOP", "index": 0 }],
+            "usageMetadata": { "promptTokenCount": 4, "candidatesTokenCount": 6, "thoughtsTokenCount": 2 } })))
+        .unwrap(),
+    );
+    assert_eq!(end.choices[0].finish_reason, Some(FinishReason::ToolCalls));
+    let u = end.usage.unwrap();
+    assert_eq!((u.completion_tokens, u.reasoning_tokens), (8, 2));
+    assert_eq!(s.finished, true);
+    // Thought parts are not answer text.
+    let mut s = gemini::StreamState::default();
+    let t = chunk(
+        s.on_event(&ev(json!({ "candidates": [{ "content": { "parts": [{ "text": "plan", "thought": true }, { "text": "answer" }] } }] })))
+            .unwrap(),
+    );
+    assert_eq!(t.choices[0].content.as_deref(), Some("answer"));
+}
+
+#[test]
+fn openai_compatible_quirks() {
+    // vLLM's error shape inside a 200.
+    let e = openai::decode_chat(br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#).unwrap_err();
+    assert_eq!(e.code(), "upstream_rejected_request");
+    // An `error` string.
+    assert!(openai::decode_chat(br#"{"error":"overloaded"}"#).is_err());
+    // DeepSeek reports cache hits as prompt_cache_hit_tokens.
+    let r = openai::decode_chat(
+        br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],
+            "usage":{"prompt_tokens":10,"completion_tokens":2,"prompt_cache_hit_tokens":6}}"#,
+    )
+    .unwrap();
+    assert_eq!(r.usage.unwrap().cached_tokens, 6);
+    // A non-string `object` is not an error marker.
+    let r = openai::decode_chat(br#"{"object":null,"choices":[{"index":0,"message":{"content":"x"}}]}"#).unwrap();
+    assert_eq!(r.choices[0].content.as_deref(), Some("x"));
+    // A 200 with no choices is not a reply.
+    assert_eq!(openai::decode_chat(br#"{"id":"x","choices":[]}"#).unwrap_err().code(), "upstream_invalid_response");
+    // The role-only opening chunk produces nothing; [DONE] ends.
+    let mut s = openai::StreamState::default();
+    let opening = json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "" }, "finish_reason": null }] });
+    assert_eq!(s.on_event(&ev(opening)).unwrap(), None);
+    assert_eq!(s.on_event(&SseEvent { event: None, data: "[DONE]".into() }).unwrap(), Some(StreamItem::Done));
+    assert!(!s.finished, "[DONE] without a finish reason is not a finish");
+}
+
+#[test]
+fn classification_table() {
+    let cases = [
+        (400, None, "upstream_rejected_request", false),
+        (401, None, "upstream_auth_failed", false),
+        (403, None, "upstream_auth_failed", false),
+        (404, None, "upstream_error", true),
+        (408, None, "upstream_timeout", true),
+        (422, None, "upstream_rejected_request", false),
+        (429, None, "upstream_rate_limited", true),
+        (500, None, "upstream_error", true),
+        (502, None, "upstream_error", true),
+        (503, None, "upstream_unavailable", true),
+        (504, None, "upstream_timeout", true),
+        (529, None, "upstream_unavailable", true),
+        (400, Some("content_filter"), "content_filter", false),
+    ];
+    for (status, code, want, retry) in cases {
+        let e = classify(status, code);
+        assert_eq!((e.code(), e.is_retryable()), (want, retry), "status {status}");
+    }
+    assert_eq!(estimate_tokens(0), 0);
+    assert_eq!(estimate_tokens(10), 4);
+}

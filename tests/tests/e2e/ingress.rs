@@ -86,6 +86,7 @@ async fn documented_rejections() {
     assert_eq!(v["error"]["param"], "temperature");
     // Unknown path → 404 not_found.
     expect_error(client.get(format!("{}/v1/nothing", gw.url)).send().await.unwrap(), 404, "not_found").await;
+    expect_error(client.get(&url).send().await.unwrap(), 405, "method_not_allowed").await;
     assert_eq!(up.hits(), 0, "no rejected request reached the upstream");
 }
 

@@ -47,6 +47,7 @@ async fn anthropic_request_translation() {
     assert_eq!(r.path, "/v1/messages");
     assert_eq!(r.header("x-api-key"), Some(UPSTREAM_KEY));
     assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    assert!(r.header("x-request-id").is_some_and(|id| id.starts_with("req_")), "request id forwarded");
     assert!(r.header("authorization").is_none());
     let b = r.body;
     assert_eq!(b["model"], "real-model");
