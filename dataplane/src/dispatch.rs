@@ -104,7 +104,7 @@ async fn send(
 ) -> Result<reqwest::Response, AxError> {
     let url = url.ok_or(AxError::Internal)?.clone();
     let fut = up
-        .client
+        .client()
         .post(url)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header("x-request-id", request_id)

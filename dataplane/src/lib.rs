@@ -26,6 +26,7 @@ pub mod secret;
 pub mod snapshot;
 pub mod sse;
 pub mod stream;
+pub mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -46,6 +47,19 @@ impl App {
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
         let metrics = meter::prometheus();
         Arc::new(Self { store: SnapshotStore::new(snapshot), metrics })
+    }
+
+    /// Background upkeep, once per process: Prometheus histograms need it to bound their memory.
+    pub fn spawn_upkeep(&self) {
+        if let Some(h) = self.metrics.clone() {
+            tokio::spawn(async move {
+                let mut t = tokio::time::interval(Duration::from_secs(5));
+                loop {
+                    t.tick().await;
+                    h.run_upkeep();
+                }
+            });
+        }
     }
 }
 

@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ax_dataplane::{config, reload, App};
+use std::net::ToSocketAddrs;
+
+use ax_dataplane::{config, reload, worker, App};
 use sha2::{Digest, Sha256};
 
 /// mimalloc instead of glibc malloc: under load glibc's arenas spent ~22% of the gateway's CPU
@@ -106,6 +108,13 @@ fn check(args: &Args) -> ExitCode {
 
 fn serve(args: Args) -> ExitCode {
     init_logs();
+    // One serving thread per core (AX_THREADS overrides), each with its own runtime.
+    let threads = std::env::var("AX_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get));
+    worker::set_count(threads);
     let Some(path) = args.config.clone() else {
         eprintln!("error: --config is required\n{USAGE}");
         return ExitCode::from(2);
@@ -118,39 +127,95 @@ fn serve(args: Args) -> ExitCode {
         }
     };
     let listen = args.listen.unwrap_or(spec.server.listen);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let listeners = match listen.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(addr)) => worker::bind_reuseport(addr, threads),
+        Ok(None) => Err(std::io::Error::other("the address resolves to nothing")),
+        Err(e) => Err(e),
+    };
+    let listeners = match listeners {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, listen = %listen, "cannot listen");
+            return ExitCode::FAILURE;
+        }
+    };
+    let addr = listeners.first().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()).unwrap_or_default();
+    if let Some(f) = &args.addr_file {
+        if let Err(e) = std::fs::write(f, &addr) {
+            tracing::error!(error = %e, "cannot write --addr-file");
+            return ExitCode::FAILURE;
+        }
+    }
+
+    let app = App::new(snap);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (exit_tx, mut exit_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Result<(), String>)>();
+    let mut handles = Vec::with_capacity(threads);
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let (app, mut stop, exit) = (app.clone(), stop_rx.clone(), exit_tx.clone());
+        let spawned = std::thread::Builder::new().name(format!("ax-serve-{i}")).spawn(move || {
+            worker::set_current(i);
+            let result =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string()).and_then(
+                    |rt| {
+                        rt.block_on(async move {
+                            let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+                            let shutdown = async move {
+                                let _ = stop.wait_for(|s| *s).await;
+                            };
+                            ax_dataplane::serve(listener, app, shutdown).await.map_err(|e| e.to_string())
+                        })
+                    },
+                );
+            let _ = exit.send((i, result));
+        });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a serving thread");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    drop(exit_tx);
+
+    // The main thread runs the control work: signals, reloads, metrics upkeep.
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the runtime");
             return ExitCode::FAILURE;
         }
     };
-    rt.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(&listen).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(error = %e, listen = %listen, "cannot listen");
-                return ExitCode::FAILURE;
-            }
-        };
-        let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        if let Some(f) = &args.addr_file {
-            if let Err(e) = std::fs::write(f, &addr) {
-                tracing::error!(error = %e, "cannot write --addr-file");
-                return ExitCode::FAILURE;
-            }
-        }
-        let app = App::new(snap);
+    let failed = rt.block_on(async move {
+        app.spawn_upkeep();
         tokio::spawn(reload::watch(app.clone(), path));
-        tracing::info!(addr = %addr, version = env!("CARGO_PKG_VERSION"), "listening");
-        match ax_dataplane::serve(listener, app, shutdown_signal()).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                tracing::error!(error = %e, "server failed");
-                ExitCode::FAILURE
+        tracing::info!(addr = %addr, threads, version = env!("CARGO_PKG_VERSION"), "listening");
+        let mut failed = false;
+        tokio::select! {
+            () = shutdown_signal() => {}
+            Some((i, r)) = exit_rx.recv() => {
+                tracing::error!(thread = i, error = ?r.err(), "a serving thread stopped; shutting down");
+                failed = true;
             }
         }
-    })
+        let _ = stop_tx.send(true);
+        while let Some((i, r)) = exit_rx.recv().await {
+            if let Err(e) = r {
+                tracing::error!(thread = i, error = %e, "serving thread failed");
+                failed = true;
+            }
+        }
+        failed
+    });
+    for h in handles {
+        let _ = h.join();
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 async fn shutdown_signal() {

@@ -54,7 +54,8 @@ pub struct Snapshot {
 pub struct Upstream {
     pub name: String,
     pub kind: ProviderKind,
-    pub client: reqwest::Client,
+    /// One pooled client per serving thread (`worker`), so connections stay on their thread.
+    clients: Box<[reqwest::Client]>,
     pub timeouts: TimeoutsSpec,
     pub models: Vec<Model>,
     pub mock: Option<MockUpstream>,
@@ -147,6 +148,13 @@ impl Allowed {
 pub struct KeyRef {
     pub tenant: usize,
     pub key_id: String,
+}
+
+impl Upstream {
+    /// The pooled HTTP client of the calling serving thread.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.clients[crate::worker::current() % self.clients.len()]
+    }
 }
 
 impl Snapshot {
@@ -373,18 +381,26 @@ fn build_upstream(
         fp.update([0]);
     }
     let client_fingerprint: [u8; 32] = fp.finalize().into();
-    let reused =
-        prev.and_then(|p| p.upstreams.iter().find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint));
-    let client = match reused {
-        Some(o) => o.client.clone(),
-        None => reqwest::Client::builder()
-            .default_headers(headers)
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_millis(u.timeouts.connect_ms))
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(1024)
-            .build()
-            .map_err(|e| err(path, format!("cannot build HTTP client: {e}")))?,
+    let threads = crate::worker::count();
+    let reused = prev.and_then(|p| {
+        p.upstreams
+            .iter()
+            .find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint && o.clients.len() == threads)
+    });
+    let clients = match reused {
+        Some(o) => o.clients.clone(),
+        None => (0..threads)
+            .map(|_| {
+                reqwest::Client::builder()
+                    .default_headers(headers.clone())
+                    .tcp_nodelay(true)
+                    .connect_timeout(Duration::from_millis(u.timeouts.connect_ms))
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .pool_max_idle_per_host(1024)
+                    .build()
+                    .map_err(|e| err(path, format!("cannot build HTTP client: {e}")))
+            })
+            .collect::<Result<Box<[_]>, _>>()?,
     };
 
     if u.models.is_empty() {
@@ -417,7 +433,9 @@ fn build_upstream(
             if url.is_empty() {
                 return Ok(None);
             }
-            reqwest::Url::parse(&url).map(Some).map_err(|e| err(format!("{path}.base_url"), format!("invalid URL {url}: {e}")))
+            reqwest::Url::parse(&url)
+                .map(Some)
+                .map_err(|e| err(format!("{path}.base_url"), format!("invalid URL {url}: {e}")))
         };
         let (chat_url, stream_url, embed_url) = (parse(chat_url)?, parse(stream_url)?, parse(embed_url)?);
         models.push(Model {
@@ -437,7 +455,7 @@ fn build_upstream(
     Ok(Upstream {
         name: u.name.clone(),
         kind: u.provider,
-        client,
+        clients,
         timeouts: u.timeouts.clone(),
         models,
         mock,

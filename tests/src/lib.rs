@@ -235,6 +235,7 @@ impl Gateway {
         let snap =
             ax_dataplane::snapshot::build(&spec, 1, &|n| std::env::var(n).ok(), None).expect("test config builds");
         let app = ax_dataplane::App::new(snap);
+        app.spawn_upkeep();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");
         let url = format!("http://{}", listener.local_addr().expect("gateway addr"));
         let a = app.clone();

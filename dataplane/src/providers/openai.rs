@@ -311,8 +311,7 @@ impl StreamState {
         if data.is_empty() {
             return Ok(None);
         }
-        let c: OpenAiChunk =
-            serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
+        let c: OpenAiChunk = serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
         if c.error.is_some() || c.object.0 {
             return Err(error_body(data.as_bytes(), embedded_error));
         }
@@ -398,8 +397,7 @@ struct OpenAiEmbedding {
 }
 
 pub fn decode_embeddings(body: &[u8]) -> Result<EmbeddingsResponse, AxError> {
-    let mut r: OpenAiEmbeddingsResponse =
-        serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    let mut r: OpenAiEmbeddingsResponse = serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() || r.object.0 || r.data.is_empty() {
         return Err(error_body(body, embedded_error));
     }

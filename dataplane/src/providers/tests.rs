@@ -34,18 +34,26 @@ fn anthropic_block_indexes_map_to_tool_indexes() {
         assert_eq!(s.on_event(&ev(e)).unwrap(), None);
     }
     let t = chunk(
-        s.on_event(&ev(json!({ "type": "content_block_delta", "index": 1, "delta": { "type": "text_delta", "text": "Hi" } })))
-            .unwrap(),
+        s.on_event(&ev(
+            json!({ "type": "content_block_delta", "index": 1, "delta": { "type": "text_delta", "text": "Hi" } }),
+        ))
+        .unwrap(),
     );
     assert_eq!(t.choices[0].content.as_deref(), Some("Hi"));
     for (block, id) in [(2, "toolu_a"), (3, "toolu_b")] {
-        let c = chunk(s.on_event(&ev(json!({ "type": "content_block_start", "index": block,
-            "content_block": { "type": "tool_use", "id": id, "name": "f", "input": {} } }))).unwrap());
+        let c = chunk(
+            s.on_event(&ev(json!({ "type": "content_block_start", "index": block,
+            "content_block": { "type": "tool_use", "id": id, "name": "f", "input": {} } })))
+                .unwrap(),
+        );
         assert_eq!(c.choices[0].tool_calls[0].index, block - 2);
         assert_eq!(c.choices[0].tool_calls[0].id.as_deref(), Some(id));
     }
-    let d = chunk(s.on_event(&ev(json!({ "type": "content_block_delta", "index": 3,
-        "delta": { "type": "input_json_delta", "partial_json": "{\"a\":1}" } }))).unwrap());
+    let d = chunk(
+        s.on_event(&ev(json!({ "type": "content_block_delta", "index": 3,
+        "delta": { "type": "input_json_delta", "partial_json": "{\"a\":1}" } })))
+            .unwrap(),
+    );
     assert_eq!((d.choices[0].tool_calls[0].index, d.choices[0].tool_calls[0].arguments.as_str()), (1, "{\"a\":1}"));
     // A delta for a block that never started is a protocol violation.
     assert!(s
@@ -67,9 +75,7 @@ fn anthropic_block_indexes_map_to_tool_indexes() {
 #[test]
 fn gemini_function_calls_across_events_keep_counting() {
     let mut s = gemini::StreamState::default();
-    let call = |name: &str| {
-        json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "functionCall": { "name": name, "args": { "x": 1 } } }] }, "index": 0 }] })
-    };
+    let call = |name: &str| json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "functionCall": { "name": name, "args": { "x": 1 } } }] }, "index": 0 }] });
     let a = chunk(s.on_event(&ev(call("f"))).unwrap());
     let b = chunk(s.on_event(&ev(call("g"))).unwrap());
     assert_eq!(a.choices[0].tool_calls[0].index, 0);
@@ -80,12 +86,12 @@ fn gemini_function_calls_across_events_keep_counting() {
     let end = chunk(
         s.on_event(&ev(json!({ "candidates": [{ "content": { "parts": [] }, "finishReason": "STOP", "index": 0 }],
             "usageMetadata": { "promptTokenCount": 4, "candidatesTokenCount": 6, "thoughtsTokenCount": 2 } })))
-        .unwrap(),
+            .unwrap(),
     );
     assert_eq!(end.choices[0].finish_reason, Some(FinishReason::ToolCalls));
     let u = end.usage.unwrap();
     assert_eq!((u.completion_tokens, u.reasoning_tokens), (8, 2));
-    assert_eq!(s.finished, true);
+    assert!(s.finished);
     // Thought parts are not answer text.
     let mut s = gemini::StreamState::default();
     let t = chunk(
@@ -98,7 +104,8 @@ fn gemini_function_calls_across_events_keep_counting() {
 #[test]
 fn openai_compatible_quirks() {
     // vLLM's error shape inside a 200.
-    let e = openai::decode_chat(br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#).unwrap_err();
+    let e =
+        openai::decode_chat(br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#).unwrap_err();
     assert_eq!(e.code(), "upstream_rejected_request");
     // An `error` string.
     assert!(openai::decode_chat(br#"{"error":"overloaded"}"#).is_err());
@@ -116,7 +123,8 @@ fn openai_compatible_quirks() {
     assert_eq!(openai::decode_chat(br#"{"id":"x","choices":[]}"#).unwrap_err().code(), "upstream_invalid_response");
     // The role-only opening chunk produces nothing; [DONE] ends.
     let mut s = openai::StreamState::default();
-    let opening = json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "" }, "finish_reason": null }] });
+    let opening =
+        json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "" }, "finish_reason": null }] });
     assert_eq!(s.on_event(&ev(opening)).unwrap(), None);
     assert_eq!(s.on_event(&SseEvent { event: None, data: "[DONE]".into() }).unwrap(), Some(StreamItem::Done));
     assert!(!s.finished, "[DONE] without a finish reason is not a finish");

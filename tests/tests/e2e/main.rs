@@ -34,6 +34,11 @@ impl P {
 /// `other`, which the test tenant may not use).
 pub fn config(provider: &str, base_url: &str, params: &str) -> String {
     let digest = key_digest(KEY);
+    let caps = if provider == "anthropic" {
+        "chat, tools, streaming, vision, json"
+    } else {
+        "chat, tools, streaming, vision, json, embeddings"
+    };
     format!(
         r#"
 server: {{ params: {params}, max_body_bytes: 65536 }}
@@ -44,7 +49,7 @@ upstreams:
     api_key: {UPSTREAM_KEY}
     api_version: "2024-10-21"
     models:
-      - {{ name: real-model, context_window: 100000, capabilities: [chat, tools, streaming, vision, json, embeddings] }}
+      - {{ name: real-model, context_window: 100000, capabilities: [{caps}] }}
 routes:
   - alias: chat
     candidates: [{{ upstream: up, model: real-model }}]
