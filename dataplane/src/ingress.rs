@@ -180,15 +180,20 @@ fn count_rejected(alias: &str, e: &AxError) {
         .increment(1);
 }
 
-async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+/// The frame every model endpoint shares: request id, the request's span, one snapshot load, and
+/// the error edge (counting requests rejected before any upstream was chosen).
+async fn handle<F, Fut>(app: Arc<App>, headers: HeaderMap, body: Body, path: &'static str, stage: F) -> Response
+where
+    F: FnOnce(Arc<Snapshot>, String, HeaderMap, Body, Instant) -> Fut,
+    Fut: std::future::Future<Output = (String, Result<Response, Rejection>)>,
+{
     let start = Instant::now();
     let rid = request_id(&headers);
-    let span = request_span(&rid, "/v1/chat/completions");
+    let span = request_span(&rid, path);
     async move {
-        let snap = app.store.load();
-        match chat(&snap, &rid, &headers, body, start).await {
-            Ok(r) => r,
-            Err((e, alias)) => {
+        match stage(app.store.load(), rid, headers, body, start).await {
+            (_, Ok(r)) => r,
+            (rid, Err((e, alias))) => {
                 count_rejected(alias.as_deref().unwrap_or(""), &e);
                 error_response(&e, &rid)
             }
@@ -198,7 +203,54 @@ async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body:
     .await
 }
 
+async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    handle(app, headers, body, "/v1/chat/completions", |snap, rid, headers, body, start| async move {
+        let r = chat(&snap, &rid, &headers, body, start).await;
+        (rid, r)
+    })
+    .await
+}
+
+async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    handle(app, headers, body, "/v1/embeddings", |snap, rid, headers, body, start| async move {
+        let r = embed(&snap, &rid, &headers, body, start).await;
+        (rid, r)
+    })
+    .await
+}
+
 type Rejection = (AxError, Option<String>);
+
+/// A request body that names the alias it wants.
+trait ModelRequest: DeserializeOwned {
+    fn alias(&self) -> &str;
+}
+
+impl ModelRequest for ChatRequest {
+    fn alias(&self) -> &str {
+        &self.model
+    }
+}
+
+impl ModelRequest for EmbeddingsRequest {
+    fn alias(&self) -> &str {
+        &self.model
+    }
+}
+
+/// The stages every model endpoint shares, in order: authenticate (401), read the body under the
+/// limit (413), decode (400), the alias exists (404) and is allowed (403).
+async fn admit<'s, T: ModelRequest>(
+    snap: &'s Snapshot,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Caller<'s>, T, &'s crate::snapshot::Route), Rejection> {
+    let caller = authenticate(snap, headers).map_err(|e| (e, None))?;
+    let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(|e| (e, None))?;
+    let req: T = decode(&bytes, snap.params).map_err(|e| (e, None))?;
+    let route = alias_allowed(snap, &caller, req.alias()).map_err(|e| (e, None))?;
+    Ok((caller, req, route))
+}
 
 async fn chat(
     snap: &Arc<Snapshot>,
@@ -207,11 +259,7 @@ async fn chat(
     body: Body,
     start: Instant,
 ) -> Result<Response, Rejection> {
-    let caller = authenticate(snap, headers).map_err(|e| (e, None))?;
-    let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(|e| (e, None))?;
-    let mut req: ChatRequest = decode(&bytes, snap.params).map_err(|e| (e, None))?;
-    drop(bytes);
-    let route = alias_allowed(snap, &caller, &req.model).map_err(|e| (e, None))?;
+    let (caller, mut req, route) = admit::<ChatRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
     let reject = |e: AxError| (e, Some(alias.to_owned()));
     req.validate().map_err(reject)?;
@@ -287,24 +335,6 @@ async fn chat(
     }
 }
 
-async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let start = Instant::now();
-    let rid = request_id(&headers);
-    let span = request_span(&rid, "/v1/embeddings");
-    async move {
-        let snap = app.store.load();
-        match embed(&snap, &rid, &headers, body, start).await {
-            Ok(r) => r,
-            Err((e, alias)) => {
-                count_rejected(alias.as_deref().unwrap_or(""), &e);
-                error_response(&e, &rid)
-            }
-        }
-    }
-    .instrument(span)
-    .await
-}
-
 async fn embed(
     snap: &Arc<Snapshot>,
     rid: &str,
@@ -312,10 +342,7 @@ async fn embed(
     body: Body,
     start: Instant,
 ) -> Result<Response, Rejection> {
-    let caller = authenticate(snap, headers).map_err(|e| (e, None))?;
-    let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(|e| (e, None))?;
-    let req: EmbeddingsRequest = decode(&bytes, snap.params).map_err(|e| (e, None))?;
-    let route = alias_allowed(snap, &caller, &req.model).map_err(|e| (e, None))?;
+    let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
     let reject = |e: AxError| (e, Some(alias.to_owned()));
     let plan = route::plan(snap, route, &route::embeddings_needs(&req), &mut rand::rng()).map_err(reject)?;

@@ -159,6 +159,20 @@ pub fn status_of_error_type(t: &str) -> u16 {
     }
 }
 
+/// The arguments of an assistant's tool call (`messages[i].tool_calls[j]`) as the JSON object
+/// Anthropic's `input` and Gemini's `args` need. Empty arguments are `{}`; anything not JSON is
+/// the caller's error, named by its path.
+pub fn tool_arguments(args: &str, i: usize, j: usize) -> Result<serde_json::Value, AxError> {
+    if args.trim().is_empty() {
+        return Ok(serde_json::Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_str(args).map_err(|_| {
+        let path = format!("messages[{i}].tool_calls[{j}].function.arguments");
+        let message = format!("{path} is not valid JSON");
+        AxError::invalid_param(path, message)
+    })
+}
+
 /// Estimated token count of text: UTF-8 bytes / 3, rounded up. Errs high for English (~4 bytes a
 /// token) and lands near one token per CJK character (3 bytes). Used for routing decisions and
 /// where a provider reports no usage; see `docs/routing.md`.

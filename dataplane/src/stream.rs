@@ -66,35 +66,13 @@ impl EgressStream {
                     if c.choices.iter().all(crate::canonical::ChunkChoice::is_empty) {
                         continue;
                     }
-                    let role = enc.role(n.max(1));
-                    let mut s = EgressStream {
-                        upstream,
-                        enc,
-                        request_id,
-                        include_usage,
-                        usage,
-                        pending: VecDeque::from([role]),
-                        done: false,
-                        deadline,
-                        meter,
-                    };
+                    let mut s = EgressStream::new(upstream, enc, request_id, include_usage, usage, n, deadline, meter);
                     s.push_chunk(c);
                     return Opening::Started(Box::new(s));
                 }
                 Some(Ok(StreamItem::Done)) | None => {
                     // A stream that ends with nothing: still a valid (empty) reply.
-                    let role = enc.role(n.max(1));
-                    let mut s = EgressStream {
-                        upstream,
-                        enc,
-                        request_id,
-                        include_usage,
-                        usage,
-                        pending: VecDeque::from([role]),
-                        done: false,
-                        deadline,
-                        meter,
-                    };
+                    let mut s = EgressStream::new(upstream, enc, request_id, include_usage, usage, n, deadline, meter);
                     s.finish();
                     return Opening::Started(Box::new(s));
                 }
@@ -103,6 +81,31 @@ impl EgressStream {
                     return Opening::Failed(e);
                 }
             }
+        }
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "a private constructor of one struct's fields")]
+    fn new(
+        upstream: UpstreamStream,
+        enc: ChunkEncoder,
+        request_id: String,
+        include_usage: bool,
+        usage: Option<Usage>,
+        n: u32,
+        deadline: Instant,
+        meter: Meter,
+    ) -> Self {
+        let role = enc.role(n.max(1));
+        EgressStream {
+            upstream,
+            enc,
+            request_id,
+            include_usage,
+            usage,
+            pending: VecDeque::from([role]),
+            done: false,
+            deadline,
+            meter,
         }
     }
 

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, error_body, status_of_error_type, Ctx, IsError};
+use super::{classify, error_body, status_of_error_type, tool_arguments, Ctx, IsError};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, Role,
     StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
@@ -136,16 +136,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                     content_blocks(c, &mut b);
                 }
                 for (j, tc) in m.tool_calls.iter().flatten().enumerate() {
-                    let input: Value = if tc.function.arguments.trim().is_empty() {
-                        Value::Object(Default::default())
-                    } else {
-                        serde_json::from_str(&tc.function.arguments).map_err(|_| {
-                            AxError::invalid_param(
-                                format!("messages[{i}].tool_calls[{j}].function.arguments"),
-                                format!("messages[{i}].tool_calls[{j}].function.arguments is not valid JSON"),
-                            )
-                        })?
-                    };
+                    let input = tool_arguments(&tc.function.arguments, i, j)?;
                     b.push(Block::ToolUse { id: &tc.id, name: &tc.function.name, input });
                 }
                 ("assistant", b)

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, error_body, estimate_tokens, status_of_error_type, synth_call_id, Ctx};
+use super::{classify, error_body, estimate_tokens, status_of_error_type, synth_call_id, tool_arguments, Ctx};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, FunctionCall, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
@@ -207,16 +207,7 @@ pub fn encode_chat(_ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                 }
                 for (j, tc) in m.tool_calls.iter().flatten().enumerate() {
                     call_names.insert(&tc.id, &tc.function.name);
-                    let args: Value = if tc.function.arguments.trim().is_empty() {
-                        Value::Object(Default::default())
-                    } else {
-                        serde_json::from_str(&tc.function.arguments).map_err(|_| {
-                            AxError::invalid_param(
-                                format!("messages[{i}].tool_calls[{j}].function.arguments"),
-                                format!("messages[{i}].tool_calls[{j}].function.arguments is not valid JSON"),
-                            )
-                        })?
-                    };
+                    let args = tool_arguments(&tc.function.arguments, i, j)?;
                     p.push(GPart::FunctionCall { name: &tc.function.name, args });
                 }
                 ("model", p)
