@@ -96,7 +96,9 @@ impl ChatRequest {
             ("n", n_multi),
             ("tools", self.has_tools()),
             ("tool_choice", self.tool_choice.is_some()),
-            ("parallel_tool_calls", self.parallel_tool_calls.is_some()),
+            // `true` is every provider's default; only `false` constrains.
+            ("parallel_tool_calls", self.parallel_tool_calls == Some(false)),
+            ("tools.function.strict", self.tools.iter().flatten().any(|t| t.function.strict == Some(true))),
             ("response_format", matches!(self.response_format, Some(ResponseFormat::JsonObject))),
             ("response_format.json_schema", matches!(self.response_format, Some(ResponseFormat::JsonSchema { .. }))),
             ("seed", self.seed.is_some()),
@@ -119,6 +121,11 @@ impl ChatRequest {
             "stop" => self.stop = None,
             "n" => self.n = None,
             "tools" => self.tools = None,
+            "tools.function.strict" => {
+                for t in self.tools.iter_mut().flatten() {
+                    t.function.strict = None;
+                }
+            }
             "tool_choice" => self.tool_choice = None,
             "parallel_tool_calls" => self.parallel_tool_calls = None,
             "response_format" | "response_format.json_schema" => self.response_format = None,
@@ -691,6 +698,21 @@ mod tests {
         assert!(r.wants_json());
         let set: Vec<_> = r.set_params().collect();
         assert_eq!(set, vec!["stop", "tools", "tool_choice", "response_format"]);
+    }
+
+    #[test]
+    fn only_constraining_values_count_as_set() {
+        let mut r: ChatRequest = serde_json::from_str(
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"parallel_tool_calls":true,"n":1,"logprobs":false,
+                "tools":[{"type":"function","function":{"name":"f","strict":true}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.set_params().collect::<Vec<_>>(), vec!["tools", "tools.function.strict"]);
+        r.parallel_tool_calls = Some(false);
+        assert!(r.set_params().any(|p| p == "parallel_tool_calls"));
+        r.clear_param("tools.function.strict");
+        assert!(!r.set_params().any(|p| p == "tools.function.strict"));
+        assert!(r.has_tools(), "clearing `strict` keeps the tools");
     }
 
     #[test]

@@ -99,7 +99,7 @@ fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s
     let key = raw
         .to_str()
         .ok()
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]))
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .ok_or(AxError::MissingApiKey)?;

@@ -46,6 +46,10 @@ async fn documented_rejections() {
         "invalid_api_key",
     )
     .await;
+    // The auth scheme is case-insensitive.
+    let resp =
+        client.post(&url).header("authorization", format!("BEARER {KEY}")).json(&hello("chat")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
     // An alias the tenant may not use → 403.
     expect_error(post(&gw.url, "/v1/chat/completions", &hello("other")).await, 403, "model_not_allowed").await;
     // Oversize body (limit 65536 in the test config) → 413, declared or streamed.
@@ -87,7 +91,7 @@ async fn documented_rejections() {
     // Unknown path → 404 not_found.
     expect_error(client.get(format!("{}/v1/nothing", gw.url)).send().await.unwrap(), 404, "not_found").await;
     expect_error(client.get(&url).send().await.unwrap(), 405, "method_not_allowed").await;
-    assert_eq!(up.hits(), 0, "no rejected request reached the upstream");
+    assert_eq!(up.hits(), 1, "only the accepted request reached the upstream");
 }
 
 #[tokio::test]
