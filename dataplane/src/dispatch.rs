@@ -3,28 +3,49 @@
 //! Encodes with the candidate's adapter, sends through the upstream's pooled client, and
 //! classifies the answer. A non-2xx status and an error object inside a 2xx body are both
 //! upstream errors; the raw body is logged with the request id and never returned to the caller.
+//! Each timeout has its own error: connect (the client's), first byte (`send` until headers),
+//! idle (between two body reads or stream events), total (the attempt's deadline).
 
 use std::time::Duration;
 
-use tokio::time::{timeout_at, Instant};
+use bytes::BytesMut;
+use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
 use crate::error::AxError;
 use crate::providers::{self, mock, Ctx, StreamDecoder};
-use crate::snapshot::{Model, Upstream};
+use crate::snapshot::{Model, Route, Upstream};
 use crate::sse::SseDecoder;
 
 /// Upstream error bodies are logged up to this many bytes.
 const LOGGED_BODY_BYTES: usize = 2048;
+/// A non-stream answer larger than this is refused rather than buffered.
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The time limits of one attempt: the upstream's timeouts with the route's overrides, and the
+/// attempt's deadline (its total limit, capped by the request's overall deadline).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub first_byte: Duration,
+    pub idle: Duration,
+    pub deadline: Instant,
+}
+
+impl Limits {
+    pub fn new(up: &Upstream, route: &Route, request_deadline: Instant) -> Self {
+        let o = &route.timeouts;
+        let total = Duration::from_millis(o.total_ms.unwrap_or(up.timeouts.total_ms));
+        Self {
+            first_byte: Duration::from_millis(o.first_byte_ms.unwrap_or(up.timeouts.first_byte_ms)),
+            idle: Duration::from_millis(o.idle_ms.unwrap_or(up.timeouts.idle_ms)),
+            deadline: (Instant::now() + total).min(request_deadline),
+        }
+    }
+}
 
 pub enum ChatOutcome {
     Full(ChatResponse),
-    Stream(UpstreamStream),
-}
-
-/// When the attempt must be over: now + the upstream's `total_ms`.
-pub fn deadline(up: &Upstream) -> Instant {
-    Instant::now() + Duration::from_millis(up.timeouts.total_ms)
+    Stream(Box<UpstreamStream>),
 }
 
 pub async fn chat(
@@ -33,19 +54,22 @@ pub async fn chat(
     req: &ChatRequest,
     default_max_tokens: u32,
     request_id: &str,
-    deadline: Instant,
+    limits: Limits,
 ) -> Result<ChatOutcome, AxError> {
     if let Some(m) = &up.mock {
         return if req.stream {
-            Ok(ChatOutcome::Stream(UpstreamStream { source: Source::Mock(mock::MockStream::start(m, req)?) }))
+            let source = Source::Mock(mock::MockStream::start(m, req)?);
+            Ok(ChatOutcome::Stream(Box::new(UpstreamStream { source, limits })))
         } else {
-            Ok(ChatOutcome::Full(mock::chat(m, model, req).await?))
+            let reply =
+                timeout_at(limits.deadline, mock::chat(m, model, req)).await.map_err(|_| AxError::UpstreamTimeout)?;
+            Ok(ChatOutcome::Full(reply?))
         };
     }
     let ctx = Ctx { upstream: up, model, default_max_tokens };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(up, url.as_ref(), body, request_id, deadline).await?;
+    let resp = send(up, url.as_ref(), body, request_id, limits).await?;
     if req.stream {
         let is_sse = resp
             .headers()
@@ -54,7 +78,7 @@ pub async fn chat(
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
         if !is_sse {
             // Some servers answer a stream request with one JSON body, often an error.
-            let bytes = read_body(resp, deadline).await?;
+            let bytes = read_body(resp, limits).await?;
             let err = match providers::decode_chat(up.kind, &bytes) {
                 Err(e) => e,
                 Ok(_) => AxError::UpstreamInvalidResponse,
@@ -63,11 +87,10 @@ pub async fn chat(
             return Err(err);
         }
         let decoder = StreamDecoder::new(up.kind).ok_or(AxError::Internal)?;
-        return Ok(ChatOutcome::Stream(UpstreamStream {
-            source: Source::Http { resp, sse: SseDecoder::new(), decoder, state: HttpState::Reading },
-        }));
+        let source = Source::Http { resp, sse: SseDecoder::new(), decoder, state: HttpState::Reading };
+        return Ok(ChatOutcome::Stream(Box::new(UpstreamStream { source, limits })));
     }
-    let bytes = read_body(resp, deadline).await?;
+    let bytes = read_body(resp, limits).await?;
     match providers::decode_chat(up.kind, &bytes) {
         Ok(r) => Ok(ChatOutcome::Full(r)),
         Err(e) => {
@@ -82,25 +105,26 @@ pub async fn embeddings(
     model: &Model,
     req: &EmbeddingsRequest,
     request_id: &str,
-    deadline: Instant,
+    limits: Limits,
 ) -> Result<EmbeddingsResponse, AxError> {
     if up.mock.is_some() {
         return mock::embeddings(model, req);
     }
     let ctx = Ctx { upstream: up, model, default_max_tokens: 0 };
     let body = providers::encode_embeddings(ctx, req)?;
-    let resp = send(up, model.embed_url.as_ref(), body, request_id, deadline).await?;
-    let bytes = read_body(resp, deadline).await?;
+    let resp = send(up, model.embed_url.as_ref(), body, request_id, limits).await?;
+    let bytes = read_body(resp, limits).await?;
     providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
 }
 
-/// Sends one request; the caller's request id goes along so provider-side logs can be matched.
+/// Sends one request and waits for the response headers; the caller's request id goes along so
+/// provider-side logs can be matched.
 async fn send(
     up: &Upstream,
     url: Option<&reqwest::Url>,
     body: Vec<u8>,
     request_id: &str,
-    deadline: Instant,
+    limits: Limits,
 ) -> Result<reqwest::Response, AxError> {
     let url = url.ok_or(AxError::Internal)?.clone();
     let fut = up
@@ -110,32 +134,62 @@ async fn send(
         .header("x-request-id", request_id)
         .body(body)
         .send();
-    let resp = timeout_at(deadline, fut).await.map_err(|_| AxError::UpstreamTimeout)?.map_err(|e| {
-        tracing::warn!(upstream = %up.name, error = %without_url(&e), "upstream request failed");
-        map_reqwest(&e)
-    })?;
+    let resp = timeout_at(limits.deadline, timeout(limits.first_byte, fut))
+        .await
+        .map_err(|_| AxError::UpstreamTimeout)?
+        .map_err(|_| AxError::UpstreamFirstByteTimeout)?
+        .map_err(|e| {
+            tracing::warn!(upstream = %up.name, error = %without_url(&e), "upstream request failed");
+            map_reqwest(&e)
+        })?;
     let status = resp.status();
     if status.is_success() {
         return Ok(resp);
     }
-    let bytes = read_body(resp, deadline).await.unwrap_or_default();
-    let err = providers::decode_error(up.kind, status.as_u16(), &bytes);
+    let retry_after = retry_after(resp.headers());
+    let bytes = read_body(resp, limits).await.unwrap_or_default();
+    let err = providers::decode_error(up.kind, status.as_u16(), &bytes, retry_after);
     log_upstream_error(up, status.as_u16(), &bytes, &err);
     Err(err)
 }
 
-async fn read_body(resp: reqwest::Response, deadline: Instant) -> Result<bytes::Bytes, AxError> {
-    timeout_at(deadline, resp.bytes()).await.map_err(|_| AxError::UpstreamTimeout)?.map_err(|e| map_reqwest(&e))
+/// `retry-after-ms` (OpenAI) or `retry-after` in seconds; HTTP dates are ignored.
+fn retry_after(h: &http::HeaderMap) -> Option<Duration> {
+    let num =
+        |name: &str| h.get(name)?.to_str().ok()?.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+    num("retry-after-ms")
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .or_else(|| num("retry-after").map(Duration::from_secs_f64))
+}
+
+/// Reads a whole body chunk by chunk, so a body that stops arriving hits the idle timeout.
+async fn read_body(mut resp: reqwest::Response, limits: Limits) -> Result<bytes::Bytes, AxError> {
+    let mut buf = BytesMut::new();
+    loop {
+        let chunk = timeout_at(limits.deadline, timeout(limits.idle, resp.chunk()))
+            .await
+            .map_err(|_| AxError::UpstreamTimeout)?
+            .map_err(|_| AxError::UpstreamIdleTimeout)?
+            .map_err(|e| map_reqwest(&e))?;
+        match chunk {
+            Some(c) if buf.len() + c.len() > MAX_BODY_BYTES => return Err(AxError::UpstreamInvalidResponse),
+            Some(c) => buf.extend_from_slice(&c),
+            None => return Ok(buf.freeze()),
+        }
+    }
 }
 
 fn map_reqwest(e: &reqwest::Error) -> AxError {
-    if e.is_timeout() {
-        AxError::UpstreamTimeout
+    if e.is_connect() && e.is_timeout() {
+        AxError::UpstreamConnectTimeout
     } else if e.is_connect() {
         AxError::UpstreamConnect
+    } else if e.is_timeout() {
+        AxError::UpstreamTimeout
     } else if e.is_body() || e.is_decode() {
         AxError::UpstreamStreamTruncated
     } else {
+        // Typically a connection reset or closed before any response byte.
         AxError::UpstreamFailed(String::new())
     }
 }
@@ -164,15 +218,24 @@ fn log_upstream_error(up: &Upstream, status: u16, body: &[u8], err: &AxError) {
 // ---------------------------------------------------------------------------------------------
 // Upstream streams
 
-/// The canonical items of one upstream stream, pulled one at a time. Dropping it drops the
-/// upstream response, which closes the connection: a client disconnect cancels the upstream call.
+/// The canonical items of one upstream stream, pulled one at a time under the attempt's idle and
+/// total limits. Dropping it drops the upstream response, which closes the connection: a client
+/// disconnect cancels the upstream call.
 pub struct UpstreamStream {
     source: Source,
+    limits: Limits,
 }
 
 enum Source {
-    Http { resp: reqwest::Response, sse: SseDecoder, decoder: StreamDecoder, state: HttpState },
+    Http {
+        resp: reqwest::Response,
+        sse: SseDecoder,
+        decoder: StreamDecoder,
+        state: HttpState,
+    },
     Mock(mock::MockStream),
+    /// Timed out: the upstream response was dropped (closing its connection).
+    Ended,
 }
 
 #[derive(PartialEq, Eq)]
@@ -186,8 +249,24 @@ enum HttpState {
 impl UpstreamStream {
     /// The next canonical item; `None` once the stream is over.
     pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
+        let limits = self.limits;
+        match timeout_at(limits.deadline, timeout(limits.idle, self.next_item())).await {
+            Ok(Ok(item)) => item,
+            Ok(Err(_)) => {
+                self.source = Source::Ended;
+                Some(Err(AxError::UpstreamIdleTimeout))
+            }
+            Err(_) => {
+                self.source = Source::Ended;
+                Some(Err(AxError::UpstreamTimeout))
+            }
+        }
+    }
+
+    async fn next_item(&mut self) -> Option<Result<StreamItem, AxError>> {
         let (resp, sse, decoder, state) = match &mut self.source {
             Source::Mock(m) => return m.next().await,
+            Source::Ended => return None,
             Source::Http { resp, sse, decoder, state } => (resp, sse, decoder, state),
         };
         loop {
@@ -244,11 +323,7 @@ impl UpstreamStream {
                 Err(e) => {
                     *state = HttpState::Over;
                     tracing::warn!(error = %without_url(&e), "upstream stream failed");
-                    return Some(Err(if e.is_timeout() {
-                        AxError::UpstreamTimeout
-                    } else {
-                        AxError::UpstreamStreamTruncated
-                    }));
+                    return Some(Err(AxError::UpstreamStreamTruncated));
                 }
             }
         }

@@ -4,8 +4,12 @@
 //! stream has started, as one final error event (`AxError::to_body`). Codes are stable and listed
 //! in `docs/errors.md`; upstream error bodies are logged, never copied to the caller.
 
+use std::time::Duration;
+
 use http::StatusCode;
 use serde::Serialize;
+
+use crate::health::Outcome;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AxError {
@@ -37,17 +41,30 @@ pub enum AxError {
     ContentFilter,
     #[error("the upstream rejected the request{0}")]
     UpstreamRejected(String),
+    #[error("the prompt is longer than the upstream model's context window")]
+    UpstreamContextLength,
+    #[error("the upstream does not know the configured model")]
+    UpstreamNotFound,
+    /// Carries the upstream's Retry-After, if any.
     #[error("the upstream is rate limiting requests")]
-    UpstreamRateLimited,
+    UpstreamRateLimited(Option<Duration>),
     #[error("the upstream is overloaded or unavailable")]
-    UpstreamUnavailable,
+    UpstreamUnavailable(Option<Duration>),
+    #[error("no upstream of '{alias}' can take the request now: {detail}")]
+    NoHealthyUpstream { alias: String, detail: String, retry_after: Duration },
     #[error("the upstream failed{0}")]
     UpstreamFailed(String),
     #[error("the gateway's credentials were refused by the upstream")]
     UpstreamAuth,
     #[error("could not connect to the upstream")]
     UpstreamConnect,
-    #[error("the upstream did not answer in time")]
+    #[error("connecting to the upstream timed out")]
+    UpstreamConnectTimeout,
+    #[error("the upstream sent no response headers in time")]
+    UpstreamFirstByteTimeout,
+    #[error("the upstream went silent mid-response")]
+    UpstreamIdleTimeout,
+    #[error("the upstream call exceeded its total time limit")]
     UpstreamTimeout,
     #[error("the upstream sent a response the gateway cannot read")]
     UpstreamInvalidResponse,
@@ -74,20 +91,25 @@ impl AxError {
             | Self::NoCapableUpstream { .. }
             | Self::ContextLengthExceeded { .. }
             | Self::ContentFilter
-            | Self::UpstreamRejected(_) => StatusCode::BAD_REQUEST,
+            | Self::UpstreamRejected(_)
+            | Self::UpstreamContextLength => StatusCode::BAD_REQUEST,
             Self::MissingApiKey | Self::InvalidApiKey => StatusCode::UNAUTHORIZED,
             Self::ModelNotAllowed(_) => StatusCode::FORBIDDEN,
             Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UpstreamRateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::UpstreamRateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::UpstreamFailed(_)
             | Self::UpstreamAuth
+            | Self::UpstreamNotFound
             | Self::UpstreamConnect
             | Self::UpstreamInvalidResponse
             | Self::UpstreamStreamTruncated => StatusCode::BAD_GATEWAY,
-            Self::UpstreamUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::UpstreamUnavailable(_) | Self::NoHealthyUpstream { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UpstreamConnectTimeout
+            | Self::UpstreamFirstByteTimeout
+            | Self::UpstreamIdleTimeout
+            | Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -102,20 +124,26 @@ impl AxError {
             | Self::ContextLengthExceeded { .. }
             | Self::ContentFilter
             | Self::UpstreamRejected(_)
+            | Self::UpstreamContextLength
             | Self::PayloadTooLarge(_)
             | Self::ModelNotFound(_)
             | Self::NotFound(_)
             | Self::MethodNotAllowed(_) => "invalid_request_error",
             Self::MissingApiKey | Self::InvalidApiKey => "authentication_error",
             Self::ModelNotAllowed(_) => "permission_error",
-            Self::UpstreamRateLimited => "rate_limit_error",
+            Self::UpstreamRateLimited(_) => "rate_limit_error",
             Self::UpstreamFailed(_)
             | Self::UpstreamAuth
+            | Self::UpstreamNotFound
             | Self::UpstreamConnect
+            | Self::UpstreamConnectTimeout
+            | Self::UpstreamFirstByteTimeout
+            | Self::UpstreamIdleTimeout
             | Self::UpstreamTimeout
             | Self::UpstreamInvalidResponse
             | Self::UpstreamStreamTruncated
-            | Self::UpstreamUnavailable => "upstream_error",
+            | Self::UpstreamUnavailable(_)
+            | Self::NoHealthyUpstream { .. } => "upstream_error",
             Self::Internal => "server_error",
         }
     }
@@ -137,11 +165,17 @@ impl AxError {
             Self::ContextLengthExceeded { .. } => "context_length_exceeded",
             Self::ContentFilter => "content_filter",
             Self::UpstreamRejected(_) => "upstream_rejected_request",
-            Self::UpstreamRateLimited => "upstream_rate_limited",
-            Self::UpstreamUnavailable => "upstream_unavailable",
+            Self::UpstreamContextLength => "context_length_exceeded",
+            Self::UpstreamNotFound => "upstream_model_not_found",
+            Self::UpstreamRateLimited(_) => "upstream_rate_limited",
+            Self::UpstreamUnavailable(_) => "upstream_unavailable",
+            Self::NoHealthyUpstream { .. } => "no_healthy_upstream",
             Self::UpstreamFailed(_) => "upstream_error",
             Self::UpstreamAuth => "upstream_auth_failed",
             Self::UpstreamConnect => "upstream_connect_failed",
+            Self::UpstreamConnectTimeout => "upstream_connect_timeout",
+            Self::UpstreamFirstByteTimeout => "upstream_first_byte_timeout",
+            Self::UpstreamIdleTimeout => "upstream_idle_timeout",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::UpstreamInvalidResponse => "upstream_invalid_response",
             Self::UpstreamStreamTruncated => "upstream_stream_truncated",
@@ -158,17 +192,49 @@ impl AxError {
         }
     }
 
-    /// Whether another candidate could succeed where this attempt failed (read by failover).
+    /// Whether another candidate could succeed where this attempt failed (read by failover; the
+    /// table is in `docs/failover.md`). Client errors (400, 401, 403, 404, 422, content policy)
+    /// go back to the caller; a context-length error fails over only to a larger window.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::UpstreamRateLimited
-                | Self::UpstreamUnavailable
+            Self::UpstreamRateLimited(_)
+                | Self::UpstreamUnavailable(_)
                 | Self::UpstreamFailed(_)
                 | Self::UpstreamConnect
+                | Self::UpstreamConnectTimeout
+                | Self::UpstreamFirstByteTimeout
+                | Self::UpstreamIdleTimeout
                 | Self::UpstreamTimeout
                 | Self::UpstreamInvalidResponse
+                | Self::UpstreamStreamTruncated
         )
+    }
+
+    /// How this attempt's failure counts for the upstream's circuit breaker.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::UpstreamRateLimited(ra) => Outcome::RateLimited(*ra),
+            Self::UpstreamConnectTimeout
+            | Self::UpstreamFirstByteTimeout
+            | Self::UpstreamIdleTimeout
+            | Self::UpstreamTimeout => Outcome::Timeout,
+            Self::UpstreamUnavailable(_)
+            | Self::UpstreamFailed(_)
+            | Self::UpstreamConnect
+            | Self::UpstreamInvalidResponse
+            | Self::UpstreamStreamTruncated => Outcome::Error,
+            _ => Outcome::Neutral,
+        }
+    }
+
+    /// What to tell the caller in `Retry-After`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::UpstreamRateLimited(ra) | Self::UpstreamUnavailable(ra) => *ra,
+            Self::NoHealthyUpstream { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
     }
 
     /// The OpenAI-shaped error body.

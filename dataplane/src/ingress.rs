@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ax_protocol::config::ParamsMode;
+use ax_protocol::config::{ParamsMode, ProviderKind};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -17,16 +17,19 @@ use axum::Router;
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
+use std::borrow::Cow;
 use tracing::Instrument;
 
 use crate::canonical::{ChatRequest, EmbeddingsRequest};
 use crate::dispatch::{self, ChatOutcome};
 use crate::error::AxError;
+use crate::failover::{self, AttemptCtx, Served};
+use crate::health::Outcome;
 use crate::meter::Meter;
 use crate::providers::{self, openai};
 use crate::route;
 use crate::snapshot::{Snapshot, Tenant};
-use crate::stream::{EgressStream, Opening};
+use crate::stream::EgressStream;
 use crate::App;
 
 pub fn router(app: Arc<App>) -> Router {
@@ -46,6 +49,7 @@ static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_AX_UPSTREAM: HeaderName = HeaderName::from_static("x-ax-upstream");
 static X_AX_MODEL: HeaderName = HeaderName::from_static("x-ax-model");
 static X_AX_ATTEMPTS: HeaderName = HeaderName::from_static("x-ax-attempts");
+static X_AX_FALLBACK: HeaderName = HeaderName::from_static("x-ax-fallback");
 
 /// The caller's `x-request-id` when it is sane (1–128 visible ASCII characters), else a new one.
 fn request_id(headers: &HeaderMap) -> String {
@@ -78,14 +82,23 @@ pub fn error_response(e: &AxError, request_id: &str) -> Response {
     } else {
         tracing::info!(code = e.code(), status = e.status().as_u16(), "request rejected");
     }
-    json_response(e.status(), e.to_body(request_id), request_id)
+    let mut r = json_response(e.status(), e.to_body(request_id), request_id);
+    if let Some(ra) = e.retry_after() {
+        // Whole seconds, rounded up: a client must not come back before the limit lifts.
+        let secs = ra.as_secs() + u64::from(ra.subsec_nanos() > 0);
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    }
+    r
 }
 
-fn served_headers(r: &mut Response, upstream: &str, model: &str, attempts: u32) {
+fn served_headers(r: &mut Response, s: &Served<'_>) {
     let h = r.headers_mut();
-    h.insert(X_AX_UPSTREAM.clone(), header_value(upstream));
-    h.insert(X_AX_MODEL.clone(), header_value(model));
-    h.insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(attempts));
+    h.insert(X_AX_UPSTREAM.clone(), header_value(&s.up.name));
+    h.insert(X_AX_MODEL.clone(), header_value(&s.model.name));
+    h.insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(s.attempts));
+    if let Some(f) = s.fallback {
+        h.insert(X_AX_FALLBACK.clone(), header_value(f));
+    }
 }
 
 /// Who is calling: the tenant behind the bearer key.
@@ -252,6 +265,27 @@ async fn admit<'s, T: ModelRequest>(
     Ok((caller, req, route))
 }
 
+/// What a successful chat attempt produced.
+enum ChatReply {
+    Full(crate::canonical::ChatResponse),
+    Stream(Box<EgressStream>),
+}
+
+/// The request as this provider should see it: in lenient mode, without the parameters it cannot
+/// honour (strict mode already kept such candidates out of the plan).
+fn for_provider<'r>(req: &'r ChatRequest, params: &[&'static str], kind: ProviderKind) -> Cow<'r, ChatRequest> {
+    let dropped: Vec<&str> = params.iter().copied().filter(|p| !providers::supports(kind, p)).collect();
+    if dropped.is_empty() {
+        return Cow::Borrowed(req);
+    }
+    tracing::warn!(provider = kind.as_str(), params = ?dropped, "dropped parameters the provider does not support");
+    let mut r = req.clone();
+    for p in dropped {
+        r.clear_param(p);
+    }
+    Cow::Owned(r)
+}
+
 async fn chat(
     snap: &Arc<Snapshot>,
     rid: &str,
@@ -259,41 +293,41 @@ async fn chat(
     body: Body,
     start: Instant,
 ) -> Result<Response, Rejection> {
-    let (caller, mut req, route) = admit::<ChatRequest>(snap, headers, body).await?;
+    let (caller, req, route) = admit::<ChatRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
-    let reject = |e: AxError| (e, Some(alias.to_owned()));
-    req.validate().map_err(reject)?;
+    req.validate().map_err(|e| (e, Some(alias.to_owned())))?;
     let needs = route::chat_needs(&req);
-    let plan = route::plan(snap, route, &needs, &mut rand::rng()).map_err(reject)?;
-    let Some(cand) = plan.first() else {
-        return Err(reject(AxError::Internal));
-    };
-    let (up, model) = snap.upstream_model(cand);
-    tracing::debug!(upstream = %up.name, model = %model.name, "routed");
-
-    // Lenient mode: drop what this provider cannot honour, with a warning.
-    let dropped: Vec<&str> = needs.params.iter().copied().filter(|p| !providers::supports(up.kind, p)).collect();
-    if !dropped.is_empty() {
-        tracing::warn!(upstream = %up.name, params = ?dropped, "dropped parameters the provider does not support");
-        for p in &dropped {
-            req.clear_param(p);
-        }
-    }
-
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
-    meter.served_by(&up.name, &model.name, 1);
-    let deadline = dispatch::deadline(up);
-    let outcome = match dispatch::chat(up, model, &req, snap.default_max_tokens, rid, deadline).await {
-        Ok(o) => o,
-        Err(e) => {
-            meter.finish(e.status().as_u16(), Some(e.code()));
-            let mut r = error_response(&e, rid);
-            served_headers(&mut r, &up.name, &model.name, 1);
-            return Ok(r);
+    let (req, needs) = (&req, &needs);
+    let result = failover::run(snap, route, needs, meter.template(), |a| async move {
+        let AttemptCtx { up, model, limits, guard } = a;
+        let req = for_provider(req, &needs.params, up.kind);
+        match dispatch::chat(up, model, &req, snap.default_max_tokens, rid, limits).await {
+            Err(e) => Err((e, guard)),
+            Ok(ChatOutcome::Full(resp)) => {
+                guard.finish(Outcome::Success);
+                Ok(ChatReply::Full(resp))
+            }
+            Ok(ChatOutcome::Stream(us)) => {
+                let enc = openai::ChunkEncoder {
+                    id: format!("chatcmpl-{rid}"),
+                    created: unix_now(),
+                    model: model.name.clone(),
+                };
+                EgressStream::open(us, enc, rid.to_owned(), req.include_usage(), req.n.unwrap_or(1), guard)
+                    .await
+                    .map(ChatReply::Stream)
+            }
         }
+    })
+    .await;
+    let (reply, served) = match result {
+        Ok(x) => x,
+        Err((e, served)) => return Ok(failed(&e, rid, alias, served.as_ref())),
     };
-    match outcome {
-        ChatOutcome::Full(mut resp) => {
+    meter.served_by(&served);
+    let mut r = match reply {
+        ChatReply::Full(mut resp) => {
             if resp.id.is_empty() {
                 resp.id = format!("chatcmpl-{rid}");
             }
@@ -301,38 +335,41 @@ async fn chat(
                 resp.created = unix_now();
             }
             if resp.model.is_empty() {
-                resp.model.clone_from(&model.name);
+                resp.model.clone_from(&served.model.name);
             }
             if let Some(u) = &resp.usage {
                 meter.usage(u);
             }
             meter.finish(200, None);
-            let mut r = json_response(StatusCode::OK, openai::encode_response(&resp), rid);
-            served_headers(&mut r, &up.name, &model.name, 1);
-            Ok(r)
+            json_response(StatusCode::OK, openai::encode_response(&resp), rid)
         }
-        ChatOutcome::Stream(us) => {
-            let enc =
-                openai::ChunkEncoder { id: format!("chatcmpl-{rid}"), created: unix_now(), model: model.name.clone() };
-            let n = req.n.unwrap_or(1);
-            match EgressStream::open(us, enc, rid.to_owned(), req.include_usage(), n, deadline, meter).await {
-                Opening::Started(s) => {
-                    let mut r = Response::new(s.into_body());
-                    let h = r.headers_mut();
-                    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-                    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-                    h.insert(X_REQUEST_ID.clone(), header_value(rid));
-                    served_headers(&mut r, &up.name, &model.name, 1);
-                    Ok(r)
-                }
-                Opening::Failed(e) => {
-                    let mut r = error_response(&e, rid);
-                    served_headers(&mut r, &up.name, &model.name, 1);
-                    Ok(r)
-                }
-            }
+        ChatReply::Stream(mut s) => {
+            s.attach(meter);
+            let mut r = Response::new(s.into_body());
+            let h = r.headers_mut();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            h.insert(X_REQUEST_ID.clone(), header_value(rid));
+            r
+        }
+    };
+    served_headers(&mut r, &served);
+    Ok(r)
+}
+
+/// The answer when every attempt failed (or none could be made).
+fn failed(e: &AxError, rid: &str, alias: &str, served: Option<&Served<'_>>) -> Response {
+    let upstream = served.map_or("", |s| s.up.name.as_str());
+    metrics::counter!("ax_requests_total", "alias" => alias.to_owned(), "upstream" => upstream.to_owned(), "status" => e.status().as_u16().to_string())
+        .increment(1);
+    let mut r = error_response(e, rid);
+    match served {
+        Some(s) => served_headers(&mut r, s),
+        None => {
+            r.headers_mut().insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(0));
         }
     }
+    r
 }
 
 async fn embed(
@@ -344,29 +381,32 @@ async fn embed(
 ) -> Result<Response, Rejection> {
     let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
-    let reject = |e: AxError| (e, Some(alias.to_owned()));
-    let plan = route::plan(snap, route, &route::embeddings_needs(&req), &mut rand::rng()).map_err(reject)?;
-    let Some(cand) = plan.first() else {
-        return Err(reject(AxError::Internal));
-    };
-    let (up, model) = snap.upstream_model(cand);
+    let needs = route::embeddings_needs(&req);
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
-    meter.served_by(&up.name, &model.name, 1);
-    let mut r = match dispatch::embeddings(up, model, &req, rid, dispatch::deadline(up)).await {
-        Ok(mut resp) => {
-            if resp.model.is_empty() || resp.model == req.model {
-                resp.model.clone_from(&model.name);
+    let req = &req;
+    let result = failover::run(snap, route, &needs, meter.template(), |a| async move {
+        let AttemptCtx { up, model, limits, guard } = a;
+        match dispatch::embeddings(up, model, req, rid, limits).await {
+            Ok(resp) => {
+                guard.finish(Outcome::Success);
+                Ok(resp)
             }
-            meter.usage(&crate::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
-            meter.finish(200, None);
-            json_response(StatusCode::OK, openai::encode_embeddings_response(&resp, req.encoding_format), rid)
+            Err(e) => Err((e, guard)),
         }
-        Err(e) => {
-            meter.finish(e.status().as_u16(), Some(e.code()));
-            error_response(&e, rid)
-        }
+    })
+    .await;
+    let (mut resp, served) = match result {
+        Ok(x) => x,
+        Err((e, served)) => return Ok(failed(&e, rid, alias, served.as_ref())),
     };
-    served_headers(&mut r, &up.name, &model.name, 1);
+    if resp.model.is_empty() || resp.model == req.model {
+        resp.model.clone_from(&served.model.name);
+    }
+    meter.served_by(&served);
+    meter.usage(&crate::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
+    meter.finish(200, None);
+    let mut r = json_response(StatusCode::OK, openai::encode_embeddings_response(&resp, req.encoding_format), rid);
+    served_headers(&mut r, &served);
     Ok(r)
 }
 

@@ -17,6 +17,8 @@ pub mod canonical;
 pub mod config;
 pub mod dispatch;
 pub mod error;
+pub mod failover;
+pub mod health;
 pub mod ingress;
 pub mod meter;
 pub mod providers;

@@ -11,6 +11,8 @@ use ax_protocol::usage::UsageRecord;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::canonical::Usage;
+use crate::error::AxError;
+use crate::failover::Served;
 
 /// Installs the process-wide Prometheus recorder once and returns its handle.
 pub fn prometheus() -> Option<PrometheusHandle> {
@@ -27,6 +29,7 @@ pub fn prometheus() -> Option<PrometheusHandle> {
             metrics::describe_histogram!("ax_request_duration_seconds", "Time from request to last byte");
             metrics::describe_histogram!("ax_time_to_first_token_seconds", "Time from request to first streamed token");
             metrics::describe_counter!("ax_tokens_total", "Tokens by alias, upstream and direction");
+            metrics::describe_counter!("ax_upstream_attempts_total", "Upstream attempts by upstream and outcome");
             Some(handle)
         })
         .clone()
@@ -57,10 +60,20 @@ impl Meter {
         }
     }
 
-    pub fn served_by(&mut self, upstream: &str, model: &str, attempts: u32) {
-        upstream.clone_into(&mut self.record.upstream);
-        model.clone_into(&mut self.record.model);
-        self.record.attempts = attempts;
+    /// The attempt that answered the caller.
+    pub fn served_by(&mut self, s: &Served<'_>) {
+        let r = &mut self.record;
+        s.up.name.clone_into(&mut r.upstream);
+        s.model.name.clone_into(&mut r.model);
+        r.attempts = s.attempts;
+        r.attempt_id = attempt_id(&r.request_id, s.attempts);
+        r.retry_of = (s.attempts > 1).then(|| attempt_id(&r.request_id, s.attempts - 1));
+        r.fallback = s.fallback.map(str::to_owned);
+    }
+
+    /// The template for this request's other usage records (failed attempts).
+    pub fn template(&self) -> &UsageRecord {
+        &self.record
     }
 
     pub fn first_token(&mut self) {
@@ -86,6 +99,36 @@ impl Meter {
         }
         self.done = true;
     }
+}
+
+fn attempt_id(request_id: &str, n: u32) -> String {
+    format!("{request_id}#{n}")
+}
+
+/// The usage record of an attempt that failed and was followed by another (or by the error the
+/// caller saw). Its tokens are unknown (0); `retry_of` links it to the attempt before, so an
+/// upstream call that timed out after being sent, and may have been billed, is visible to finance.
+pub fn failed_attempt(template: &UsageRecord, s: &Served<'_>, e: &AxError, elapsed: Duration) {
+    metrics::counter!("ax_upstream_attempts_total", "upstream" => s.up.name.clone(), "outcome" => e.code())
+        .increment(1);
+    tracing::info!(
+        target: "ax::usage",
+        attempt_id = %attempt_id(&template.request_id, s.attempts),
+        retry_of = (s.attempts > 1).then(|| attempt_id(&template.request_id, s.attempts - 1)),
+        tenant = %template.tenant,
+        key_id = %template.key_id,
+        alias = %template.alias,
+        fallback = s.fallback,
+        upstream = %s.up.name,
+        model = %s.model.name,
+        stream = template.stream,
+        status = e.status().as_u16(),
+        error_code = e.code(),
+        incomplete = true,
+        latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        attempts = s.attempts,
+        "usage"
+    );
 }
 
 impl Drop for Meter {
@@ -121,8 +164,13 @@ impl Drop for Meter {
             }
         }
         if !r.upstream.is_empty() {
+            let outcome = r.error_code.clone().unwrap_or_else(|| "ok".to_owned());
+            metrics::counter!("ax_upstream_attempts_total", "upstream" => upstream, "outcome" => outcome).increment(1);
             tracing::info!(
                 target: "ax::usage",
+                attempt_id = %r.attempt_id,
+                retry_of = r.retry_of.as_deref(),
+                fallback = r.fallback.as_deref(),
                 tenant = %r.tenant,
                 key_id = %r.key_id,
                 alias = %r.alias,

@@ -55,14 +55,33 @@ pub fn decode_chat(kind: ProviderKind, body: &[u8]) -> Result<ChatResponse, AxEr
     }
 }
 
-/// Decodes a non-2xx answer. Returns the classified error and the provider's own code (for logs).
-pub fn decode_error(kind: ProviderKind, status: u16, body: &[u8]) -> AxError {
+/// Decodes a non-2xx answer into the classified error; `retry_after` is the upstream's header.
+pub fn decode_error(kind: ProviderKind, status: u16, body: &[u8], retry_after: Option<std::time::Duration>) -> AxError {
     let code = match kind {
         ProviderKind::Openai | ProviderKind::AzureOpenai | ProviderKind::Mock => openai::error_code(body),
         ProviderKind::Anthropic => anthropic::error_code(body),
         ProviderKind::Gemini => gemini::error_code(body),
     };
-    classify(status, code.as_deref())
+    if matches!(status, 400 | 413 | 422) && is_context_error(code.as_deref(), body) {
+        return AxError::UpstreamContextLength;
+    }
+    match classify(status, code.as_deref()) {
+        AxError::UpstreamRateLimited(_) => AxError::UpstreamRateLimited(retry_after),
+        AxError::UpstreamUnavailable(_) => AxError::UpstreamUnavailable(retry_after),
+        e => e,
+    }
+}
+
+/// Whether a 4xx says the prompt does not fit the model: OpenAI's `context_length_exceeded`,
+/// Anthropic's "prompt is too long", Gemini's "exceeds the maximum number of tokens".
+fn is_context_error(code: Option<&str>, body: &[u8]) -> bool {
+    if code.is_some_and(|c| c.contains("context_length")) {
+        return true;
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(4096)]).to_ascii_lowercase();
+    ["prompt is too long", "maximum context length", "exceeds the maximum number of tokens", "context window"]
+        .iter()
+        .any(|needle| text.contains(needle))
 }
 
 pub fn encode_embeddings(ctx: Ctx<'_>, req: &EmbeddingsRequest) -> Result<Vec<u8>, AxError> {
@@ -136,10 +155,10 @@ pub fn classify(status: u16, code: Option<&str>) -> AxError {
     match status {
         400 | 409 | 413 | 422 => AxError::UpstreamRejected(upstream_code_suffix(code)),
         401 | 403 => AxError::UpstreamAuth,
-        404 => AxError::UpstreamFailed(" (the model was not found upstream)".to_owned()),
+        404 => AxError::UpstreamNotFound,
         408 | 504 => AxError::UpstreamTimeout,
-        429 => AxError::UpstreamRateLimited,
-        503 | 529 => AxError::UpstreamUnavailable,
+        429 => AxError::UpstreamRateLimited(None),
+        503 | 529 => AxError::UpstreamUnavailable(None),
         _ => AxError::UpstreamFailed(upstream_code_suffix(code)),
     }
 }

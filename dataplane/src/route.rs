@@ -135,33 +135,78 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
             AxError::NoCapableUpstream { alias: route.alias.clone(), reason }
         });
     }
+    let by_weight = |c: &Candidate| f64::from(c.weight);
     match route.strategy {
-        Strategy::Weighted => Ok(weighted_order(eligible, rng)),
+        Strategy::Weighted => Ok(weighted_order(eligible, by_weight, rng)),
         Strategy::Priority => {
             eligible.sort_by_key(|c| c.priority);
-            let mut out = Vec::with_capacity(eligible.len());
-            for tier in eligible.chunk_by(|a, b| a.priority == b.priority) {
-                out.extend(weighted_order(tier.to_vec(), rng));
+            Ok(tiers(eligible, |a, b| a.priority == b.priority, by_weight, rng))
+        }
+        Strategy::Latency => {
+            if rng.random_bool(EXPLORATION) {
+                // Exploration: a uniformly random order, so a recovered or new upstream gets
+                // traffic and a fresh measurement.
+                return Ok(weighted_order(eligible, |_| 1.0, rng));
             }
-            Ok(out)
+            // Weight ∝ configured weight / EWMA²: smooth in the measurements, so two upstreams
+            // with similar latency share traffic instead of flapping. An upstream without a
+            // measurement counts as fast as the best known one.
+            let ewma = |c: &Candidate| snap.upstream_model(c).1.health.ewma().map(|d| d.as_secs_f64().max(1e-4));
+            let best = eligible.iter().filter_map(ewma).fold(f64::INFINITY, f64::min);
+            let best = if best.is_finite() { best } else { 1.0 };
+            Ok(weighted_order(eligible, |c| f64::from(c.weight) / ewma(c).unwrap_or(best).powi(2), rng))
+        }
+        Strategy::Cost => {
+            // Cheapest first by this request's estimated price; unpriced models last; weighted
+            // among equal prices.
+            let output = needs.window_tokens.saturating_sub(needs.prompt_estimate).max(DEFAULT_OUTPUT_ESTIMATE);
+            let price = |c: &Candidate| {
+                snap.upstream_model(c)
+                    .1
+                    .price
+                    .as_ref()
+                    .map_or(f64::INFINITY, |p| p.input * needs.prompt_estimate as f64 + p.output * output as f64)
+            };
+            eligible.sort_by(|a, b| price(a).total_cmp(&price(b)));
+            Ok(tiers(eligible, |a, b| price(a) == price(b), by_weight, rng))
         }
     }
 }
 
+/// Share of `latency` plans that explore in random order.
+const EXPLORATION: f64 = 0.05;
+/// Output tokens assumed for pricing when the request sets no `max_tokens`.
+const DEFAULT_OUTPUT_ESTIMATE: u64 = 500;
+
+/// Weighted order within each run of equal candidates (`same`), runs kept in order.
+fn tiers(
+    sorted: Vec<Candidate>,
+    same: impl Fn(&Candidate, &Candidate) -> bool,
+    weight: impl Fn(&Candidate) -> f64 + Copy,
+    rng: &mut impl Rng,
+) -> Vec<Candidate> {
+    let mut out = Vec::with_capacity(sorted.len());
+    for tier in sorted.chunk_by(same) {
+        out.extend(weighted_order(tier.to_vec(), weight, rng));
+    }
+    out
+}
+
 /// Weighted random order without replacement: each position is drawn among the remaining
 /// candidates with probability proportional to weight.
-fn weighted_order(mut rest: Vec<Candidate>, rng: &mut impl Rng) -> Vec<Candidate> {
+fn weighted_order(mut rest: Vec<Candidate>, weight: impl Fn(&Candidate) -> f64, rng: &mut impl Rng) -> Vec<Candidate> {
     let mut out = Vec::with_capacity(rest.len());
     while !rest.is_empty() {
-        let total: u64 = rest.iter().map(|c| u64::from(c.weight)).sum();
-        let mut pick = rng.random_range(0..total.max(1));
+        let total: f64 = rest.iter().map(&weight).sum();
+        let mut pick = rng.random::<f64>() * total;
         let mut idx = rest.len() - 1;
         for (i, c) in rest.iter().enumerate() {
-            if pick < u64::from(c.weight) {
+            let w = weight(c);
+            if pick < w {
                 idx = i;
                 break;
             }
-            pick -= u64::from(c.weight);
+            pick -= w;
         }
         out.push(rest.swap_remove(idx));
     }

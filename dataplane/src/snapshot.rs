@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use ax_protocol::config::{
-    Capability, ConfigSpec, MockSpec, ParamsMode, ProviderKind, Strategy, TimeoutsSpec, UpstreamSpec,
+    BreakerSpec, Capability, ConfigSpec, FailoverSpec, MockSpec, ParamsMode, PriceSpec, ProviderKind, Strategy,
+    TimeoutOverrides, TimeoutsSpec, UpstreamSpec,
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 
+use crate::health::{ModelHealth, UpstreamHealth};
 use crate::secret::Secret;
 
 /// Where requests find the current snapshot. The only shared mutable state on the request path,
@@ -57,6 +59,10 @@ pub struct Upstream {
     /// One pooled client per serving thread (`worker`), so connections stay on their thread.
     clients: Box<[reqwest::Client]>,
     pub timeouts: TimeoutsSpec,
+    pub max_concurrency: u32,
+    pub breaker: BreakerSpec,
+    /// Live state (breaker, in-flight count), kept across reloads for the same upstream name.
+    pub health: Arc<UpstreamHealth>,
     pub models: Vec<Model>,
     pub mock: Option<MockUpstream>,
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
@@ -77,6 +83,9 @@ pub struct Model {
     pub context_window: u32,
     pub max_output_tokens: Option<u32>,
     pub caps: Caps,
+    pub price: Option<PriceSpec>,
+    /// Live statistics, kept across reloads for the same (upstream, model).
+    pub health: Arc<ModelHealth>,
     /// Upstream URLs, formatted and parsed once here so no request does either.
     pub chat_url: Option<reqwest::Url>,
     pub stream_url: Option<reqwest::Url>,
@@ -111,6 +120,10 @@ pub struct Route {
     pub alias: String,
     pub strategy: Strategy,
     pub candidates: Vec<Candidate>,
+    /// Aliases tried in order when every candidate failed or was skipped (validated to exist).
+    pub fallbacks: Vec<String>,
+    pub timeouts: TimeoutOverrides,
+    pub failover: FailoverSpec,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -240,9 +253,27 @@ pub fn build(
         if candidates.iter().all(|c| c.weight == 0) {
             return Err(err(format!("{path}.candidates"), "at least one candidate needs a weight above 0"));
         }
-        let route = Route { alias: r.alias.clone(), strategy: r.strategy, candidates };
+        if r.failover.max_attempts == 0 {
+            return Err(err(format!("{path}.failover.max_attempts"), "must be at least 1"));
+        }
+        let route = Route {
+            alias: r.alias.clone(),
+            strategy: r.strategy,
+            candidates,
+            fallbacks: r.fallbacks.clone(),
+            timeouts: r.timeouts.clone(),
+            failover: r.failover.clone(),
+        };
         if routes.insert(r.alias.clone(), route).is_some() {
             return Err(err(format!("{path}.alias"), format!("duplicate alias '{}'", r.alias)));
+        }
+    }
+
+    for (i, r) in spec.routes.iter().enumerate() {
+        for (j, f) in r.fallbacks.iter().enumerate() {
+            if f == &r.alias || !routes.contains_key(f) {
+                return Err(err(format!("routes[{i}].fallbacks[{j}]"), format!("'{f}' is not another alias")));
+            }
         }
     }
 
@@ -337,8 +368,15 @@ fn build_upstream(
     if u.provider != ProviderKind::Mock && u.mock.is_some() {
         return Err(err(format!("{path}.mock"), "only a 'mock' upstream takes mock settings"));
     }
-    if u.timeouts.connect_ms == 0 || u.timeouts.total_ms == 0 {
+    let t = &u.timeouts;
+    if t.connect_ms == 0 || t.first_byte_ms == 0 || t.idle_ms == 0 || t.total_ms == 0 {
         return Err(err(format!("{path}.timeouts"), "timeouts must be greater than 0"));
+    }
+    if u.max_concurrency == 0 {
+        return Err(err(format!("{path}.max_concurrency"), "must be at least 1"));
+    }
+    if !(u.breaker.failure_ratio > 0.0 && u.breaker.failure_ratio <= 1.0) || u.breaker.failures == 0 {
+        return Err(err(format!("{path}.breaker"), "failures must be >= 1 and failure_ratio in (0, 1]"));
     }
     let api_key = match &u.api_key {
         Some(k) => Some(Secret::new(expand(&format!("{path}.api_key"), k, env)?)),
@@ -406,6 +444,7 @@ fn build_upstream(
     if u.models.is_empty() {
         return Err(err(format!("{path}.models"), "an upstream needs at least one model"));
     }
+    let prev_upstream = prev.and_then(|p| p.upstreams.iter().find(|o| o.name == u.name));
     let mut models = Vec::with_capacity(u.models.len());
     let mut names = HashSet::new();
     for (j, m) in u.models.iter().enumerate() {
@@ -438,7 +477,12 @@ fn build_upstream(
                 .map_err(|e| err(format!("{path}.base_url"), format!("invalid URL {url}: {e}")))
         };
         let (chat_url, stream_url, embed_url) = (parse(chat_url)?, parse(stream_url)?, parse(embed_url)?);
+        let health = prev_upstream
+            .and_then(|p| p.models.iter().find(|pm| pm.name == m.name))
+            .map_or_else(ModelHealth::new, |pm| pm.health.clone());
         models.push(Model {
+            price: m.price_per_mtok.clone(),
+            health,
             name: m.name.clone(),
             context_window: m.context_window,
             max_output_tokens: m.max_output_tokens,
@@ -457,6 +501,9 @@ fn build_upstream(
         kind: u.provider,
         clients,
         timeouts: u.timeouts.clone(),
+        max_concurrency: u.max_concurrency,
+        breaker: u.breaker.clone(),
+        health: prev_upstream.map_or_else(UpstreamHealth::new, |p| p.health.clone()),
         models,
         mock,
         client_fingerprint,
@@ -537,10 +584,18 @@ upstreams:
     }
 
     #[test]
-    fn clients_survive_unchanged_reloads() {
+    fn clients_and_health_survive_reloads() {
         let s = spec(BASE);
         let a = build(&s, 1, &|_| None, None).unwrap();
         let b = build(&s, 2, &|_| None, Some(&a)).unwrap();
         assert_eq!(a.upstreams[0].client_fingerprint, b.upstreams[0].client_fingerprint);
+        assert!(Arc::ptr_eq(&a.upstreams[0].health, &b.upstreams[0].health));
+        assert!(Arc::ptr_eq(&a.upstreams[0].models[0].health, &b.upstreams[0].models[0].health));
+    }
+
+    #[test]
+    fn fallbacks_must_name_other_aliases() {
+        let s = spec(&format!("{BASE}    fallbacks: [nope]\n"));
+        assert_eq!(build(&s, 1, &|_| None, None).unwrap_err().path, "routes[0].fallbacks[0]");
     }
 }

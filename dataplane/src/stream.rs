@@ -11,54 +11,47 @@ use std::convert::Infallible;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
-use tokio::time::{timeout_at, Instant};
 
 use crate::canonical::{Chunk, StreamItem, Usage};
 use crate::dispatch::UpstreamStream;
 use crate::error::AxError;
+use crate::failover::AttemptGuard;
+use crate::health::Outcome;
 use crate::meter::Meter;
 use crate::providers::openai::ChunkEncoder;
 use crate::sse::{self, DONE_EVENT};
 
 pub struct EgressStream {
-    upstream: UpstreamStream,
+    upstream: Box<UpstreamStream>,
     enc: ChunkEncoder,
     request_id: String,
     include_usage: bool,
     usage: Option<Usage>,
     pending: VecDeque<Bytes>,
     done: bool,
-    deadline: Instant,
-    meter: Meter,
-}
-
-/// What the stream looks like before the response is committed.
-pub enum Opening {
-    /// The stream is alive: these events go out first.
-    Started(Box<EgressStream>),
-    /// The upstream failed before anything could be sent: answer with an HTTP error instead.
-    Failed(AxError),
+    /// The attempt's health bookkeeping: reports success, the mid-stream failure, or (dropped
+    /// unfinished) a client disconnect.
+    guard: Option<AttemptGuard>,
+    meter: Option<Meter>,
+    /// How the stream ended: `Some(None)` completed, `Some(Some(e))` failed.
+    end: Option<Option<AxError>>,
 }
 
 impl EgressStream {
-    /// Pulls upstream items until the first one with something to send (or an error), so that
-    /// failures before the first byte still get a proper HTTP status.
+    /// Pulls upstream items until the first one with something to send, so that failures before
+    /// the first byte still get a proper HTTP status and can fail over. On failure the attempt's
+    /// guard comes back with the error.
     pub async fn open(
-        mut upstream: UpstreamStream,
+        mut upstream: Box<UpstreamStream>,
         enc: ChunkEncoder,
         request_id: String,
         include_usage: bool,
         n: u32,
-        deadline: Instant,
-        mut meter: Meter,
-    ) -> Opening {
+        guard: AttemptGuard,
+    ) -> Result<Box<Self>, (AxError, AttemptGuard)> {
         let mut usage = None;
         loop {
-            let item = match timeout_at(deadline, upstream.next()).await {
-                Err(_) => Some(Err(AxError::UpstreamTimeout)),
-                Ok(item) => item,
-            };
-            match item {
+            match upstream.next().await {
                 Some(Ok(StreamItem::Chunk(c))) => {
                     if let Some(u) = c.usage {
                         usage = Some(u);
@@ -66,34 +59,29 @@ impl EgressStream {
                     if c.choices.iter().all(crate::canonical::ChunkChoice::is_empty) {
                         continue;
                     }
-                    let mut s = EgressStream::new(upstream, enc, request_id, include_usage, usage, n, deadline, meter);
+                    let mut s = Self::new(upstream, enc, request_id, include_usage, usage, n, guard);
                     s.push_chunk(c);
-                    return Opening::Started(Box::new(s));
+                    return Ok(Box::new(s));
                 }
                 Some(Ok(StreamItem::Done)) | None => {
                     // A stream that ends with nothing: still a valid (empty) reply.
-                    let mut s = EgressStream::new(upstream, enc, request_id, include_usage, usage, n, deadline, meter);
+                    let mut s = Self::new(upstream, enc, request_id, include_usage, usage, n, guard);
                     s.finish();
-                    return Opening::Started(Box::new(s));
+                    return Ok(Box::new(s));
                 }
-                Some(Err(e)) => {
-                    meter.finish(e.status().as_u16(), Some(e.code()));
-                    return Opening::Failed(e);
-                }
+                Some(Err(e)) => return Err((e, guard)),
             }
         }
     }
 
-    #[expect(clippy::too_many_arguments, reason = "a private constructor of one struct's fields")]
     fn new(
-        upstream: UpstreamStream,
+        upstream: Box<UpstreamStream>,
         enc: ChunkEncoder,
         request_id: String,
         include_usage: bool,
         usage: Option<Usage>,
         n: u32,
-        deadline: Instant,
-        meter: Meter,
+        guard: AttemptGuard,
     ) -> Self {
         let role = enc.role(n.max(1));
         EgressStream {
@@ -104,9 +92,16 @@ impl EgressStream {
             usage,
             pending: VecDeque::from([role]),
             done: false,
-            deadline,
-            meter,
+            guard: Some(guard),
+            meter: None,
+            end: None,
         }
+    }
+
+    /// Hands over the request's meter; it reports when the stream ends, however it ends.
+    pub fn attach(&mut self, meter: Meter) {
+        self.meter = Some(meter);
+        self.settle();
     }
 
     pub fn into_body(self: Box<Self>) -> Body {
@@ -124,11 +119,7 @@ impl EgressStream {
             if self.done {
                 return None;
             }
-            let item = match timeout_at(self.deadline, self.upstream.next()).await {
-                Err(_) => Some(Err(AxError::UpstreamTimeout)),
-                Ok(item) => item,
-            };
-            match item {
+            match self.upstream.next().await {
                 Some(Ok(StreamItem::Chunk(c))) => self.push_chunk(c),
                 Some(Ok(StreamItem::Done)) | None => self.finish(),
                 Some(Err(e)) => self.fail(&e),
@@ -145,7 +136,12 @@ impl EgressStream {
             return;
         }
         if c.choices.iter().any(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty()) {
-            self.meter.first_token();
+            if let Some(m) = &mut self.meter {
+                m.first_token();
+            }
+            if let Some(g) = &mut self.guard {
+                g.first_token();
+            }
         }
         self.pending.push_back(self.enc.chunk(&c.choices));
     }
@@ -158,10 +154,8 @@ impl EgressStream {
         tail.extend_from_slice(DONE_EVENT);
         self.pending.push_back(tail.freeze());
         self.done = true;
-        if let Some(u) = &self.usage {
-            self.meter.usage(u);
-        }
-        self.meter.finish(200, None);
+        self.end = Some(None);
+        self.settle();
     }
 
     fn fail(&mut self, e: &AxError) {
@@ -171,9 +165,22 @@ impl EgressStream {
         tail.extend_from_slice(DONE_EVENT);
         self.pending.push_back(tail.freeze());
         self.done = true;
-        if let Some(u) = &self.usage {
-            self.meter.usage(u);
+        self.end = Some(Some(e.clone()));
+        self.settle();
+    }
+
+    /// Reports the end (once known) to the attempt guard and the meter. A stream can end before
+    /// the meter is attached (an upstream that finishes within the first read).
+    fn settle(&mut self) {
+        let Some(end) = &self.end else { return };
+        if let Some(g) = self.guard.take() {
+            g.finish(end.as_ref().map_or(Outcome::Success, AxError::outcome));
         }
-        self.meter.finish(200, Some(e.code()));
+        if let Some(m) = &mut self.meter {
+            if let Some(u) = &self.usage {
+                m.usage(u);
+            }
+            m.finish(200, end.as_ref().map(AxError::code));
+        }
     }
 }

@@ -36,6 +36,9 @@ pub struct ServerSpec {
     /// the model's `max_output_tokens` gives one.
     #[serde(default = "default_max_tokens")]
     pub default_max_tokens: u32,
+    /// Bearer token for `/admin/*` (normally a `${ENV}` reference); admin endpoints are off without it.
+    #[serde(default)]
+    pub admin_token: Option<String>,
 }
 
 impl Default for ServerSpec {
@@ -45,6 +48,7 @@ impl Default for ServerSpec {
             params: ParamsMode::default(),
             max_body_bytes: default_max_body_bytes(),
             default_max_tokens: default_max_tokens(),
+            admin_token: None,
         }
     }
 }
@@ -116,17 +120,34 @@ pub struct UpstreamSpec {
     pub headers: BTreeMap<String, String>,
     #[serde(default)]
     pub timeouts: TimeoutsSpec,
+    /// Requests in flight to this upstream at most; a saturated upstream is skipped, not queued.
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: u32,
+    #[serde(default)]
+    pub breaker: BreakerSpec,
     pub models: Vec<ModelSpec>,
     /// Behaviour of a `mock` upstream.
     #[serde(default)]
     pub mock: Option<MockSpec>,
 }
 
+fn default_max_concurrency() -> u32 {
+    1024
+}
+
+/// Upstream timeouts. Each expiry has its own error code.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimeoutsSpec {
+    /// TCP (and TLS) connect.
     #[serde(default = "default_connect_ms")]
     pub connect_ms: u64,
+    /// From sending the request to the response headers.
+    #[serde(default = "default_first_byte_ms")]
+    pub first_byte_ms: u64,
+    /// Longest gap between two stream events (or body reads).
+    #[serde(default = "default_idle_ms")]
+    pub idle_ms: u64,
     /// Ceiling on a whole upstream call, including a stream.
     #[serde(default = "default_total_ms")]
     pub total_ms: u64,
@@ -134,15 +155,98 @@ pub struct TimeoutsSpec {
 
 impl Default for TimeoutsSpec {
     fn default() -> Self {
-        Self { connect_ms: default_connect_ms(), total_ms: default_total_ms() }
+        Self {
+            connect_ms: default_connect_ms(),
+            first_byte_ms: default_first_byte_ms(),
+            idle_ms: default_idle_ms(),
+            total_ms: default_total_ms(),
+        }
     }
+}
+
+/// Per-route overrides of the upstream timeouts (connect stays per upstream: it belongs to the pool).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutOverrides {
+    #[serde(default)]
+    pub first_byte_ms: Option<u64>,
+    #[serde(default)]
+    pub idle_ms: Option<u64>,
+    #[serde(default)]
+    pub total_ms: Option<u64>,
 }
 
 fn default_connect_ms() -> u64 {
     3_000
 }
+fn default_first_byte_ms() -> u64 {
+    60_000
+}
+fn default_idle_ms() -> u64 {
+    60_000
+}
 fn default_total_ms() -> u64 {
     600_000
+}
+
+/// The circuit breaker of one upstream instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSpec {
+    /// Opens after this many failures within `window_ms`…
+    #[serde(default = "default_failures")]
+    pub failures: u32,
+    /// …or when the failure ratio reaches `failure_ratio` over at least `min_requests` in the window.
+    #[serde(default = "default_failure_ratio")]
+    pub failure_ratio: f64,
+    #[serde(default = "default_min_requests")]
+    pub min_requests: u32,
+    #[serde(default = "default_window_ms")]
+    pub window_ms: u64,
+    /// First cooldown after errors (5xx, errors in 200, resets); doubled on every failed probe.
+    #[serde(default = "default_cooldown_ms")]
+    pub cooldown_ms: u64,
+    /// First cooldown after timeouts (longer: a hung upstream costs callers the most).
+    #[serde(default = "default_timeout_cooldown_ms")]
+    pub timeout_cooldown_ms: u64,
+    #[serde(default = "default_max_cooldown_ms")]
+    pub max_cooldown_ms: u64,
+}
+
+impl Default for BreakerSpec {
+    fn default() -> Self {
+        Self {
+            failures: default_failures(),
+            failure_ratio: default_failure_ratio(),
+            min_requests: default_min_requests(),
+            window_ms: default_window_ms(),
+            cooldown_ms: default_cooldown_ms(),
+            timeout_cooldown_ms: default_timeout_cooldown_ms(),
+            max_cooldown_ms: default_max_cooldown_ms(),
+        }
+    }
+}
+
+fn default_failures() -> u32 {
+    5
+}
+fn default_failure_ratio() -> f64 {
+    0.5
+}
+fn default_min_requests() -> u32 {
+    20
+}
+fn default_window_ms() -> u64 {
+    10_000
+}
+fn default_cooldown_ms() -> u64 {
+    5_000
+}
+fn default_timeout_cooldown_ms() -> u64 {
+    15_000
+}
+fn default_max_cooldown_ms() -> u64 {
+    300_000
 }
 
 /// A real model served by an upstream: its capability matrix and prices.
@@ -265,6 +369,69 @@ pub struct RouteSpec {
     #[serde(default)]
     pub strategy: Strategy,
     pub candidates: Vec<CandidateSpec>,
+    /// Aliases to try, in order, when every candidate of this one failed or was skipped.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+    #[serde(default)]
+    pub timeouts: TimeoutOverrides,
+    #[serde(default)]
+    pub failover: FailoverSpec,
+}
+
+/// How hard one request tries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailoverSpec {
+    /// Upstream attempts per request at most, fallback aliases and same-upstream retries included.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Retries of a 429 or 503 on the same upstream (with backoff, honouring Retry-After).
+    #[serde(default = "default_max_retries_same")]
+    pub max_retries_same: u32,
+    /// First backoff before a same-upstream retry; doubled each time, with jitter.
+    #[serde(default = "default_backoff_ms")]
+    pub backoff_ms: u64,
+    /// A same-upstream retry waits at most this long (a longer Retry-After moves on instead).
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+    /// Overall deadline of one request across all attempts.
+    #[serde(default = "default_deadline_ms")]
+    pub deadline_ms: u64,
+    /// After an upstream says the context is too long, try only candidates with a larger window.
+    #[serde(default = "default_true")]
+    pub larger_window_on_context_error: bool,
+}
+
+impl Default for FailoverSpec {
+    fn default() -> Self {
+        Self {
+            max_attempts: default_max_attempts(),
+            max_retries_same: default_max_retries_same(),
+            backoff_ms: default_backoff_ms(),
+            max_backoff_ms: default_max_backoff_ms(),
+            deadline_ms: default_deadline_ms(),
+            larger_window_on_context_error: true,
+        }
+    }
+}
+
+fn default_max_attempts() -> u32 {
+    4
+}
+fn default_max_retries_same() -> u32 {
+    1
+}
+fn default_backoff_ms() -> u64 {
+    100
+}
+fn default_max_backoff_ms() -> u64 {
+    2_000
+}
+fn default_deadline_ms() -> u64 {
+    600_000
+}
+fn default_true() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,6 +442,11 @@ pub enum Strategy {
     Weighted,
     /// Tiers by ascending `priority`; weighted within a tier.
     Priority,
+    /// Faster time to first token gets more traffic (weight ∝ weight / EWMA²), with a small
+    /// exploration share so a recovered upstream gets traffic back.
+    Latency,
+    /// Cheapest first by the request's estimated price; weighted among equal prices.
+    Cost,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

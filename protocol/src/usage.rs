@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageRecord {
     pub request_id: String,
+    /// `<request_id>#<attempt>`: unique per upstream attempt.
+    pub attempt_id: String,
     pub tenant: String,
     pub key_id: String,
     pub alias: String,
@@ -23,5 +25,11 @@ pub struct UsageRecord {
     pub cache_write_tokens: u64,
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
+    /// Attempts made for this request so far (this record's attempt is number `attempts`).
     pub attempts: u32,
+    /// The id of the attempt this one retried (`<request_id>#<n>`), so finance can see an
+    /// upstream call that may have been billed twice.
+    pub retry_of: Option<String>,
+    /// The fallback alias that served the request, if the requested alias failed.
+    pub fallback: Option<String>,
 }

@@ -136,7 +136,7 @@ fn classification_table() {
         (400, None, "upstream_rejected_request", false),
         (401, None, "upstream_auth_failed", false),
         (403, None, "upstream_auth_failed", false),
-        (404, None, "upstream_error", true),
+        (404, None, "upstream_model_not_found", false),
         (408, None, "upstream_timeout", true),
         (422, None, "upstream_rejected_request", false),
         (429, None, "upstream_rate_limited", true),
@@ -151,6 +151,11 @@ fn classification_table() {
         let e = classify(status, code);
         assert_eq!((e.code(), e.is_retryable()), (want, retry), "status {status}");
     }
+    let ctx = decode_error(ProviderKind::Anthropic, 400,
+        br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#, None);
+    assert_eq!(ctx.code(), "context_length_exceeded");
+    let rl = decode_error(ProviderKind::Openai, 429, b"{}", Some(std::time::Duration::from_secs(7)));
+    assert_eq!(rl.retry_after(), Some(std::time::Duration::from_secs(7)));
     assert_eq!(estimate_tokens(0), 0);
     assert_eq!(estimate_tokens(10), 4);
 }

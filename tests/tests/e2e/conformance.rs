@@ -370,7 +370,7 @@ async fn upstream_http_errors_are_classified_and_not_echoed() {
     for (upstream_status, status, code) in cases {
         let up = FakeUpstream::fixed(Reply::status(
             upstream_status,
-            json!({ "error": { "message": "raw upstream detail sk-live-XYZ", "type": "x", "code": "context_length_exceeded" } }),
+            json!({ "error": { "message": "raw upstream detail sk-live-XYZ", "type": "x", "code": "quota_thing" } }),
         ))
         .await;
         let gw = gateway_for(P::OpenAi, &up).await;

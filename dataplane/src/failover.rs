@@ -1,0 +1,297 @@
+//! Failover: walk the attempt plan (then the fallback aliases' plans) until one attempt succeeds.
+//!
+//! For each candidate, in plan order: skip it when its breaker is open (or half-open with the
+//! probe already out) or it is at `max_concurrency`: never wait in a queue. Otherwise attempt it
+//! and feed the outcome to its breaker and statistics. A retryable failure (see
+//! `AxError::is_retryable`, table in `docs/failover.md`) moves on to the next candidate; a client
+//! error goes straight back to the caller; a context-length error moves on only to larger windows.
+//! A 429 or 503 candidate may be retried `max_retries_same` times, but only after the other
+//! candidates had their turn and after its Retry-After (or exponential backoff with jitter):
+//! a healthy backup answers first. Attempts are capped and share one deadline. When nothing could
+//! even be attempted, the answer is a fast 503 `no_healthy_upstream` with `Retry-After`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ax_protocol::config::BreakerSpec;
+use ax_protocol::usage::UsageRecord;
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::dispatch::Limits;
+use crate::error::AxError;
+use crate::health::{Admission, ModelHealth, Outcome, Permit, UpstreamHealth};
+use crate::meter;
+use crate::route::{self, Needs};
+use crate::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
+
+/// Who served, for headers, metering and logs.
+#[derive(Clone, Copy)]
+pub struct Served<'s> {
+    pub up: &'s Upstream,
+    pub model: &'s Model,
+    /// Attempts made, the successful one included.
+    pub attempts: u32,
+    /// The fallback alias that served, when the requested alias failed.
+    pub fallback: Option<&'s str>,
+}
+
+/// Everything one attempt needs.
+pub struct AttemptCtx<'s> {
+    pub up: &'s Upstream,
+    pub model: &'s Model,
+    pub limits: Limits,
+    pub guard: AttemptGuard,
+}
+
+/// One attempt's bookkeeping: its concurrency permit, whether it is the breaker's probe, and its
+/// timing. It reports the outcome to the breaker and the model's statistics exactly once:
+/// through `finish`, or on drop (a caller that went away counts as neutral).
+pub struct AttemptGuard {
+    upstream: Arc<UpstreamHealth>,
+    model: Arc<ModelHealth>,
+    breaker: BreakerSpec,
+    probe: bool,
+    started: Instant,
+    ttft: Option<Duration>,
+    done: bool,
+    _permit: Permit,
+}
+
+impl AttemptGuard {
+    fn new(up: &Upstream, model: &Model, probe: bool, permit: Permit) -> Self {
+        Self {
+            upstream: up.health.clone(),
+            model: model.health.clone(),
+            breaker: up.breaker.clone(),
+            probe,
+            started: Instant::now(),
+            ttft: None,
+            done: false,
+            _permit: permit,
+        }
+    }
+
+    pub fn first_token(&mut self) {
+        if self.ttft.is_none() {
+            self.ttft = Some(self.started.elapsed());
+        }
+    }
+
+    pub fn finish(mut self, outcome: Outcome) {
+        self.report(outcome);
+    }
+
+    fn report(&mut self, outcome: Outcome) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.upstream.breaker.record(outcome, self.probe, &self.breaker);
+        self.model.record(outcome, self.started.elapsed(), self.ttft);
+    }
+}
+
+impl Drop for AttemptGuard {
+    fn drop(&mut self) {
+        self.report(Outcome::Neutral);
+    }
+}
+
+/// Why a candidate was not attempted (logged, and summarized in `no_healthy_upstream`).
+struct Skip {
+    upstream: String,
+    reason: &'static str,
+    reopens_in: Option<Duration>,
+}
+
+/// A rate-limited or unavailable candidate to retry after the others.
+struct Later<'s> {
+    cand: Candidate,
+    route: &'s Route,
+    fallback: Option<&'s str>,
+    not_before: Instant,
+    retries: u32,
+}
+
+/// Runs attempts until one succeeds. `attempt` gets each attempt's context; on failure it hands
+/// the guard back with the error so the outcome is recorded here.
+pub async fn run<'s, T, F, Fut>(
+    snap: &'s Snapshot,
+    route: &'s Route,
+    needs: &Needs,
+    usage: &UsageRecord,
+    mut attempt: F,
+) -> Result<(T, Served<'s>), (AxError, Option<Served<'s>>)>
+where
+    F: FnMut(AttemptCtx<'s>) -> Fut,
+    Fut: Future<Output = Result<T, (AxError, AttemptGuard)>>,
+{
+    let fo = &route.failover;
+    let deadline = Instant::now() + Duration::from_millis(fo.deadline_ms);
+    let mut attempts = 0u32;
+    let mut skips: Vec<Skip> = Vec::new();
+    let mut last: Option<(AxError, Served<'s>)> = None;
+    let mut min_window: Option<u32> = None;
+    let mut later: Vec<Later<'s>> = Vec::new();
+
+    let chain = std::iter::once(route).chain(route.fallbacks.iter().filter_map(|a| snap.routes.get(a)));
+    'routes: for (k, r) in chain.enumerate() {
+        let fallback = (k > 0).then_some(r.alias.as_str());
+        let plan = match route::plan(snap, r, needs, &mut rand::rng()) {
+            Ok(p) => p,
+            Err(e) if k == 0 => return Err((e, None)),
+            Err(e) => {
+                tracing::info!(fallback = %r.alias, reason = %e, "fallback alias cannot serve this request");
+                continue;
+            }
+        };
+        for cand in plan {
+            if attempts >= fo.max_attempts || Instant::now() >= deadline {
+                break 'routes;
+            }
+            let (up, model) = snap.upstream_model(&cand);
+            if min_window.is_some_and(|w| model.context_window <= w) {
+                skips.push(Skip { upstream: up.name.clone(), reason: "context window not larger", reopens_in: None });
+                continue;
+            }
+            let Some(guard) = admit(up, model, &mut skips) else { continue };
+            attempts += 1;
+            let served = Served { up, model, attempts, fallback };
+            let ctx = AttemptCtx { up, model, limits: Limits::new(up, r, deadline), guard };
+            match attempt(ctx).await {
+                Ok(v) => return Ok((v, served)),
+                Err((e, guard)) => {
+                    let elapsed = guard.started.elapsed();
+                    guard.finish(e.outcome());
+                    log_failed(usage, &served, &e, elapsed);
+                    if matches!(e, AxError::UpstreamContextLength) && fo.larger_window_on_context_error {
+                        min_window = Some(min_window.map_or(model.context_window, |w| w.max(model.context_window)));
+                        last = Some((e, served));
+                        continue;
+                    }
+                    if !e.is_retryable() {
+                        return Err((e, Some(served)));
+                    }
+                    if matches!(e, AxError::UpstreamRateLimited(_) | AxError::UpstreamUnavailable(_))
+                        && fo.max_retries_same > 0
+                    {
+                        let wait = e.retry_after().unwrap_or_else(|| backoff(fo.backoff_ms, 0));
+                        if wait <= Duration::from_millis(fo.max_backoff_ms) {
+                            later.push(Later {
+                                cand,
+                                route: r,
+                                fallback,
+                                not_before: Instant::now() + wait,
+                                retries: 0,
+                            });
+                        }
+                    }
+                    last = Some((e, served));
+                }
+            }
+        }
+    }
+
+    // Same-upstream retries of 429/503, once everything else had its turn.
+    while let Some(i) = (0..later.len()).min_by_key(|&i| later[i].not_before) {
+        if attempts >= fo.max_attempts {
+            break;
+        }
+        let mut l = later.swap_remove(i);
+        if l.not_before >= deadline {
+            continue;
+        }
+        tokio::time::sleep_until(l.not_before).await;
+        let (up, model) = snap.upstream_model(&l.cand);
+        let Some(guard) = admit(up, model, &mut skips) else { continue };
+        attempts += 1;
+        let served = Served { up, model, attempts, fallback: l.fallback };
+        let ctx = AttemptCtx { up, model, limits: Limits::new(up, l.route, deadline), guard };
+        match attempt(ctx).await {
+            Ok(v) => return Ok((v, served)),
+            Err((e, guard)) => {
+                let elapsed = guard.started.elapsed();
+                guard.finish(e.outcome());
+                log_failed(usage, &served, &e, elapsed);
+                if !e.is_retryable() {
+                    return Err((e, Some(served)));
+                }
+                l.retries += 1;
+                if matches!(e, AxError::UpstreamRateLimited(_) | AxError::UpstreamUnavailable(_))
+                    && l.retries < fo.max_retries_same
+                {
+                    let wait = e.retry_after().unwrap_or_else(|| backoff(fo.backoff_ms, l.retries));
+                    if wait <= Duration::from_millis(fo.max_backoff_ms) {
+                        l.not_before = Instant::now() + wait;
+                        later.push(l);
+                    }
+                }
+                last = Some((e, served));
+            }
+        }
+    }
+
+    if let Some((e, served)) = last {
+        return Err((e, Some(served)));
+    }
+    for s in &skips {
+        tracing::warn!(upstream = %s.upstream, reason = s.reason, reopens_in_ms = s.reopens_in.map(|d| d.as_millis() as u64), "candidate skipped");
+    }
+    let retry_after = skips
+        .iter()
+        .filter_map(|s| s.reopens_in)
+        .filter(|d| !d.is_zero())
+        .min()
+        .unwrap_or(Duration::from_secs(1))
+        .max(Duration::from_secs(1));
+    let detail = if skips.is_empty() {
+        "the attempt limit or deadline was reached".to_owned()
+    } else {
+        skips.iter().map(|s| format!("{}: {}", s.upstream, s.reason)).collect::<Vec<_>>().join("; ")
+    };
+    Err((AxError::NoHealthyUpstream { alias: route.alias.clone(), detail, retry_after }, None))
+}
+
+/// The breaker and concurrency checks; `None` (with the reason recorded) when the candidate must
+/// be skipped.
+fn admit(up: &Upstream, model: &Model, skips: &mut Vec<Skip>) -> Option<AttemptGuard> {
+    let probe = match up.health.breaker.admit() {
+        Admission::Pass => false,
+        Admission::Probe => true,
+        Admission::Reject { reopens_in } => {
+            let reason = if reopens_in.is_zero() { "breaker half-open, probe in flight" } else { "breaker open" };
+            skips.push(Skip { upstream: up.name.clone(), reason, reopens_in: Some(reopens_in) });
+            return None;
+        }
+    };
+    match up.health.try_acquire(up.max_concurrency) {
+        Some(permit) => Some(AttemptGuard::new(up, model, probe, permit)),
+        None => {
+            if probe {
+                up.health.breaker.release_probe();
+            }
+            skips.push(Skip { upstream: up.name.clone(), reason: "at max_concurrency", reopens_in: None });
+            None
+        }
+    }
+}
+
+/// Exponential backoff with full jitter: uniform in [base·2^n / 2, base·2^n].
+fn backoff(base_ms: u64, n: u32) -> Duration {
+    let ceiling = base_ms.saturating_mul(1 << n.min(16)).max(1);
+    Duration::from_millis(rand::rng().random_range(ceiling / 2..=ceiling))
+}
+
+fn log_failed(usage: &UsageRecord, served: &Served<'_>, e: &AxError, elapsed: Duration) {
+    tracing::warn!(
+        attempt = served.attempts,
+        upstream = %served.up.name,
+        model = %served.model.name,
+        outcome = e.code(),
+        duration_ms = elapsed.as_millis() as u64,
+        "attempt failed"
+    );
+    meter::failed_attempt(usage, served, e, elapsed);
+}
