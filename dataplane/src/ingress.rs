@@ -40,6 +40,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/admin/health", get(admin_health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)
@@ -440,9 +441,36 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     match &app.metrics {
-        Some(h) => (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response(),
+        Some(h) => {
+            crate::meter::health_gauges(&app.store.load());
+            (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response()
+        }
         None => error_response(&AxError::Internal, "-"),
     }
+}
+
+/// The health table: per upstream, breaker and in-flight; per model, rolling success rate and
+/// latency and time-to-first-token percentiles. Needs `Authorization: Bearer <server.admin_token>`.
+async fn admin_health(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    use sha2::Digest;
+    let rid = request_id(&headers);
+    let snap = app.store.load();
+    let Some(want) = snap.admin_token else {
+        return error_response(&AxError::NotFound("/admin/health (no server.admin_token configured)".to_owned()), &rid);
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.get(..7).filter(|s| s.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]));
+    let Some(given) = given else {
+        return error_response(&AxError::MissingApiKey, &rid);
+    };
+    let digest: [u8; 32] = sha2::Sha256::digest(given.trim().as_bytes()).into();
+    if digest != want {
+        return error_response(&AxError::InvalidApiKey, &rid);
+    }
+    let body = serde_json::to_vec(&crate::meter::health_table(&snap)).unwrap_or_default();
+    json_response(StatusCode::OK, body, &rid)
 }
 
 async fn not_found(headers: HeaderMap, uri: axum::http::Uri) -> Response {

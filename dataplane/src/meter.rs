@@ -101,6 +101,67 @@ impl Meter {
     }
 }
 
+/// The health table served at `/admin/health`.
+pub fn health_table(snap: &crate::snapshot::Snapshot) -> serde_json::Value {
+    let upstreams: Vec<serde_json::Value> = snap
+        .upstreams
+        .iter()
+        .map(|u| {
+            let (state, reopens_in) = u.health.breaker.state();
+            let models: Vec<serde_json::Value> = u
+                .models
+                .iter()
+                .map(|m| {
+                    let mut row = serde_json::to_value(m.health.snapshot(u.breaker.window_ms)).unwrap_or_default();
+                    row["model"] = serde_json::Value::from(m.name.as_str());
+                    row
+                })
+                .collect();
+            serde_json::json!({
+                "upstream": u.name,
+                "provider": u.kind.as_str(),
+                "in_flight": u.health.in_flight(),
+                "max_concurrency": u.max_concurrency,
+                "breaker": { "state": state, "reopens_in_ms": reopens_in.map(|d| d.as_millis() as u64) },
+                "models": models,
+            })
+        })
+        .collect();
+    serde_json::json!({ "config_version": snap.version, "upstreams": upstreams })
+}
+
+/// Sets the health gauges from the live table; called when `/metrics` is scraped, never per request.
+pub fn health_gauges(snap: &crate::snapshot::Snapshot) {
+    use crate::health::BreakerState;
+    for u in &snap.upstreams {
+        let name = u.name.clone();
+        metrics::gauge!("ax_upstream_in_flight", "upstream" => name.clone()).set(f64::from(u.health.in_flight()));
+        let state = match u.health.breaker.state().0 {
+            BreakerState::Closed => 0.0,
+            BreakerState::Open => 1.0,
+            BreakerState::HalfOpen => 2.0,
+        };
+        metrics::gauge!("ax_upstream_breaker_state", "upstream" => name.clone()).set(state);
+        for m in &u.models {
+            let s = m.health.snapshot(u.breaker.window_ms);
+            let labels = [("upstream", name.clone()), ("model", m.name.clone())];
+            if let Some(r) = s.success_rate {
+                metrics::gauge!("ax_upstream_success_ratio", &labels).set(r);
+            }
+            for (metric, v) in [
+                ("ax_upstream_latency_p50_ms", s.latency_p50_ms),
+                ("ax_upstream_latency_p95_ms", s.latency_p95_ms),
+                ("ax_upstream_ttft_p50_ms", s.ttft_p50_ms),
+                ("ax_upstream_ttft_p95_ms", s.ttft_p95_ms),
+            ] {
+                if let Some(v) = v {
+                    metrics::gauge!(metric, &labels).set(v);
+                }
+            }
+        }
+    }
+}
+
 fn attempt_id(request_id: &str, n: u32) -> String {
     format!("{request_id}#{n}")
 }

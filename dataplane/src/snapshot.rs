@@ -50,6 +50,8 @@ pub struct Snapshot {
     pub tenants: Vec<Tenant>,
     /// SHA-256 of an API key → the key's owner.
     pub keys: HashMap<[u8; 32], KeyRef>,
+    /// SHA-256 of the admin token; `/admin/*` is off without one.
+    pub admin_token: Option<[u8; 32]>,
 }
 
 #[derive(Debug)]
@@ -309,7 +311,19 @@ pub fn build(
         tenants.push(Tenant { id: t.id.clone(), allowed });
     }
 
+    let admin_token = match &spec.server.admin_token {
+        Some(t) => {
+            let token = Secret::new(expand("server.admin_token", t, env)?);
+            if token.expose().len() < 16 {
+                return Err(err("server.admin_token", "use at least 16 characters"));
+            }
+            Some(Sha256::digest(token.expose().as_bytes()).into())
+        }
+        None => None,
+    };
+
     Ok(Snapshot {
+        admin_token,
         version,
         params: spec.server.params,
         max_body_bytes: spec.server.max_body_bytes,

@@ -23,6 +23,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use bytes::Bytes;
+use futures_util::StreamExt;
 use serde_json::Value;
 
 pub mod wire;
@@ -60,6 +61,20 @@ pub enum Reply {
         pieces: Vec<Bytes>,
         delay: Duration,
     },
+    /// A JSON body with extra response headers (e.g. `retry-after`).
+    WithHeaders {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: Value,
+    },
+    /// The inner reply, after a delay (the request counts as in flight meanwhile).
+    Delayed(Duration, Box<Reply>),
+    /// Never sends response headers.
+    Hang,
+    /// Sends these SSE pieces, then goes silent with the connection open.
+    SseThenStall(Vec<Bytes>),
+    /// Sends these SSE pieces, then aborts the connection mid-body.
+    SseThenReset(Vec<Bytes>),
 }
 
 impl Reply {
@@ -102,6 +117,8 @@ struct FakeState {
     handler: Box<Handler>,
     requests: Mutex<Vec<Recorded>>,
     hits: AtomicUsize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
     /// Streams the client (the gateway) dropped before the last piece was sent.
     cancelled: AtomicUsize,
 }
@@ -119,6 +136,8 @@ impl FakeUpstream {
             handler: Box::new(handler),
             requests: Mutex::new(Vec::new()),
             hits: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake upstream");
@@ -141,6 +160,10 @@ impl FakeUpstream {
     pub fn hits(&self) -> usize {
         self.state.hits.load(Ordering::SeqCst)
     }
+    /// The most requests this fake was answering at the same time.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.max_in_flight.load(Ordering::SeqCst)
+    }
     pub fn cancelled(&self) -> usize {
         self.state.cancelled.load(Ordering::SeqCst)
     }
@@ -162,49 +185,105 @@ async fn fake_handler(State(state): State<Arc<FakeState>>, uri: Uri, headers: He
     state.hits.fetch_add(1, Ordering::SeqCst);
     let reply = (state.handler)(&rec);
     state.requests.lock().expect("requests lock").push(rec);
-    match reply {
-        Reply::Json { status, body } => Response::builder()
-            .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string()))
-            .expect("response"),
-        Reply::Raw { status, content_type, body } => Response::builder()
-            .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
-            .header("content-type", content_type)
-            .body(Body::from(body))
-            .expect("response"),
-        Reply::Sse { pieces, delay } => {
-            let guard = CancelGuard { state: state.clone(), finished: Arc::new(AtomicBool::new(false)) };
-            let total = pieces.len();
-            let s = futures_util::stream::unfold(
-                (pieces.into_iter().enumerate(), guard),
-                move |(mut it, guard)| async move {
-                    let (i, piece) = it.next()?;
-                    if i > 0 {
-                        if delay.is_zero() {
-                            // Give the writer a chance to flush so pieces reach the socket apart.
-                            if i % 16 == 0 {
-                                tokio::time::sleep(Duration::from_micros(200)).await;
-                            } else {
-                                tokio::task::yield_now().await;
-                            }
-                        } else {
-                            tokio::time::sleep(delay).await;
-                        }
-                    }
-                    if i + 1 == total {
-                        guard.finished.store(true, Ordering::SeqCst);
-                    }
-                    Some((Ok::<_, std::convert::Infallible>(piece), (it, guard)))
-                },
-            );
-            Response::builder()
-                .status(200)
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(s))
-                .expect("response")
-        }
+    let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let _in_flight = InFlight(state.clone());
+    respond(state.clone(), reply).await
+}
+
+struct InFlight(Arc<FakeState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+fn respond(
+    state: Arc<FakeState>,
+    reply: Reply,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
+    Box::pin(async move {
+        match reply {
+            Reply::WithHeaders { status, headers, body } => {
+                let mut b = Response::builder()
+                    .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+                    .header("content-type", "application/json");
+                for (k, v) in headers {
+                    b = b.header(k, v);
+                }
+                b.body(Body::from(body.to_string())).expect("response")
+            }
+            Reply::Delayed(d, inner) => {
+                tokio::time::sleep(d).await;
+                respond(state, *inner).await
+            }
+            Reply::Hang => std::future::pending().await,
+            Reply::SseThenStall(pieces) => {
+                let s = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::convert::Infallible>))
+                    .chain(futures_util::stream::pending());
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "text/event-stream")
+                    .body(Body::from_stream(s))
+                    .expect("response")
+            }
+            Reply::SseThenReset(pieces) => {
+                let s = futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>)).chain(
+                    futures_util::stream::once(async {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Err(std::io::Error::other("reset"))
+                    }),
+                );
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "text/event-stream")
+                    .body(Body::from_stream(s))
+                    .expect("response")
+            }
+            Reply::Json { status, body } => Response::builder()
+                .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string()))
+                .expect("response"),
+            Reply::Raw { status, content_type, body } => Response::builder()
+                .status(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+                .header("content-type", content_type)
+                .body(Body::from(body))
+                .expect("response"),
+            Reply::Sse { pieces, delay } => {
+                let guard = CancelGuard { state: state.clone(), finished: Arc::new(AtomicBool::new(false)) };
+                let total = pieces.len();
+                let s = futures_util::stream::unfold(
+                    (pieces.into_iter().enumerate(), guard),
+                    move |(mut it, guard)| async move {
+                        let (i, piece) = it.next()?;
+                        if i > 0 {
+                            if delay.is_zero() {
+                                // Give the writer a chance to flush so pieces reach the socket apart.
+                                if i % 16 == 0 {
+                                    tokio::time::sleep(Duration::from_micros(200)).await;
+                                } else {
+                                    tokio::task::yield_now().await;
+                                }
+                            } else {
+                                tokio::time::sleep(delay).await;
+                            }
+                        }
+                        if i + 1 == total {
+                            guard.finished.store(true, Ordering::SeqCst);
+                        }
+                        Some((Ok::<_, std::convert::Infallible>(piece), (it, guard)))
+                    },
+                );
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "text/event-stream")
+                    .body(Body::from_stream(s))
+                    .expect("response")
+            }
+        }
+    })
 }
 
 struct CancelGuard {
@@ -311,6 +390,14 @@ pub fn binary_path() -> PathBuf {
         assert!(status.success(), "building ax-dataplane failed");
     }
     bin
+}
+
+/// A loopback address where nothing listens: connecting is refused.
+pub async fn refused_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    drop(l);
+    format!("http://{addr}")
 }
 
 /// A fresh temporary directory under the target dir (no tempfile dependency needed).
