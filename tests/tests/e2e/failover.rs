@@ -292,10 +292,8 @@ async fn half_open_admits_exactly_one_probe_among_100_concurrent_requests() {
 async fn saturated_backup_gets_a_fast_503_not_a_queue() {
     let backup = FakeUpstream::fixed(Reply::Delayed(Duration::from_millis(600), Box::new(ok("slow backup")))).await;
     let purl = refused_url().await;
-    let yaml = cfg(&purl, &backup.url(), "", ", max_concurrency: 2", "").replace(
-        "breaker: { failures: 2, cooldown_ms: 400,",
-        "breaker: { failures: 1, cooldown_ms: 60000,",
-    );
+    let yaml = cfg(&purl, &backup.url(), "", ", max_concurrency: 2", "")
+        .replace("breaker: { failures: 2, cooldown_ms: 400,", "breaker: { failures: 1, cooldown_ms: 60000,");
     let gw = Gateway::start(&yaml).await;
     // The first request opens the primary's breaker (connection refused) and is served by the backup.
     let (s, up, attempts, _) = send(&gw.url, false).await;
