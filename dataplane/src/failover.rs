@@ -94,8 +94,19 @@ impl AttemptGuard {
 }
 
 impl Drop for AttemptGuard {
+    /// An attempt that never reported (the caller went away mid-call) proves nothing: a probe
+    /// gives its slot back (the breaker stays half-open and the next request probes), any other
+    /// attempt counts as neutral.
     fn drop(&mut self) {
-        self.report(Outcome::Neutral);
+        if self.done {
+            return;
+        }
+        if self.probe {
+            self.done = true;
+            self.upstream.breaker.release_probe();
+        } else {
+            self.report(Outcome::Neutral);
+        }
     }
 }
 

@@ -27,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-MOCK=$(free_port); PROXY=$(free_port)
+MOCK=$(free_port); PROXY=$(free_port); DEAD=$(free_port)   # nothing listens on DEAD
 
 OPENAI_BODY='{"id":"chatcmpl-1","object":"chat.completion","created":1730000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18,"prompt_tokens_details":{"cached_tokens":0}}}'
 ANTHROPIC_BODY='{"id":"msg_01","type":"message","role":"assistant","model":"claude-real","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}'
@@ -79,9 +79,19 @@ upstreams:
     base_url: http://127.0.0.1:$MOCK
     api_key: sk-ant-bench
     models: [{ name: claude-real, context_window: 200000, capabilities: [chat, streaming] }]
+  - name: dead   # connection refused; breaker effectively off so every request fails over
+    provider: openai
+    base_url: http://127.0.0.1:$DEAD/v1
+    breaker: { failures: 1000000000, min_requests: 1000000000 }
+    models: [{ name: gpt-4o-mini, context_window: 128000, capabilities: [chat, streaming] }]
 routes:
   - alias: chat
     candidates: [{ upstream: openai-mock, model: gpt-4o-mini }]
+  - alias: failover
+    strategy: priority
+    candidates:
+      - { upstream: dead, model: gpt-4o-mini, priority: 0 }
+      - { upstream: openai-mock, model: gpt-4o-mini, priority: 1 }
   - alias: claude
     candidates: [{ upstream: anthropic-mock, model: claude-real }]
 tenants:
@@ -102,7 +112,7 @@ wrk.headers["Authorization"] = "Bearer $KEY"
 EOF
   echo "$WORK/$1.lua"
 }
-CHAT=$(lua chat); CLAUDE=$(lua claude)
+CHAT=$(lua chat); CLAUDE=$(lua claude); FAILOVER=$(lua failover)
 
 # Prints "p50_us p99_us rps" for one wrk run.
 run() { # $1 = url, $2 = lua, $3 = connections, $4 = threads
@@ -121,6 +131,7 @@ read -r a50 a99 _ < <(run "http://$AXADDR/v1/chat/completions" "$CHAT" 1 1)
 read -r n50 n99 _ < <(run "http://127.0.0.1:$PROXY/v1/chat/completions" "$CHAT" 1 1)
 read -r dc50 dc99 _ < <(run "http://127.0.0.1:$MOCK/v1/messages" "$CLAUDE" 1 1)
 read -r ac50 ac99 _ < <(run "http://$AXADDR/v1/chat/completions" "$CLAUDE" 1 1)
+read -r f50 f99 _ < <(run "http://$AXADDR/v1/chat/completions" "$FAILOVER" 1 1)
 read -r _ _ drps < <(run "http://127.0.0.1:$MOCK/v1/chat/completions" "$CHAT" 64 2)
 read -r _ _ nrps < <(run "http://127.0.0.1:$PROXY/v1/chat/completions" "$CHAT" 64 2)
 read -r _ _ arps < <(run "http://$AXADDR/v1/chat/completions" "$CHAT" 64 2)
@@ -138,6 +149,8 @@ cat <<EOF
 | direct to mock (Anthropic body)            | $dc50 | $dc99 |
 | through ax, Anthropic upstream (translated)| $ac50 | $ac99 |
 | **ax added, Anthropic translation**        | $((ac50 - dc50)) | $((ac99 - dc99)) |
+| through ax, failing over from a refused primary | $f50 | $f99 |
+| **failover added (refused attempt included)** | $((f50 - a50)) | $((f99 - a99)) |
 
 | throughput (concurrency 64)  | req/s | ratio to nginx |
 |------------------------------|------:|---------------:|
