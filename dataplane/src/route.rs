@@ -270,6 +270,68 @@ routes:
         assert!((0.78..=0.82).contains(&share), "share of a = {share}");
     }
 
+    const THREE: &str = r#"
+upstreams:
+  - { name: a, provider: mock, models: [{ name: m, context_window: 10000, capabilities: [chat], price_per_mtok: { input: 3.0, output: 15.0 } }] }
+  - { name: b, provider: mock, models: [{ name: m, context_window: 10000, capabilities: [chat], price_per_mtok: { input: 0.15, output: 0.6 } }] }
+  - { name: c, provider: mock, models: [{ name: m, context_window: 10000, capabilities: [chat] }] }
+routes:
+  - alias: r
+    strategy: STRATEGY
+    candidates: [{ upstream: a, model: m }, { upstream: b, model: m }, { upstream: c, model: m }]
+"#;
+
+    #[test]
+    fn cost_orders_cheapest_first_and_unpriced_last() {
+        let snap = snapshot(&THREE.replace("STRATEGY", "cost"));
+        let needs =
+            Needs { caps: vec![Capability::Chat], prompt_estimate: 1000, window_tokens: 1200, ..Needs::default() };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for _ in 0..50 {
+            let p = plan(&snap, &snap.routes["r"], &needs, &mut rng).unwrap();
+            let order: Vec<usize> = p.iter().map(|c| c.upstream).collect();
+            assert_eq!(order, vec![1, 0, 2]);
+        }
+    }
+
+    fn first_share(snap: &Snapshot, n: u32) -> f64 {
+        let needs = Needs { caps: vec![Capability::Chat], ..Needs::default() };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let firsts =
+            (0..n).filter(|_| plan(snap, &snap.routes["r"], &needs, &mut rng).unwrap()[0].upstream == 0).count();
+        firsts as f64 / f64::from(n)
+    }
+
+    #[test]
+    fn latency_favours_the_faster_smoothly_and_explores() {
+        use crate::health::Outcome;
+        use std::time::Duration;
+        let yaml = THREE.replace("STRATEGY", "latency").replace(", { upstream: c, model: m }", "");
+        let snap = snapshot(&yaml);
+        let ttft = |i: usize, ms: u64| {
+            let h = &snap.upstreams[i].models[0].health;
+            for _ in 0..20 {
+                h.record(Outcome::Success, Duration::from_millis(ms * 2), Some(Duration::from_millis(ms)));
+            }
+        };
+        // Equal speed: an even split, no flapping to one side.
+        ttft(0, 100);
+        ttft(1, 100);
+        let even = first_share(&snap, 10_000);
+        assert!((0.47..=0.53).contains(&even), "even share {even}");
+        // `a` twice as slow: weight 1/4 of `b`'s → 0.95 × 0.2 + 0.05 × 0.5 ≈ 0.215 of first places.
+        ttft(0, 200);
+        ttft(0, 200);
+        ttft(0, 200);
+        let slow = first_share(&snap, 10_000);
+        assert!((0.17..=0.27).contains(&slow), "slow share {slow}");
+        // Much slower: exploration still sends it about 2.5% of first places.
+        ttft(0, 100_000);
+        ttft(0, 100_000);
+        let explored = first_share(&snap, 20_000);
+        assert!((0.015..=0.04).contains(&explored), "explored share {explored}");
+    }
+
     #[test]
     fn priority_tiers_come_first() {
         let snap = snapshot(&TWO.replace("STRATEGY", "priority"));

@@ -146,6 +146,26 @@ async fn stream_fails_over_before_the_first_byte() {
     }
 }
 
+/// A stream that drips slowly but steadily (every gap under `idle_ms`) is healthy: it stays on
+/// its upstream and completes.
+#[tokio::test]
+async fn slow_drip_within_idle_is_not_a_failure() {
+    let pieces: Vec<String> = (0..8).map(|i| format!("drip{i} ")).collect();
+    let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let events: Vec<String> = wire::openai_stream(&refs, &[], "stop", (1, 8, 0), Framing::default())
+        .split_inclusive("\n\n")
+        .map(str::to_owned)
+        .collect();
+    let primary = FakeUpstream::fixed(Reply::sse_paced(events, Duration::from_millis(150))).await;
+    let backup = FakeUpstream::fixed(ok_stream("never used")).await;
+    let gw = Gateway::start(&cfg(&primary.url(), &backup.url(), "", "", "")).await;
+    let (status, upstream, attempts, body) = send(&gw.url, true).await;
+    assert_eq!((status, upstream.as_str(), attempts.as_str()), (200, "primary", "1"));
+    assert_eq!(body["text"], pieces.concat());
+    assert!(body["error"].is_null());
+    assert_eq!(backup.hits(), 0);
+}
+
 /// After 100 forwarded tokens an upstream failure ends the stream with one error event: no
 /// failover (bytes were sent), nothing repeated, nothing lost.
 #[tokio::test]
