@@ -10,6 +10,7 @@
 //! a healthy backup answers first. Attempts are capped and share one deadline. When nothing could
 //! even be attempted, the answer is a fast 503 `no_healthy_upstream` with `Retry-After`.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,12 +118,13 @@ struct Skip {
     reopens_in: Option<Duration>,
 }
 
-/// A rate-limited or unavailable candidate to retry after the others.
-struct Later<'s> {
+/// One candidate to attempt: from a plan, or a deferred retry of a rate-limited or unavailable one.
+struct Item<'s> {
     cand: Candidate,
     route: &'s Route,
     fallback: Option<&'s str>,
-    not_before: Instant,
+    /// A retry waits until then (its Retry-After or backoff).
+    not_before: Option<Instant>,
     retries: u32,
 }
 
@@ -145,103 +147,75 @@ where
     let mut skips: Vec<Skip> = Vec::new();
     let mut last: Option<(AxError, Served<'s>)> = None;
     let mut min_window: Option<u32> = None;
-    let mut later: Vec<Later<'s>> = Vec::new();
-
-    let chain = std::iter::once(route).chain(route.fallbacks.iter().filter_map(|a| snap.routes.get(a)));
-    'routes: for (k, r) in chain.enumerate() {
-        let fallback = (k > 0).then_some(r.alias.as_str());
-        let plan = match route::plan(snap, r, needs, &mut rand::rng()) {
-            Ok(p) => p,
-            Err(e) if k == 0 => return Err((e, None)),
-            Err(e) => {
-                tracing::info!(fallback = %r.alias, reason = %e, "fallback alias cannot serve this request");
-                continue;
-            }
-        };
-        for cand in plan {
-            if attempts >= fo.max_attempts || Instant::now() >= deadline {
-                break 'routes;
-            }
-            let (up, model) = snap.upstream_model(&cand);
-            if min_window.is_some_and(|w| model.context_window <= w) {
-                skips.push(Skip { upstream: up.name.clone(), reason: "context window not larger", reopens_in: None });
-                continue;
-            }
-            let Some(guard) = admit(up, model, &mut skips) else { continue };
-            attempts += 1;
-            let served = Served { up, model, attempts, fallback };
-            let ctx = AttemptCtx { up, model, limits: Limits::new(up, r, deadline), guard };
-            match attempt(ctx).await {
-                Ok(v) => return Ok((v, served)),
-                Err((e, guard)) => {
-                    let elapsed = guard.started.elapsed();
-                    guard.finish(e.outcome());
-                    log_failed(usage, &served, &e, elapsed);
-                    if matches!(e, AxError::UpstreamContextLength) && fo.larger_window_on_context_error {
-                        min_window = Some(min_window.map_or(model.context_window, |w| w.max(model.context_window)));
-                        last = Some((e, served));
-                        continue;
-                    }
-                    if !e.is_retryable() {
-                        return Err((e, Some(served)));
-                    }
-                    if matches!(e, AxError::UpstreamRateLimited(_) | AxError::UpstreamUnavailable(_))
-                        && fo.max_retries_same > 0
-                    {
-                        let wait = e.retry_after().unwrap_or_else(|| backoff(fo.backoff_ms, 0));
-                        if wait <= Duration::from_millis(fo.max_backoff_ms) {
-                            later.push(Later {
-                                cand,
-                                route: r,
-                                fallback,
-                                not_before: Instant::now() + wait,
-                                retries: 0,
-                            });
-                        }
-                    }
-                    last = Some((e, served));
+    // Work, in order: the current alias's plan; then the next fallback alias's plan; then the
+    // deferred same-upstream retries, earliest first.
+    let mut queue: VecDeque<Item<'s>> = VecDeque::new();
+    let mut later: Vec<Item<'s>> = Vec::new();
+    let mut chain = std::iter::once(route).chain(route.fallbacks.iter().filter_map(|a| snap.routes.get(a))).enumerate();
+    loop {
+        let item = if let Some(item) = queue.pop_front() {
+            item
+        } else if let Some((k, r)) = chain.next() {
+            match route::plan(snap, r, needs, &mut rand::rng()) {
+                Ok(plan) => {
+                    let fallback = (k > 0).then_some(r.alias.as_str());
+                    queue.extend(plan.into_iter().map(|cand| Item {
+                        cand,
+                        route: r,
+                        fallback,
+                        not_before: None,
+                        retries: 0,
+                    }));
                 }
+                Err(e) if k == 0 => return Err((e, None)),
+                Err(e) => tracing::info!(fallback = %r.alias, reason = %e, "fallback alias cannot serve this request"),
             }
-        }
-    }
-
-    // Same-upstream retries of 429/503, once everything else had its turn.
-    while let Some(i) = (0..later.len()).min_by_key(|&i| later[i].not_before) {
-        if attempts >= fo.max_attempts {
+            continue;
+        } else if let Some(i) = (0..later.len()).min_by_key(|&i| later[i].not_before) {
+            later.swap_remove(i)
+        } else {
+            break;
+        };
+        if attempts >= fo.max_attempts || Instant::now() >= deadline {
             break;
         }
-        let mut l = later.swap_remove(i);
-        if l.not_before >= deadline {
+        if let Some(t) = item.not_before {
+            if t >= deadline {
+                continue;
+            }
+            tokio::time::sleep_until(t).await;
+        }
+        let (up, model) = snap.upstream_model(&item.cand);
+        if min_window.is_some_and(|w| model.context_window <= w) {
+            skips.push(Skip { upstream: up.name.clone(), reason: "context window not larger", reopens_in: None });
             continue;
         }
-        tokio::time::sleep_until(l.not_before).await;
-        let (up, model) = snap.upstream_model(&l.cand);
         let Some(guard) = admit(up, model, &mut skips) else { continue };
         attempts += 1;
-        let served = Served { up, model, attempts, fallback: l.fallback };
-        let ctx = AttemptCtx { up, model, limits: Limits::new(up, l.route, deadline), guard };
-        match attempt(ctx).await {
+        let served = Served { up, model, attempts, fallback: item.fallback };
+        let ctx = AttemptCtx { up, model, limits: Limits::new(up, item.route, deadline), guard };
+        let e = match attempt(ctx).await {
             Ok(v) => return Ok((v, served)),
             Err((e, guard)) => {
                 let elapsed = guard.started.elapsed();
                 guard.finish(e.outcome());
                 log_failed(usage, &served, &e, elapsed);
-                if !e.is_retryable() {
-                    return Err((e, Some(served)));
-                }
-                l.retries += 1;
-                if matches!(e, AxError::UpstreamRateLimited(_) | AxError::UpstreamUnavailable(_))
-                    && l.retries < fo.max_retries_same
-                {
-                    let wait = e.retry_after().unwrap_or_else(|| backoff(fo.backoff_ms, l.retries));
-                    if wait <= Duration::from_millis(fo.max_backoff_ms) {
-                        l.not_before = Instant::now() + wait;
-                        later.push(l);
-                    }
-                }
-                last = Some((e, served));
+                e
+            }
+        };
+        if matches!(e, AxError::UpstreamContextLength) && fo.larger_window_on_context_error {
+            min_window = Some(min_window.map_or(model.context_window, |w| w.max(model.context_window)));
+        } else if !e.is_retryable() {
+            return Err((e, Some(served)));
+        } else if matches!(e, AxError::UpstreamRateLimited(_) | AxError::UpstreamUnavailable(_))
+            && item.retries < fo.max_retries_same
+        {
+            let wait = e.retry_after().unwrap_or_else(|| backoff(fo.backoff_ms, item.retries));
+            if wait <= Duration::from_millis(fo.max_backoff_ms) {
+                later.push(Item { not_before: Some(Instant::now() + wait), retries: item.retries + 1, ..item });
             }
         }
+        last = Some((e, served));
     }
 
     if let Some((e, served)) = last {
