@@ -51,6 +51,7 @@ static X_AX_UPSTREAM: HeaderName = HeaderName::from_static("x-ax-upstream");
 static X_AX_MODEL: HeaderName = HeaderName::from_static("x-ax-model");
 static X_AX_ATTEMPTS: HeaderName = HeaderName::from_static("x-ax-attempts");
 static X_AX_FALLBACK: HeaderName = HeaderName::from_static("x-ax-fallback");
+static X_AX_COST_USD: HeaderName = HeaderName::from_static("x-ax-cost-usd");
 
 /// The caller's `x-request-id` when it is sane (1–128 visible ASCII characters), else a new one.
 fn request_id(headers: &HeaderMap) -> String {
@@ -341,8 +342,13 @@ async fn chat(
             if let Some(u) = &resp.usage {
                 meter.usage(u);
             }
+            let cost = meter.cost_micro_usd();
             meter.finish(200, None);
-            json_response(StatusCode::OK, openai::encode_response(&resp), rid)
+            let mut r = json_response(StatusCode::OK, openai::encode_response(&resp), rid);
+            if let Some(c) = cost {
+                r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&crate::cost::format_usd(c)));
+            }
+            r
         }
         ChatReply::Stream(mut s) => {
             s.attach(meter);
@@ -405,8 +411,12 @@ async fn embed(
     }
     meter.served_by(&served);
     meter.usage(&crate::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
+    let cost = meter.cost_micro_usd();
     meter.finish(200, None);
     let mut r = json_response(StatusCode::OK, openai::encode_embeddings_response(&resp, req.encoding_format), rid);
+    if let Some(c) = cost {
+        r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&crate::cost::format_usd(c)));
+    }
     served_headers(&mut r, &served);
     Ok(r)
 }

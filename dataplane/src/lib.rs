@@ -15,6 +15,7 @@
 
 pub mod canonical;
 pub mod config;
+pub mod cost;
 pub mod dispatch;
 pub mod error;
 pub mod failover;

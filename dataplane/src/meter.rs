@@ -41,6 +41,7 @@ pub struct Meter {
     ttft: Option<Duration>,
     /// Set once the call reached its end; a drop before that means the client went away.
     done: bool,
+    prices: Option<crate::cost::Prices>,
 }
 
 impl Meter {
@@ -57,6 +58,7 @@ impl Meter {
             start,
             ttft: None,
             done: false,
+            prices: None,
         }
     }
 
@@ -69,6 +71,7 @@ impl Meter {
         r.attempt_id = attempt_id(&r.request_id, s.attempts);
         r.retry_of = (s.attempts > 1).then(|| attempt_id(&r.request_id, s.attempts - 1));
         r.fallback = s.fallback.map(str::to_owned);
+        self.prices = s.model.prices;
     }
 
     /// The template for this request's other usage records (failed attempts).
@@ -88,6 +91,11 @@ impl Meter {
         r.completion_tokens = u.completion_tokens;
         r.cached_prompt_tokens = u.cached_tokens;
         r.cache_write_tokens = u.cache_write_tokens;
+        r.cost_micro_usd = self.prices.map(|p| p.cost_micro_usd(u));
+    }
+
+    pub fn cost_micro_usd(&self) -> Option<u64> {
+        self.record.cost_micro_usd
     }
 
     /// The call ended as the caller saw it: `status`, and the error code if it failed.
@@ -245,6 +253,7 @@ impl Drop for Meter {
                 completion_tokens = r.completion_tokens,
                 cached_prompt_tokens = r.cached_prompt_tokens,
                 cache_write_tokens = r.cache_write_tokens,
+                cost_micro_usd = r.cost_micro_usd,
                 latency_ms = r.latency_ms,
                 ttft_ms = r.ttft_ms,
                 attempts = r.attempts,

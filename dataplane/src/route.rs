@@ -161,13 +161,9 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
             // among equal prices.
             let output = needs.window_tokens.saturating_sub(needs.prompt_estimate).max(DEFAULT_OUTPUT_ESTIMATE);
             let price = |c: &Candidate| {
-                snap.upstream_model(c)
-                    .1
-                    .price
-                    .as_ref()
-                    .map_or(f64::INFINITY, |p| p.input * needs.prompt_estimate as f64 + p.output * output as f64)
+                snap.upstream_model(c).1.prices.map_or(u128::MAX, |p| p.estimate(needs.prompt_estimate, output))
             };
-            eligible.sort_by(|a, b| price(a).total_cmp(&price(b)));
+            eligible.sort_by_key(price);
             Ok(tiers(eligible, |a, b| price(a) == price(b), by_weight, rng))
         }
     }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use ax_protocol::config::{
-    BreakerSpec, Capability, ConfigSpec, FailoverSpec, MockSpec, ParamsMode, PriceSpec, ProviderKind, Strategy,
-    TimeoutOverrides, TimeoutsSpec, UpstreamSpec,
+    BreakerSpec, Capability, ConfigSpec, FailoverSpec, MockSpec, ParamsMode, ProviderKind, Strategy, TimeoutOverrides,
+    TimeoutsSpec, UpstreamSpec,
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
@@ -85,7 +85,8 @@ pub struct Model {
     pub context_window: u32,
     pub max_output_tokens: Option<u32>,
     pub caps: Caps,
-    pub price: Option<PriceSpec>,
+    /// Integer micro-USD per million tokens (`cost::Prices`).
+    pub prices: Option<crate::cost::Prices>,
     /// Live statistics, kept across reloads for the same (upstream, model).
     pub health: Arc<ModelHealth>,
     /// Upstream URLs, formatted and parsed once here so no request does either.
@@ -475,12 +476,16 @@ fn build_upstream(
         if u.provider == ProviderKind::Anthropic && m.capabilities.contains(&Capability::Embeddings) {
             return Err(err(format!("{mpath}.capabilities"), "Anthropic has no embeddings API"));
         }
-        if let Some(p) = &m.price_per_mtok {
-            let all = [Some(p.input), Some(p.output), p.cached_input, p.cache_write];
-            if all.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
-                return Err(err(format!("{mpath}.price_per_mtok"), "prices must be finite and >= 0"));
+        let prices = match &m.price_per_mtok {
+            Some(p) => {
+                let all = [Some(p.input), Some(p.output), p.cached_input, p.cache_write];
+                if all.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
+                    return Err(err(format!("{mpath}.price_per_mtok"), "prices must be finite and >= 0"));
+                }
+                Some(crate::cost::Prices::from_spec(p).map_err(|e| err(format!("{mpath}.price_per_mtok"), e))?)
             }
-        }
+            None => None,
+        };
         let (chat_url, stream_url, embed_url) = urls(u, &base_url, &m.name);
         let parse = |url: String| -> Result<Option<reqwest::Url>, ConfigError> {
             if url.is_empty() {
@@ -495,7 +500,7 @@ fn build_upstream(
             .and_then(|p| p.models.iter().find(|pm| pm.name == m.name))
             .map_or_else(ModelHealth::new, |pm| pm.health.clone());
         models.push(Model {
-            price: m.price_per_mtok.clone(),
+            prices,
             health,
             name: m.name.clone(),
             context_window: m.context_window,

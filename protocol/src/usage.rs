@@ -23,6 +23,8 @@ pub struct UsageRecord {
     pub completion_tokens: u64,
     pub cached_prompt_tokens: u64,
     pub cache_write_tokens: u64,
+    /// Cost in integer micro-USD (`None` when the model has no price).
+    pub cost_micro_usd: Option<u64>,
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
     /// Attempts made for this request so far (this record's attempt is number `attempts`).

@@ -4,6 +4,7 @@
 
 mod conformance;
 mod failover;
+mod governance;
 mod ingress;
 mod reload;
 mod sdk;

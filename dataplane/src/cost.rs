@@ -1,0 +1,111 @@
+//! Cost in integer micro-USD: no floating point between the price list and the bill.
+//!
+//! Prices are configured in USD per million tokens and converted once, at snapshot build, to
+//! integer micro-USD per million tokens (exact for prices with up to six decimals). A request's
+//! cost is `Σ tokens × price` in those units, divided by 10⁶ once, rounded half up: one rounding
+//! per request, so finance can recompute every record exactly.
+
+use ax_protocol::config::PriceSpec;
+
+use crate::canonical::Usage;
+
+/// Integer micro-USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prices {
+    pub input: u64,
+    pub output: u64,
+    /// Cache reads; the input price when not configured.
+    pub cached_input: u64,
+    /// Cache writes (Anthropic `cache_creation_input_tokens`); the input price when not configured.
+    pub cache_write: u64,
+}
+
+/// USD (as configured) → integer micro-USD; `None` for values that are not exact to 6 decimals.
+fn micros(usd: f64) -> Option<u64> {
+    let m = (usd * 1e6).round();
+    ((usd * 1e6 - m).abs() < 1e-6 && (0.0..9e15).contains(&m)).then_some(m as u64)
+}
+
+impl Prices {
+    pub fn from_spec(p: &PriceSpec) -> Result<Self, String> {
+        let conv = |name: &str, v: f64| micros(v).ok_or_else(|| format!("{name}: use at most 6 decimals of USD"));
+        let input = conv("input", p.input)?;
+        Ok(Self {
+            input,
+            output: conv("output", p.output)?,
+            cached_input: p.cached_input.map(|v| conv("cached_input", v)).transpose()?.unwrap_or(input),
+            cache_write: p.cache_write.map(|v| conv("cache_write", v)).transpose()?.unwrap_or(input),
+        })
+    }
+
+    /// The cost of one call in micro-USD. `prompt_tokens` includes cached and cache-written
+    /// tokens (canonical usage); each part is priced at its own rate.
+    pub fn cost_micro_usd(&self, u: &Usage) -> u64 {
+        let uncached = u.prompt_tokens.saturating_sub(u.cached_tokens).saturating_sub(u.cache_write_tokens);
+        let n = |t: u64, p: u64| u128::from(t) * u128::from(p);
+        let total = n(uncached, self.input)
+            + n(u.cached_tokens, self.cached_input)
+            + n(u.cache_write_tokens, self.cache_write)
+            + n(u.completion_tokens, self.output);
+        u64::try_from((total + 500_000) / 1_000_000).unwrap_or(u64::MAX)
+    }
+
+    /// Price of `prompt` input and `output` tokens, for the `cost` strategy (same units × 10⁶).
+    pub fn estimate(&self, prompt: u64, output: u64) -> u128 {
+        u128::from(prompt) * u128::from(self.input) + u128::from(output) * u128::from(self.output)
+    }
+}
+
+/// `1234567` µUSD → `"1.234567"`.
+pub fn format_usd(micro: u64) -> String {
+    format!("{}.{:06}", micro / 1_000_000, micro % 1_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sonnet() -> Prices {
+        // $3 input, $15 output, $0.30 cache reads, $3.75 cache writes per Mtok.
+        Prices::from_spec(&PriceSpec { input: 3.0, output: 15.0, cached_input: Some(0.3), cache_write: Some(3.75) })
+            .unwrap()
+    }
+
+    #[test]
+    fn anthropic_cache_reads_and_writes_priced_exactly() {
+        // Anthropic usage: input_tokens 1,200 (uncached), cache_creation 2,000, cache_read 10,000,
+        // output 850 → canonical prompt = 13,200.
+        let u = Usage {
+            prompt_tokens: 13_200,
+            completion_tokens: 850,
+            cached_tokens: 10_000,
+            cache_write_tokens: 2_000,
+            reasoning_tokens: 0,
+        };
+        // By hand: 1,200×3 + 10,000×0.3 + 2,000×3.75 + 850×15 = 3,600 + 3,000 + 7,500 + 12,750
+        // = 26,850 USD per Mtok·token → 0.02685 USD = 26,850 µUSD.
+        assert_eq!(sonnet().cost_micro_usd(&u), 26_850);
+        assert_eq!(format_usd(26_850), "0.026850");
+    }
+
+    #[test]
+    fn rounding_is_once_and_half_up() {
+        let p =
+            Prices::from_spec(&PriceSpec { input: 0.15, output: 0.6, cached_input: None, cache_write: None }).unwrap();
+        assert_eq!(p.cached_input, 150_000, "cache reads default to the input price");
+        // 7 × 0.15 + 3 × 0.6 = 2.85 µUSD → 3.
+        let u = Usage { prompt_tokens: 7, completion_tokens: 3, ..Usage::default() };
+        assert_eq!(p.cost_micro_usd(&u), 3);
+        // 1 × 0.15 = 0.15 µUSD → 0.
+        assert_eq!(p.cost_micro_usd(&Usage { prompt_tokens: 1, ..Usage::default() }), 0);
+        // No drift: a million identical requests cost exactly a million times one.
+        let one = p.cost_micro_usd(&Usage { prompt_tokens: 1_000, completion_tokens: 500, ..Usage::default() });
+        assert_eq!(one, 450);
+    }
+
+    #[test]
+    fn prices_beyond_micro_usd_are_refused() {
+        assert!(Prices::from_spec(&PriceSpec { input: 0.0000001, output: 1.0, cached_input: None, cache_write: None })
+            .is_err());
+    }
+}
