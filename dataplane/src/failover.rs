@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ax_protocol::config::BreakerSpec;
-use ax_protocol::usage::UsageRecord;
+use ax_protocol::usage::AttemptRecord;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -134,7 +134,8 @@ pub async fn run<'s, T, F, Fut>(
     snap: &'s Snapshot,
     route: &'s Route,
     needs: &Needs,
-    usage: &UsageRecord,
+    request_id: &str,
+    log: &mut Vec<AttemptRecord>,
     mut attempt: F,
 ) -> Result<(T, Served<'s>), (AxError, Option<Served<'s>>)>
 where
@@ -194,12 +195,16 @@ where
         attempts += 1;
         let served = Served { up, model, attempts, fallback: item.fallback };
         let ctx = AttemptCtx { up, model, limits: Limits::new(up, item.route, deadline), guard };
+        let started = Instant::now();
         let e = match attempt(ctx).await {
-            Ok(v) => return Ok((v, served)),
+            Ok(v) => {
+                log.push(attempt_record(request_id, &served, None, started.elapsed()));
+                return Ok((v, served));
+            }
             Err((e, guard)) => {
-                let elapsed = guard.started.elapsed();
                 guard.finish(e.outcome());
-                log_failed(usage, &served, &e, elapsed);
+                log_failed(&served, &e, started.elapsed());
+                log.push(attempt_record(request_id, &served, Some(&e), started.elapsed()));
                 e
             }
         };
@@ -269,7 +274,7 @@ fn backoff(base_ms: u64, n: u32) -> Duration {
     Duration::from_millis(rand::rng().random_range(ceiling / 2..=ceiling))
 }
 
-fn log_failed(usage: &UsageRecord, served: &Served<'_>, e: &AxError, elapsed: Duration) {
+fn log_failed(served: &Served<'_>, e: &AxError, elapsed: Duration) {
     tracing::warn!(
         attempt = served.attempts,
         upstream = %served.up.name,
@@ -278,5 +283,24 @@ fn log_failed(usage: &UsageRecord, served: &Served<'_>, e: &AxError, elapsed: Du
         duration_ms = elapsed.as_millis() as u64,
         "attempt failed"
     );
-    meter::failed_attempt(usage, served, e, elapsed);
+}
+
+fn attempt_record(request_id: &str, served: &Served<'_>, e: Option<&AxError>, elapsed: Duration) -> AttemptRecord {
+    AttemptRecord {
+        attempt_id: meter::attempt_id(request_id, served.attempts),
+        upstream: served.up.name.clone(),
+        model: served.model.name.clone(),
+        error_code: e.map(|e| e.code().to_owned()),
+        // Failures after the request reached the upstream may still be billed by the provider.
+        possibly_billed: e.is_some_and(|e| {
+            matches!(
+                e,
+                AxError::UpstreamFirstByteTimeout
+                    | AxError::UpstreamIdleTimeout
+                    | AxError::UpstreamTimeout
+                    | AxError::UpstreamStreamTruncated
+            )
+        }),
+        latency_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+    }
 }

@@ -189,14 +189,8 @@ fn request_span(request_id: &str, path: &'static str) -> tracing::Span {
         key_id = tracing::field::Empty, alias = tracing::field::Empty)
 }
 
-/// Counts a request that ended before any upstream was chosen.
-fn count_rejected(alias: &str, e: &AxError) {
-    metrics::counter!("ax_requests_total", "alias" => alias.to_owned(), "upstream" => "", "status" => e.status().as_u16().to_string())
-        .increment(1);
-}
-
 /// The frame every model endpoint shares: request id, the request's span, one snapshot load, and
-/// the error edge (counting requests rejected before any upstream was chosen).
+/// the error edge (a request rejected before any upstream was chosen still gets its usage record).
 async fn handle<F, Fut>(app: Arc<App>, headers: HeaderMap, body: Body, path: &'static str, stage: F) -> Response
 where
     F: FnOnce(Arc<Snapshot>, String, HeaderMap, Body, Instant) -> Fut,
@@ -208,9 +202,10 @@ where
     async move {
         match stage(app.store.load(), rid, headers, body, start).await {
             (_, Ok(r)) => r,
-            (rid, Err((e, alias))) => {
-                count_rejected(alias.as_deref().unwrap_or(""), &e);
-                error_response(&e, &rid)
+            (rid, Err(r)) => {
+                let caller = r.caller.as_ref().map(|(t, k)| (t.as_str(), k.as_str()));
+                Meter::rejected(&rid, caller, r.alias.as_deref(), start, &r.error);
+                error_response(&r.error, &rid)
             }
         }
     }
@@ -234,7 +229,25 @@ async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
     .await
 }
 
-type Rejection = (AxError, Option<String>);
+/// A request refused before any upstream was chosen, with what is known of it for its record.
+struct Rejection {
+    error: AxError,
+    alias: Option<String>,
+    /// (tenant, key id), once the key was checked.
+    caller: Option<(String, String)>,
+}
+
+impl Rejection {
+    fn anonymous(error: AxError) -> Self {
+        Self { error, alias: None, caller: None }
+    }
+
+    fn of(caller: &Caller<'_>, alias: Option<&str>) -> impl FnOnce(AxError) -> Self {
+        let caller = Some((caller.tenant.id.clone(), caller.key_id.to_owned()));
+        let alias = alias.map(str::to_owned);
+        move |error| Self { error, alias, caller }
+    }
+}
 
 /// A request body that names the alias it wants.
 trait ModelRequest: DeserializeOwned {
@@ -260,10 +273,10 @@ async fn admit<'s, T: ModelRequest>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(Caller<'s>, T, &'s crate::snapshot::Route), Rejection> {
-    let caller = authenticate(snap, headers).map_err(|e| (e, None))?;
-    let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(|e| (e, None))?;
-    let req: T = decode(&bytes, snap.params).map_err(|e| (e, None))?;
-    let route = alias_allowed(snap, &caller, req.alias()).map_err(|e| (e, None))?;
+    let caller = authenticate(snap, headers).map_err(Rejection::anonymous)?;
+    let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
+    let req: T = decode(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
+    let route = alias_allowed(snap, &caller, req.alias()).map_err(Rejection::of(&caller, Some(req.alias())))?;
     Ok((caller, req, route))
 }
 
@@ -297,11 +310,13 @@ async fn chat(
 ) -> Result<Response, Rejection> {
     let (caller, req, route) = admit::<ChatRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
-    req.validate().map_err(|e| (e, Some(alias.to_owned())))?;
+    req.validate().map_err(Rejection::of(&caller, Some(alias)))?;
     let needs = route::chat_needs(&req);
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
+    meter.prompt_estimate(needs.prompt_estimate);
+    let mut attempt_log = Vec::new();
     let (req, needs) = (&req, &needs);
-    let result = failover::run(snap, route, needs, meter.template(), |a| async move {
+    let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, limits, guard } = a;
         let req = for_provider(req, &needs.params, up.kind);
         match dispatch::chat(up, model, &req, snap.default_max_tokens, rid, limits).await {
@@ -323,9 +338,10 @@ async fn chat(
         }
     })
     .await;
+    meter.attempts(attempt_log);
     let (reply, served) = match result {
         Ok(x) => x,
-        Err((e, served)) => return Ok(failed(&e, rid, alias, served.as_ref())),
+        Err((e, served)) => return Ok(failed(&e, rid, meter, served.as_ref())),
     };
     meter.served_by(&served);
     let mut r = match reply {
@@ -364,11 +380,12 @@ async fn chat(
     Ok(r)
 }
 
-/// The answer when every attempt failed (or none could be made).
-fn failed(e: &AxError, rid: &str, alias: &str, served: Option<&Served<'_>>) -> Response {
-    let upstream = served.map_or("", |s| s.up.name.as_str());
-    metrics::counter!("ax_requests_total", "alias" => alias.to_owned(), "upstream" => upstream.to_owned(), "status" => e.status().as_u16().to_string())
-        .increment(1);
+/// The answer when every attempt failed (or none could be made); the record says so.
+fn failed(e: &AxError, rid: &str, mut meter: Meter, served: Option<&Served<'_>>) -> Response {
+    if let Some(s) = served {
+        meter.served_by(s);
+    }
+    meter.finish(e.status().as_u16(), Some(e.code()));
     let mut r = error_response(e, rid);
     match served {
         Some(s) => served_headers(&mut r, s),
@@ -390,8 +407,10 @@ async fn embed(
     let alias = route.alias.as_str();
     let needs = route::embeddings_needs(&req);
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
+    meter.prompt_estimate(needs.prompt_estimate);
+    let mut attempt_log = Vec::new();
     let req = &req;
-    let result = failover::run(snap, route, &needs, meter.template(), |a| async move {
+    let result = failover::run(snap, route, &needs, rid, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, limits, guard } = a;
         match dispatch::embeddings(up, model, req, rid, limits).await {
             Ok(resp) => {
@@ -402,9 +421,10 @@ async fn embed(
         }
     })
     .await;
+    meter.attempts(attempt_log);
     let (mut resp, served) = match result {
         Ok(x) => x,
-        Err((e, served)) => return Ok(failed(&e, rid, alias, served.as_ref())),
+        Err((e, served)) => return Ok(failed(&e, rid, meter, served.as_ref())),
     };
     if resp.model.is_empty() || resp.model == req.model {
         resp.model.clone_from(&served.model.name);

@@ -27,6 +27,7 @@ pub mod reload;
 pub mod route;
 pub mod secret;
 pub mod snapshot;
+pub mod spool;
 pub mod sse;
 pub mod stream;
 pub mod worker;

@@ -3,7 +3,7 @@
 //! Arguments are parsed by hand: three subcommands and four flags do not justify clap's
 //! compile time on a 2-core build box.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use std::net::ToSocketAddrs;
@@ -127,6 +127,25 @@ fn serve(args: Args) -> ExitCode {
         }
     };
     let listen = args.listen.unwrap_or(spec.server.listen);
+    let metering = match (&spec.metering.spool_dir, &spec.metering.jsonl) {
+        (None, None) => None,
+        (Some(dir), Some(jsonl)) => {
+            let dir = PathBuf::from(dir);
+            let opened =
+                ax_dataplane::spool::init(&dir).and_then(|()| ax_dataplane::spool::JsonlSink::open(Path::new(jsonl)));
+            match opened {
+                Ok(sink) => Some((dir, sink)),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot open the usage spool or sink");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        _ => {
+            tracing::error!("metering: set both spool_dir and jsonl (the standalone sink), or neither");
+            return ExitCode::FAILURE;
+        }
+    };
     let listeners = match listen.to_socket_addrs().map(|mut a| a.next()) {
         Ok(Some(addr)) => worker::bind_reuseport(addr, threads),
         Ok(None) => Err(std::io::Error::other("the address resolves to nothing")),
@@ -190,6 +209,9 @@ fn serve(args: Args) -> ExitCode {
     let failed = rt.block_on(async move {
         app.spawn_upkeep();
         tokio::spawn(reload::watch(app.clone(), path));
+        if let Some((dir, sink)) = metering {
+            tokio::spawn(ax_dataplane::spool::drain(dir, sink));
+        }
         tracing::info!(addr = %addr, threads, version = env!("CARGO_PKG_VERSION"), "listening");
         let mut failed = false;
         tokio::select! {

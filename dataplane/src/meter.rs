@@ -1,13 +1,14 @@
-//! Metering: Prometheus metrics and one usage record per call.
+//! Metering: Prometheus metrics and exactly one usage record per request.
 //!
-//! A `Meter` travels with the request (into the response stream, for streams) and reports when
-//! dropped, so a call is metered exactly once however it ends: completed, failed, or cut off by
-//! a client disconnect (then marked incomplete).
+//! A `Meter` travels with the request (into the response stream, for streams). It emits its
+//! record when the call ends (`finish`: before the caller receives the end of the answer) or,
+//! if the caller went away first, when it is dropped (marked incomplete, with the tokens generated
+//! until then). Records go to the durable spool (`spool`) and to the `ax::usage` log target.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use ax_protocol::usage::UsageRecord;
+use ax_protocol::usage::{AttemptRecord, UsageRecord};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::canonical::Usage;
@@ -39,16 +40,27 @@ pub struct Meter {
     pub record: UsageRecord,
     start: Instant,
     ttft: Option<Duration>,
-    /// Set once the call reached its end; a drop before that means the client went away.
-    done: bool,
+    /// Set once the record was emitted; a drop before that means the client went away.
+    emitted: bool,
     prices: Option<crate::cost::Prices>,
+    /// Whether the provider reported usage; if not, tokens are estimated at the end.
+    usage_known: bool,
+    /// Prompt tokens as estimated before routing (for records without provider usage).
+    prompt_estimate: u64,
+    /// Content and tool-call deltas forwarded so far (a stream's completion tokens, estimated).
+    deltas: u64,
 }
 
 impl Meter {
     pub fn new(request_id: &str, tenant: &str, key_id: &str, alias: &str, stream: bool, start: Instant) -> Self {
+        let started_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .saturating_sub(u64::try_from(start.elapsed().as_millis()).unwrap_or(0));
         Self {
             record: UsageRecord {
                 request_id: request_id.to_owned(),
+                started_at_ms,
                 tenant: tenant.to_owned(),
                 key_id: key_id.to_owned(),
                 alias: alias.to_owned(),
@@ -57,26 +69,39 @@ impl Meter {
             },
             start,
             ttft: None,
-            done: false,
+            emitted: false,
             prices: None,
+            usage_known: false,
+            prompt_estimate: 0,
+            deltas: 0,
         }
     }
 
-    /// The attempt that answered the caller.
+    /// The usage record of a request rejected before any upstream was chosen.
+    pub fn rejected(request_id: &str, caller: Option<(&str, &str)>, alias: Option<&str>, start: Instant, e: &AxError) {
+        let (tenant, key) = caller.unwrap_or_default();
+        let mut m = Self::new(request_id, tenant, key, alias.unwrap_or_default(), false, start);
+        m.finish(e.status().as_u16(), Some(e.code()));
+    }
+
+    pub fn prompt_estimate(&mut self, tokens: u64) {
+        self.prompt_estimate = tokens;
+    }
+
+    /// The attempt that answered the caller (or the last one, when all failed).
     pub fn served_by(&mut self, s: &Served<'_>) {
         let r = &mut self.record;
         s.up.name.clone_into(&mut r.upstream);
         s.model.name.clone_into(&mut r.model);
         r.attempts = s.attempts;
-        r.attempt_id = attempt_id(&r.request_id, s.attempts);
         r.retry_of = (s.attempts > 1).then(|| attempt_id(&r.request_id, s.attempts - 1));
         r.fallback = s.fallback.map(str::to_owned);
         self.prices = s.model.prices;
     }
 
-    /// The template for this request's other usage records (failed attempts).
-    pub fn template(&self) -> &UsageRecord {
-        &self.record
+    /// Every attempt of the request, in order.
+    pub fn attempts(&mut self, list: Vec<AttemptRecord>) {
+        self.record.attempt_list = list;
     }
 
     pub fn first_token(&mut self) {
@@ -85,7 +110,17 @@ impl Meter {
         }
     }
 
+    /// One more content or tool-call delta went to the caller.
+    pub fn delta(&mut self) {
+        self.deltas += 1;
+    }
+
     pub fn usage(&mut self, u: &Usage) {
+        self.usage_known = true;
+        self.set_usage(u);
+    }
+
+    fn set_usage(&mut self, u: &Usage) {
         let r = &mut self.record;
         r.prompt_tokens = u.prompt_tokens;
         r.completion_tokens = u.completion_tokens;
@@ -98,15 +133,109 @@ impl Meter {
         self.record.cost_micro_usd
     }
 
-    /// The call ended as the caller saw it: `status`, and the error code if it failed.
+    /// The call ended as the caller saw it: `status`, and the error code if it failed. Emits the
+    /// record now, before the caller receives the end of the answer.
     pub fn finish(&mut self, status: u16, error_code: Option<&'static str>) {
         self.record.status = status;
         self.record.error_code = error_code.map(str::to_owned);
         if error_code.is_some() && self.record.stream && status == 200 {
             self.record.incomplete = true;
         }
-        self.done = true;
+        self.emit();
     }
+
+    /// Fills tokens the provider did not report (a stream cut short, or a server that sends no
+    /// usage): the prompt estimate, and one token per forwarded delta (providers stream about one
+    /// token per event). Flagged `estimated`.
+    fn estimate_missing(&mut self) {
+        let served = !self.record.upstream.is_empty() && (self.deltas > 0 || self.record.status == 200);
+        if self.usage_known || !served {
+            return;
+        }
+        let u = Usage { prompt_tokens: self.prompt_estimate, completion_tokens: self.deltas, ..Usage::default() };
+        self.set_usage(&u);
+        self.record.estimated = true;
+    }
+
+    fn emit(&mut self) {
+        if self.emitted {
+            return;
+        }
+        self.emitted = true;
+        self.estimate_missing();
+        let elapsed = self.start.elapsed();
+        let r = &mut self.record;
+        r.latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        r.ttft_ms = self.ttft.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+
+        let alias = r.alias.clone();
+        let upstream = r.upstream.clone();
+        metrics::counter!("ax_requests_total", "alias" => alias.clone(), "upstream" => upstream.clone(), "status" => r.status.to_string())
+            .increment(1);
+        metrics::histogram!("ax_request_duration_seconds", "alias" => alias.clone(), "upstream" => upstream.clone())
+            .record(elapsed.as_secs_f64());
+        if let Some(t) = self.ttft {
+            metrics::histogram!("ax_time_to_first_token_seconds", "alias" => alias.clone(), "upstream" => upstream.clone())
+                .record(t.as_secs_f64());
+        }
+        for (direction, n) in [
+            ("prompt", r.prompt_tokens),
+            ("completion", r.completion_tokens),
+            ("cached_prompt", r.cached_prompt_tokens),
+        ] {
+            if n > 0 {
+                metrics::counter!("ax_tokens_total", "alias" => alias.clone(), "upstream" => upstream.clone(), "direction" => direction)
+                    .increment(n);
+            }
+        }
+        for a in &r.attempt_list {
+            let outcome = a.error_code.clone().unwrap_or_else(|| "ok".to_owned());
+            metrics::counter!("ax_upstream_attempts_total", "upstream" => a.upstream.clone(), "outcome" => outcome)
+                .increment(1);
+        }
+        crate::spool::append(r);
+        tracing::info!(
+            target: "ax::usage",
+            tenant = %r.tenant,
+            key_id = %r.key_id,
+            alias = %r.alias,
+            fallback = r.fallback.as_deref(),
+            upstream = %r.upstream,
+            model = %r.model,
+            stream = r.stream,
+            status = r.status,
+            error_code = r.error_code.as_deref(),
+            incomplete = r.incomplete,
+            estimated = r.estimated,
+            prompt_tokens = r.prompt_tokens,
+            completion_tokens = r.completion_tokens,
+            cached_prompt_tokens = r.cached_prompt_tokens,
+            cache_write_tokens = r.cache_write_tokens,
+            cost_micro_usd = r.cost_micro_usd,
+            latency_ms = r.latency_ms,
+            ttft_ms = r.ttft_ms,
+            attempts = r.attempts,
+            retry_of = r.retry_of.as_deref(),
+            "usage"
+        );
+    }
+}
+
+impl Drop for Meter {
+    /// A meter dropped before its record was emitted belongs to a caller that went away.
+    fn drop(&mut self) {
+        if !self.emitted {
+            self.record.status = 200;
+            self.record.incomplete = true;
+            self.record.error_code = Some("client_disconnected".to_owned());
+            self.emit();
+        }
+    }
+}
+
+/// `<request_id>#<n>`.
+pub fn attempt_id(request_id: &str, n: u32) -> String {
+    format!("{request_id}#{n}")
 }
 
 /// The health table served at `/admin/health`.
@@ -166,99 +295,6 @@ pub fn health_gauges(snap: &crate::snapshot::Snapshot) {
                     metrics::gauge!(metric, &labels).set(v);
                 }
             }
-        }
-    }
-}
-
-fn attempt_id(request_id: &str, n: u32) -> String {
-    format!("{request_id}#{n}")
-}
-
-/// The usage record of an attempt that failed and was followed by another (or by the error the
-/// caller saw). Its tokens are unknown (0); `retry_of` links it to the attempt before, so an
-/// upstream call that timed out after being sent, and may have been billed, is visible to finance.
-pub fn failed_attempt(template: &UsageRecord, s: &Served<'_>, e: &AxError, elapsed: Duration) {
-    metrics::counter!("ax_upstream_attempts_total", "upstream" => s.up.name.clone(), "outcome" => e.code())
-        .increment(1);
-    tracing::info!(
-        target: "ax::usage",
-        attempt_id = %attempt_id(&template.request_id, s.attempts),
-        retry_of = (s.attempts > 1).then(|| attempt_id(&template.request_id, s.attempts - 1)),
-        tenant = %template.tenant,
-        key_id = %template.key_id,
-        alias = %template.alias,
-        fallback = s.fallback,
-        upstream = %s.up.name,
-        model = %s.model.name,
-        stream = template.stream,
-        status = e.status().as_u16(),
-        error_code = e.code(),
-        incomplete = true,
-        latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-        attempts = s.attempts,
-        "usage"
-    );
-}
-
-impl Drop for Meter {
-    fn drop(&mut self) {
-        if !self.done {
-            self.record.incomplete = true;
-            self.record.status = 200;
-            self.record.error_code = Some("client_disconnected".to_owned());
-        }
-        let elapsed = self.start.elapsed();
-        let r = &mut self.record;
-        r.latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        r.ttft_ms = self.ttft.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
-
-        let alias = r.alias.clone();
-        let upstream = r.upstream.clone();
-        metrics::counter!("ax_requests_total", "alias" => alias.clone(), "upstream" => upstream.clone(), "status" => r.status.to_string())
-            .increment(1);
-        metrics::histogram!("ax_request_duration_seconds", "alias" => alias.clone(), "upstream" => upstream.clone())
-            .record(elapsed.as_secs_f64());
-        if let Some(t) = self.ttft {
-            metrics::histogram!("ax_time_to_first_token_seconds", "alias" => alias.clone(), "upstream" => upstream.clone())
-                .record(t.as_secs_f64());
-        }
-        for (direction, n) in [
-            ("prompt", r.prompt_tokens),
-            ("completion", r.completion_tokens),
-            ("cached_prompt", r.cached_prompt_tokens),
-        ] {
-            if n > 0 {
-                metrics::counter!("ax_tokens_total", "alias" => alias.clone(), "upstream" => upstream.clone(), "direction" => direction)
-                    .increment(n);
-            }
-        }
-        if !r.upstream.is_empty() {
-            let outcome = r.error_code.clone().unwrap_or_else(|| "ok".to_owned());
-            metrics::counter!("ax_upstream_attempts_total", "upstream" => upstream, "outcome" => outcome).increment(1);
-            tracing::info!(
-                target: "ax::usage",
-                attempt_id = %r.attempt_id,
-                retry_of = r.retry_of.as_deref(),
-                fallback = r.fallback.as_deref(),
-                tenant = %r.tenant,
-                key_id = %r.key_id,
-                alias = %r.alias,
-                upstream = %r.upstream,
-                model = %r.model,
-                stream = r.stream,
-                status = r.status,
-                error_code = r.error_code.as_deref(),
-                incomplete = r.incomplete,
-                prompt_tokens = r.prompt_tokens,
-                completion_tokens = r.completion_tokens,
-                cached_prompt_tokens = r.cached_prompt_tokens,
-                cache_write_tokens = r.cache_write_tokens,
-                cost_micro_usd = r.cost_micro_usd,
-                latency_ms = r.latency_ms,
-                ttft_ms = r.ttft_ms,
-                attempts = r.attempts,
-                "usage"
-            );
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct EgressStream {
     meter: Option<Meter>,
     /// How the stream ended: `Some(None)` completed, `Some(Some(e))` failed.
     end: Option<Option<AxError>>,
+    /// Content and tool-call deltas forwarded (the completion tokens, if the stream is cut).
+    deltas: u64,
 }
 
 impl EgressStream {
@@ -95,11 +97,15 @@ impl EgressStream {
             guard: Some(guard),
             meter: None,
             end: None,
+            deltas: 0,
         }
     }
 
     /// Hands over the request's meter; it reports when the stream ends, however it ends.
-    pub fn attach(&mut self, meter: Meter) {
+    pub fn attach(&mut self, mut meter: Meter) {
+        for _ in 0..self.deltas {
+            meter.delta();
+        }
         self.meter = Some(meter);
         self.settle();
     }
@@ -135,6 +141,17 @@ impl EgressStream {
         if c.choices.is_empty() {
             return;
         }
+        let deltas = c
+            .choices
+            .iter()
+            .filter(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty())
+            .count();
+        self.deltas += deltas as u64;
+        if let Some(m) = &mut self.meter {
+            for _ in 0..deltas {
+                m.delta();
+            }
+        }
         if c.choices.iter().any(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty()) {
             if let Some(m) = &mut self.meter {
                 m.first_token();
@@ -169,7 +186,8 @@ impl EgressStream {
         self.settle();
     }
 
-    /// Reports the end (once known) to the attempt guard and the meter. A stream can end before
+    /// Reports the end (once known) to the attempt guard and the meter; tokens the provider
+    /// reported so far reach the meter even if the caller goes away first (see `Drop`). A stream can end before
     /// the meter is attached (an upstream that finishes within the first read).
     fn settle(&mut self) {
         let Some(end) = &self.end else { return };
@@ -181,6 +199,20 @@ impl EgressStream {
                 m.usage(u);
             }
             m.finish(200, end.as_ref().map(AxError::code));
+        }
+    }
+}
+
+impl Drop for EgressStream {
+    /// The caller went away mid-stream: the meter's record (emitted as it drops) carries the
+    /// tokens generated until now: the provider's count if one arrived, else the deltas forwarded.
+    fn drop(&mut self) {
+        if self.end.is_none() {
+            if let (Some(m), Some(u)) = (&mut self.meter, &self.usage) {
+                if u.completion_tokens >= self.deltas {
+                    m.usage(u);
+                }
+            }
         }
     }
 }

@@ -19,6 +19,20 @@ pub struct ConfigSpec {
     pub routes: Vec<RouteSpec>,
     #[serde(default)]
     pub tenants: Vec<TenantSpec>,
+    #[serde(default)]
+    pub metering: MeteringSpec,
+}
+
+/// Where usage records go (read at start). Without a spool, records are only logged.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeteringSpec {
+    /// Durable local spool directory (one segment file per serving thread).
+    #[serde(default)]
+    pub spool_dir: Option<String>,
+    /// The standalone sink: a JSONL file, one record per request, deduplicated by request id.
+    #[serde(default)]
+    pub jsonl: Option<String>,
 }
 
 /// Process-level settings. `listen` is read once at start; the rest follows reloads.

@@ -1,15 +1,22 @@
-//! The usage record: one per call, emitted by the data plane when the call ends.
+//! The usage record: exactly one per request (served, failed or rejected), written by the data
+//! plane to its durable spool before the caller sees the end of the answer.
 
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageRecord {
+    /// Unique per request; sinks deduplicate on it.
     pub request_id: String,
-    /// `<request_id>#<attempt>`: unique per upstream attempt.
-    pub attempt_id: String,
+    /// Unix time in milliseconds when the request arrived.
+    pub started_at_ms: u64,
+    /// Empty when the request was rejected before its key was known.
     pub tenant: String,
     pub key_id: String,
+    /// The alias the caller asked for (empty if rejected before it was read).
     pub alias: String,
+    /// The fallback alias that served, when the requested alias failed.
+    pub fallback: Option<String>,
+    /// The upstream and real model of the attempt that answered (or of the last attempt).
     pub upstream: String,
     pub model: String,
     pub stream: bool,
@@ -17,8 +24,10 @@ pub struct UsageRecord {
     pub status: u16,
     /// Stable error code when the call failed.
     pub error_code: Option<String>,
-    /// The stream ended before the upstream finished (upstream error or client disconnect).
+    /// The stream ended before the upstream finished (upstream failure or client disconnect).
     pub incomplete: bool,
+    /// Token counts were estimated (the provider reported none, or the stream was cut).
+    pub estimated: bool,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub cached_prompt_tokens: u64,
@@ -27,11 +36,26 @@ pub struct UsageRecord {
     pub cost_micro_usd: Option<u64>,
     pub latency_ms: u64,
     pub ttft_ms: Option<u64>,
-    /// Attempts made for this request so far (this record's attempt is number `attempts`).
+    /// Number of upstream attempts.
     pub attempts: u32,
-    /// The id of the attempt this one retried (`<request_id>#<n>`), so finance can see an
-    /// upstream call that may have been billed twice.
+    /// The attempt the answering one retried (`<request_id>#<n>`): an earlier attempt that may
+    /// have been billed too.
     pub retry_of: Option<String>,
-    /// The fallback alias that served the request, if the requested alias failed.
-    pub fallback: Option<String>,
+    /// Every upstream attempt, in order.
+    pub attempt_list: Vec<AttemptRecord>,
+}
+
+/// One upstream attempt of a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// `<request_id>#<n>`.
+    pub attempt_id: String,
+    pub upstream: String,
+    pub model: String,
+    /// `None` for the attempt that answered; else the error code.
+    pub error_code: Option<String>,
+    /// The request reached the upstream before it failed (e.g. a timeout): the provider may
+    /// have billed it.
+    pub possibly_billed: bool,
+    pub latency_ms: u64,
 }

@@ -377,19 +377,25 @@ impl Drop for Binary {
     }
 }
 
-/// `target/<profile>/ax-dataplane`, next to the test executable's `deps/` folder; built on demand.
+/// `target/<profile>/ax-dataplane`, next to the test executable's `deps/` folder. Built (or
+/// confirmed up to date) once per test process, so black-box tests never run a stale binary.
 pub fn binary_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("ax-dataplane");
-    if !bin.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "ax-dataplane", "--bin", "ax-dataplane"])
-            .status()
-            .expect("cargo build");
-        assert!(status.success(), "building ax-dataplane failed");
-    }
-    bin
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("current exe");
+            let dir = exe.parent().and_then(Path::parent).expect("target dir");
+            let release = dir.file_name().is_some_and(|n| n == "release");
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.args(["build", "--quiet", "-p", "ax-dataplane", "--bin", "ax-dataplane"]);
+            if release {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("cargo build");
+            assert!(status.success(), "building ax-dataplane failed");
+            dir.join("ax-dataplane")
+        })
+        .clone()
 }
 
 /// A loopback address where nothing listens: connecting is refused.

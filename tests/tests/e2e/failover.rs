@@ -462,10 +462,11 @@ async fn attempt_cap_and_admin_auth() {
     assert!(m.contains("ax_upstream_attempts_total"), "{m}");
 }
 
-/// Finance sees every attempt: the failed one, and the one that served with `retry_of` pointing
-/// back at it (the real binary's JSON usage log).
+/// Finance sees every attempt: the request's one usage record lists them, marks the timed-out
+/// one as possibly billed, and `retry_of` points from the answering attempt back to it (the real
+/// binary's JSON usage log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn usage_records_link_attempts_with_retry_of() {
+async fn usage_record_lists_attempts_with_retry_of() {
     let primary = FakeUpstream::fixed(Reply::Hang).await;
     let backup = FakeUpstream::fixed(ok("from backup")).await;
     let dir = ax_tests::temp_dir("retry-of");
@@ -481,28 +482,19 @@ async fn usage_records_link_attempts_with_retry_of() {
         .await
         .unwrap();
     assert_eq!(resp.headers()["x-ax-attempts"], "2");
-    let mut records = Vec::new();
-    for _ in 0..50 {
-        records = bin
-            .logs()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["target"] == "ax::usage")
-            .map(|v| v["fields"].clone())
-            .collect();
-        if records.len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(records.len(), 2, "{records:?}");
-    let first = records.iter().find(|r| r["attempt_id"] == "req-finance-1#1").expect("first attempt recorded");
-    assert_eq!(first["upstream"], "primary");
-    assert_eq!(first["error_code"], "upstream_first_byte_timeout", "sent, may be billed");
-    assert_eq!(first["tenant"], "t");
-    let second = records.iter().find(|r| r["attempt_id"] == "req-finance-1#2").expect("second attempt recorded");
-    assert_eq!(second["retry_of"], "req-finance-1#1");
-    assert_eq!(second["upstream"], "backup");
-    assert_eq!(second["prompt_tokens"], 5);
+    let records: Vec<Value> = bin
+        .logs()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "ax::usage")
+        .map(|v| v["fields"].clone())
+        .collect();
+    assert_eq!(records.len(), 1, "exactly one record per request: {records:?}");
+    let r = &records[0];
+    assert_eq!(r["upstream"], "backup");
+    assert_eq!(r["retry_of"], "req-finance-1#1");
+    assert_eq!(r["attempts"], 2);
+    assert_eq!(r["prompt_tokens"], 5);
+    assert_eq!(r["tenant"], "t");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -42,3 +42,166 @@ async fn cost_with_cache_reads_and_writes_is_exact() {
     let v: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(v["usage"]["prompt_tokens"], 13_200);
 }
+
+fn spooled(dir: &std::path::Path, mock: &str) -> String {
+    format!(
+        r#"
+metering: {{ spool_dir: "{spool}", jsonl: "{sink}" }}
+upstreams:
+  - {{ name: up, provider: mock, mock: {{ {mock} }},
+      models: [{{ name: m, context_window: 200000, capabilities: [chat, streaming],
+                 price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        key_digest(KEY),
+        spool = dir.join("spool").display(),
+        sink = dir.join("usage.jsonl").display(),
+    )
+}
+
+fn sink_records(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("usage.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("sink lines are JSON"))
+        .collect()
+}
+
+async fn wait_for_records(dir: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    for _ in 0..100 {
+        let r = sink_records(dir);
+        if r.len() >= n {
+            return r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    sink_records(dir)
+}
+
+/// Run requests, `kill -9` the data plane in the middle, restart it: every request the client saw
+/// answered has exactly one usage record in the sink, and no request has two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metering_survives_kill_9_without_loss_or_duplicates() {
+    use std::sync::{Arc, Mutex};
+    let dir = ax_tests::temp_dir("crash");
+    let path = dir.join("ax.yaml");
+    std::fs::write(&path, spooled(&dir, "latency_ms: 5, reply_tokens: 8")).unwrap();
+    let bin = ax_tests::Binary::start(&path, &dir);
+    let answered = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let (url, answered) = (bin.url.clone(), answered.clone());
+        workers.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            for i in 0..200 {
+                let id = format!("crash-{w}-{i}");
+                let resp = client
+                    .post(format!("{url}/v1/chat/completions"))
+                    .bearer_auth(KEY)
+                    .header("x-request-id", &id)
+                    .json(&json!({ "model": "chat", "messages": [{ "role": "user", "content": "hi" }] }))
+                    .send()
+                    .await;
+                let Ok(resp) = resp else { break };
+                if resp.status() == 200 && resp.bytes().await.is_ok() {
+                    answered.lock().unwrap().push(id);
+                } else {
+                    break;
+                }
+            }
+        }));
+    }
+    // Let some requests through, then kill -9 mid-traffic.
+    while answered.lock().unwrap().len() < 150 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let logs_before = bin.logs();
+    drop(bin); // SIGKILL
+    for w in workers {
+        let _ = w.await;
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert!(answered.len() >= 150 && answered.len() < 800, "killed mid-run: {}", answered.len());
+
+    let bin = ax_tests::Binary::start(&path, &dir);
+    let records = wait_for_records(&dir, answered.len()).await;
+    let mut count = std::collections::HashMap::<String, usize>::new();
+    for r in &records {
+        *count.entry(r["request_id"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    assert!(count.values().all(|&n| n == 1), "duplicate records in the sink");
+    for id in &answered {
+        assert_eq!(count.get(id), Some(&1), "answered request {id} has no usage record");
+    }
+    // Keys never reach logs.
+    let logs = format!("{logs_before}{}", bin.logs());
+    assert!(!logs.contains(KEY), "a caller key leaked into the logs");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client that disconnects at token 50 of 500 still produces its one record, with the tokens
+/// generated until the cancel (estimated, flagged) and the cost of those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_mid_stream_yields_one_record_with_tokens_so_far() {
+    let dir = ax_tests::temp_dir("disconnect");
+    let path = dir.join("ax.yaml");
+    std::fs::write(&path, spooled(&dir, "tokens_per_second: 200, reply_tokens: 500")).unwrap();
+    let bin = ax_tests::Binary::start(&path, &dir);
+    let mut resp = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", bin.url))
+        .bearer_auth(KEY)
+        .header("x-request-id", "cut-at-50")
+        .json(&json!({ "model": "chat", "stream": true, "messages": [{ "role": "user", "content": "hi" }] }))
+        .send()
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let mut tokens = 0;
+    while tokens < 50 {
+        let chunk = resp.chunk().await.unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        tokens = text.matches("\"content\":\"").count().saturating_sub(1); // minus the role chunk's ""
+    }
+    drop(resp);
+    let records = wait_for_records(&dir, 1).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let r = &records[0];
+    assert_eq!(r["request_id"], "cut-at-50");
+    assert_eq!(r["error_code"], "client_disconnected");
+    assert_eq!(r["incomplete"], true);
+    assert_eq!(r["estimated"], true);
+    let completion = r["completion_tokens"].as_u64().unwrap();
+    assert!((50..120).contains(&completion), "tokens generated until the cancel: {completion}");
+    // 1 prompt token estimate aside, cost = completion × $2 / Mtok, rounded once.
+    assert!(r["cost_micro_usd"].as_u64().is_some());
+    drop(bin);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Rejected requests are metered too: one record each, with what was known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_requests_get_records() {
+    let dir = ax_tests::temp_dir("rejected");
+    let path = dir.join("ax.yaml");
+    std::fs::write(&path, spooled(&dir, "")).unwrap();
+    let bin = ax_tests::Binary::start(&path, &dir);
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/chat/completions", bin.url);
+    let body = json!({ "model": "nope", "messages": [{ "role": "user", "content": "hi" }] });
+    client.post(&url).header("x-request-id", "no-key").json(&body).send().await.unwrap();
+    client.post(&url).bearer_auth(KEY).header("x-request-id", "no-model").json(&body).send().await.unwrap();
+    let records = wait_for_records(&dir, 2).await;
+    let by_id = |id: &str| records.iter().find(|r| r["request_id"] == id).cloned().unwrap();
+    assert_eq!(by_id("no-key")["status"], 401);
+    assert_eq!(by_id("no-key")["tenant"], "");
+    let r = by_id("no-model");
+    assert_eq!(
+        (r["status"].as_u64(), r["error_code"].as_str(), r["tenant"].as_str()),
+        (Some(404), Some("model_not_found"), Some("t"))
+    );
+    drop(bin);
+    let _ = std::fs::remove_dir_all(&dir);
+}
