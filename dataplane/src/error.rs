@@ -23,6 +23,12 @@ pub enum AxError {
     MissingApiKey,
     #[error("invalid API key")]
     InvalidApiKey,
+    #[error("this API key was revoked")]
+    ApiKeyRevoked,
+    #[error("this API key has expired")]
+    ApiKeyExpired,
+    #[error("the prompt is about {estimated} tokens, over the limit of {limit} for '{alias}'")]
+    PromptTooLong { alias: String, estimated: u64, limit: u32 },
     #[error("this key may not use model '{0}'")]
     ModelNotAllowed(String),
     #[error("model '{0}' does not exist")]
@@ -93,7 +99,10 @@ impl AxError {
             | Self::ContentFilter
             | Self::UpstreamRejected(_)
             | Self::UpstreamContextLength => StatusCode::BAD_REQUEST,
-            Self::MissingApiKey | Self::InvalidApiKey => StatusCode::UNAUTHORIZED,
+            Self::MissingApiKey | Self::InvalidApiKey | Self::ApiKeyRevoked | Self::ApiKeyExpired => {
+                StatusCode::UNAUTHORIZED
+            }
+            Self::PromptTooLong { .. } => StatusCode::BAD_REQUEST,
             Self::ModelNotAllowed(_) => StatusCode::FORBIDDEN,
             Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -129,7 +138,10 @@ impl AxError {
             | Self::ModelNotFound(_)
             | Self::NotFound(_)
             | Self::MethodNotAllowed(_) => "invalid_request_error",
-            Self::MissingApiKey | Self::InvalidApiKey => "authentication_error",
+            Self::MissingApiKey | Self::InvalidApiKey | Self::ApiKeyRevoked | Self::ApiKeyExpired => {
+                "authentication_error"
+            }
+            Self::PromptTooLong { .. } => "invalid_request_error",
             Self::ModelNotAllowed(_) => "permission_error",
             Self::UpstreamRateLimited(_) => "rate_limit_error",
             Self::UpstreamFailed(_)
@@ -156,6 +168,9 @@ impl AxError {
             Self::UnsupportedParameter { .. } => "unsupported_parameter",
             Self::MissingApiKey => "missing_api_key",
             Self::InvalidApiKey => "invalid_api_key",
+            Self::ApiKeyRevoked => "api_key_revoked",
+            Self::ApiKeyExpired => "api_key_expired",
+            Self::PromptTooLong { .. } => "context_length_exceeded",
             Self::ModelNotAllowed(_) => "model_not_allowed",
             Self::ModelNotFound(_) => "model_not_found",
             Self::NotFound(_) => "not_found",

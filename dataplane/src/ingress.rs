@@ -52,6 +52,7 @@ static X_AX_MODEL: HeaderName = HeaderName::from_static("x-ax-model");
 static X_AX_ATTEMPTS: HeaderName = HeaderName::from_static("x-ax-attempts");
 static X_AX_FALLBACK: HeaderName = HeaderName::from_static("x-ax-fallback");
 static X_AX_COST_USD: HeaderName = HeaderName::from_static("x-ax-cost-usd");
+static X_AX_LONG_CONTEXT: HeaderName = HeaderName::from_static("x-ax-long-context");
 
 /// The caller's `x-request-id` when it is sane (1–128 visible ASCII characters), else a new one.
 fn request_id(headers: &HeaderMap) -> String {
@@ -118,7 +119,7 @@ fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .ok_or(AxError::MissingApiKey)?;
-    let (tenant, k) = snap.authenticate(key).ok_or(AxError::InvalidApiKey)?;
+    let (tenant, k) = snap.authenticate(key)?;
     let span = tracing::Span::current();
     span.record("tenant", tenant.id.as_str());
     span.record("key_id", k.key_id.as_str());
@@ -312,6 +313,17 @@ async fn chat(
     let alias = route.alias.as_str();
     req.validate().map_err(Rejection::of(&caller, Some(alias)))?;
     let needs = route::chat_needs(&req);
+    // Context budget: a prompt over the alias's limit goes to its long-context alias, if any.
+    let (route, long_context) = match route.max_prompt_tokens {
+        Some(limit) if needs.prompt_estimate > u64::from(limit) => match &route.long_context_alias {
+            Some(l) => (snap.routes.get(l).unwrap_or(route), Some(l.as_str())),
+            None => {
+                let e = AxError::PromptTooLong { alias: alias.to_owned(), estimated: needs.prompt_estimate, limit };
+                return Err(Rejection::of(&caller, Some(alias))(e));
+            }
+        },
+        _ => (route, None),
+    };
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
     meter.prompt_estimate(needs.prompt_estimate);
     let mut attempt_log = Vec::new();
@@ -377,6 +389,9 @@ async fn chat(
         }
     };
     served_headers(&mut r, &served);
+    if let Some(l) = long_context {
+        r.headers_mut().insert(X_AX_LONG_CONTEXT.clone(), header_value(l));
+    }
     Ok(r)
 }
 

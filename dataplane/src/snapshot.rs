@@ -127,6 +127,9 @@ pub struct Route {
     pub fallbacks: Vec<String>,
     pub timeouts: TimeoutOverrides,
     pub failover: FailoverSpec,
+    pub max_prompt_tokens: Option<u32>,
+    /// Validated to be another alias.
+    pub long_context_alias: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -164,6 +167,9 @@ impl Allowed {
 pub struct KeyRef {
     pub tenant: usize,
     pub key_id: String,
+    pub revoked: bool,
+    /// Unix seconds after which the key is refused.
+    pub expires_at: Option<i64>,
 }
 
 impl Upstream {
@@ -179,10 +185,21 @@ impl Snapshot {
         (up, &up.models[c.model])
     }
 
-    pub fn authenticate(&self, key: &str) -> Option<(&Tenant, &KeyRef)> {
+    /// The tenant behind an API key: unknown → `InvalidApiKey`; revoked or expired keys have
+    /// their own codes so the caller knows to get a new one.
+    pub fn authenticate(&self, key: &str) -> Result<(&Tenant, &KeyRef), crate::AxError> {
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        let k = self.keys.get(&digest)?;
-        Some((&self.tenants[k.tenant], k))
+        let k = self.keys.get(&digest).ok_or(crate::AxError::InvalidApiKey)?;
+        if k.revoked {
+            return Err(crate::AxError::ApiKeyRevoked);
+        }
+        if let Some(exp) = k.expires_at {
+            let now = jiff::Timestamp::now().as_second();
+            if now >= exp {
+                return Err(crate::AxError::ApiKeyExpired);
+            }
+        }
+        Ok((&self.tenants[k.tenant], k))
     }
 }
 
@@ -266,6 +283,8 @@ pub fn build(
             fallbacks: r.fallbacks.clone(),
             timeouts: r.timeouts.clone(),
             failover: r.failover.clone(),
+            max_prompt_tokens: r.max_prompt_tokens,
+            long_context_alias: r.long_context_alias.clone(),
         };
         if routes.insert(r.alias.clone(), route).is_some() {
             return Err(err(format!("{path}.alias"), format!("duplicate alias '{}'", r.alias)));
@@ -276,6 +295,11 @@ pub fn build(
         for (j, f) in r.fallbacks.iter().enumerate() {
             if f == &r.alias || !routes.contains_key(f) {
                 return Err(err(format!("routes[{i}].fallbacks[{j}]"), format!("'{f}' is not another alias")));
+            }
+        }
+        if let Some(l) = &r.long_context_alias {
+            if l == &r.alias || !routes.contains_key(l) {
+                return Err(err(format!("routes[{i}].long_context_alias"), format!("'{l}' is not another alias")));
             }
         }
     }
@@ -305,7 +329,21 @@ pub fn build(
                 return Err(err(format!("{kpath}.id"), format!("duplicate key id '{}'", k.id)));
             }
             let digest = key_digest(k.sha256.as_deref(), k.key.as_deref(), &kpath, env)?;
-            if keys.insert(digest, KeyRef { tenant: i, key_id: k.id.clone() }).is_some() {
+            let expires_at = match &k.expires_at {
+                Some(t) => Some(
+                    t.parse::<jiff::Timestamp>()
+                        .map_err(|e| err(format!("{kpath}.expires_at"), format!("not an RFC 3339 time: {e}")))?
+                        .as_second(),
+                ),
+                None => None,
+            };
+            let key = KeyRef {
+                tenant: i,
+                key_id: k.id.clone(),
+                revoked: k.status == ax_protocol::config::KeyStatus::Revoked,
+                expires_at,
+            };
+            if keys.insert(digest, key).is_some() {
                 return Err(err(kpath, "the same key is configured twice"));
             }
         }
@@ -585,8 +623,26 @@ routes:
         assert_eq!(e.path, "tenants[0].keys[0].key");
         let env = format!("{BASE}tenants: [{{ id: t, keys: [{{ id: k, key: \"${{K}}\" }}] }}]");
         let s = build(&spec(&env), 1, &|n| (n == "K").then(|| "ax-secret".to_owned()), None).unwrap();
-        assert!(s.authenticate("ax-secret").is_some());
-        assert!(s.authenticate("ax-other").is_none());
+        assert!(s.authenticate("ax-secret").is_ok());
+        assert_eq!(s.authenticate("ax-other").unwrap_err().code(), "invalid_api_key");
+    }
+
+    #[test]
+    fn revoked_and_expired_keys_are_refused_with_their_own_codes() {
+        let d = hex::encode(Sha256::digest(b"ax-k1"));
+        let e = hex::encode(Sha256::digest(b"ax-k2"));
+        let f = hex::encode(Sha256::digest(b"ax-k3"));
+        let yaml = format!(
+            "{BASE}tenants: [{{ id: t, keys: [{{ id: a, sha256: \"{d}\", status: revoked }}, \
+             {{ id: b, sha256: \"{e}\", expires_at: \"2020-01-01T00:00:00Z\" }}, \
+             {{ id: c, sha256: \"{f}\", expires_at: \"2999-01-01T00:00:00Z\" }}] }}]"
+        );
+        let s = build(&spec(&yaml), 1, &|_| None, None).unwrap();
+        assert_eq!(s.authenticate("ax-k1").unwrap_err().code(), "api_key_revoked");
+        assert_eq!(s.authenticate("ax-k2").unwrap_err().code(), "api_key_expired");
+        assert!(s.authenticate("ax-k3").is_ok());
+        let bad = yaml.replace("2999-01-01T00:00:00Z", "next tuesday");
+        assert_eq!(build(&spec(&bad), 1, &|_| None, None).unwrap_err().path, "tenants[0].keys[2].expires_at");
     }
 
     #[test]

@@ -390,6 +390,12 @@ pub struct RouteSpec {
     pub timeouts: TimeoutOverrides,
     #[serde(default)]
     pub failover: FailoverSpec,
+    /// Context budget: a prompt estimated above this many tokens goes to `long_context_alias`,
+    /// or is refused with 400 `context_length_exceeded` when there is none.
+    #[serde(default)]
+    pub max_prompt_tokens: Option<u32>,
+    #[serde(default)]
+    pub long_context_alias: Option<String>,
 }
 
 /// How hard one request tries.
@@ -504,4 +510,17 @@ pub struct KeySpec {
     pub sha256: Option<String>,
     #[serde(default)]
     pub key: Option<String>,
+    #[serde(default)]
+    pub status: KeyStatus,
+    /// RFC 3339 time after which the key is refused, e.g. `2027-01-01T00:00:00Z`.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyStatus {
+    #[default]
+    Active,
+    Revoked,
 }

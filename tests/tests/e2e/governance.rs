@@ -205,3 +205,48 @@ async fn rejected_requests_get_records() {
     drop(bin);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn context_budget_routes_long_prompts_or_refuses_them() {
+    let yaml = format!(
+        r#"
+upstreams:
+  - {{ name: small, provider: mock, models: [{{ name: s, context_window: 8000, capabilities: [chat] }}] }}
+  - {{ name: large, provider: mock, models: [{{ name: l, context_window: 1000000, capabilities: [chat] }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: small, model: s }}], max_prompt_tokens: 100, long_context_alias: chat-long }}
+  - {{ alias: chat-long, candidates: [{{ upstream: large, model: l }}] }}
+  - {{ alias: strict, candidates: [{{ upstream: small, model: s }}], max_prompt_tokens: 100 }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}, {{ id: old, sha256: "{}", status: revoked }}] }}
+"#,
+        key_digest(KEY),
+        key_digest("ax-revoked-key")
+    );
+    let gw = Gateway::start(&yaml).await;
+    let long = "word ".repeat(200); // ~334 estimated tokens
+    let ask = |model: &str, text: &str| json!({ "model": model, "messages": [{ "role": "user", "content": text }] });
+    let short = post(&gw.url, "/v1/chat/completions", &ask("chat", "hi")).await;
+    assert_eq!(short.headers()["x-ax-upstream"], "small");
+    assert!(short.headers().get("x-ax-long-context").is_none());
+    let r = post(&gw.url, "/v1/chat/completions", &ask("chat", &long)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ax-upstream"], "large");
+    assert_eq!(r.headers()["x-ax-long-context"], "chat-long");
+    let r = post(&gw.url, "/v1/chat/completions", &ask("strict", &long)).await;
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("over the limit of 100") && msg.contains("about 3"), "{msg}");
+    // A revoked key is refused with its own code.
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gw.url))
+        .bearer_auth("ax-revoked-key")
+        .json(&ask("chat", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "api_key_revoked");
+}
