@@ -27,6 +27,14 @@ pub enum AxError {
     ApiKeyRevoked,
     #[error("this API key has expired")]
     ApiKeyExpired,
+    #[error("rate limit of the {layer} exceeded: {limit} {}", kind.as_str())]
+    RateLimitExceeded {
+        layer: &'static str,
+        kind: crate::limits::Kind,
+        limit: u64,
+        remaining: u64,
+        retry_after: Duration,
+    },
     #[error("the prompt is about {estimated} tokens, over the limit of {limit} for '{alias}'")]
     PromptTooLong { alias: String, estimated: u64, limit: u32 },
     #[error("this key may not use model '{0}'")]
@@ -107,7 +115,7 @@ impl AxError {
             Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UpstreamRateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::UpstreamRateLimited(_) | Self::RateLimitExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UpstreamFailed(_)
             | Self::UpstreamAuth
             | Self::UpstreamNotFound
@@ -143,7 +151,7 @@ impl AxError {
             }
             Self::PromptTooLong { .. } => "invalid_request_error",
             Self::ModelNotAllowed(_) => "permission_error",
-            Self::UpstreamRateLimited(_) => "rate_limit_error",
+            Self::UpstreamRateLimited(_) | Self::RateLimitExceeded { .. } => "rate_limit_error",
             Self::UpstreamFailed(_)
             | Self::UpstreamAuth
             | Self::UpstreamNotFound
@@ -183,6 +191,7 @@ impl AxError {
             Self::UpstreamContextLength => "context_length_exceeded",
             Self::UpstreamNotFound => "upstream_model_not_found",
             Self::UpstreamRateLimited(_) => "upstream_rate_limited",
+            Self::RateLimitExceeded { .. } => "rate_limit_exceeded",
             Self::UpstreamUnavailable(_) => "upstream_unavailable",
             Self::NoHealthyUpstream { .. } => "no_healthy_upstream",
             Self::UpstreamFailed(_) => "upstream_error",
@@ -247,7 +256,9 @@ impl AxError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::UpstreamRateLimited(ra) | Self::UpstreamUnavailable(ra) => *ra,
-            Self::NoHealthyUpstream { retry_after, .. } => Some(*retry_after),
+            Self::NoHealthyUpstream { retry_after, .. } | Self::RateLimitExceeded { retry_after, .. } => {
+                Some(*retry_after)
+            }
             _ => None,
         }
     }

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::dispatch::Limits;
 use crate::error::AxError;
 use crate::health::{Admission, ModelHealth, Outcome, Permit, UpstreamHealth};
+use crate::limits::Held;
 use crate::meter;
 use crate::route::{self, Needs};
 use crate::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
@@ -58,10 +59,12 @@ pub struct AttemptGuard {
     ttft: Option<Duration>,
     done: bool,
     _permit: Permit,
+    /// The upstream rate-limit reservation of this attempt.
+    hold: Option<Held>,
 }
 
 impl AttemptGuard {
-    fn new(up: &Upstream, model: &Model, probe: bool, permit: Permit) -> Self {
+    fn new(up: &Upstream, model: &Model, probe: bool, permit: Permit, hold: Option<Held>) -> Self {
         Self {
             upstream: up.health.clone(),
             model: model.health.clone(),
@@ -71,6 +74,14 @@ impl AttemptGuard {
             ttft: None,
             done: false,
             _permit: permit,
+            hold,
+        }
+    }
+
+    /// The attempt's actual token usage: settles the upstream's token reservation.
+    pub fn usage(&mut self, tokens: u64) {
+        if let Some(h) = &mut self.hold {
+            h.settle(tokens);
         }
     }
 
@@ -89,6 +100,10 @@ impl AttemptGuard {
             return;
         }
         self.done = true;
+        if outcome != Outcome::Success {
+            // The request counted against the provider's RPM; its tokens were not used.
+            self.usage(0);
+        }
         self.upstream.breaker.record(outcome, self.probe, &self.breaker);
         self.model.record(outcome, self.started.elapsed(), self.ttft);
     }
@@ -191,7 +206,7 @@ where
             skips.push(Skip { upstream: up.name.clone(), reason: "context window not larger", reopens_in: None });
             continue;
         }
-        let Some(guard) = admit(up, model, &mut skips) else { continue };
+        let Some(guard) = admit(up, model, needs.reserve_tokens, &mut skips) else { continue };
         attempts += 1;
         let served = Served { up, model, attempts, fallback: item.fallback };
         let ctx = AttemptCtx { up, model, limits: Limits::new(up, item.route, deadline), guard };
@@ -246,7 +261,7 @@ where
 
 /// The breaker and concurrency checks; `None` (with the reason recorded) when the candidate must
 /// be skipped.
-fn admit(up: &Upstream, model: &Model, skips: &mut Vec<Skip>) -> Option<AttemptGuard> {
+fn admit(up: &Upstream, model: &Model, tokens: u64, skips: &mut Vec<Skip>) -> Option<AttemptGuard> {
     let probe = match up.health.breaker.admit() {
         Admission::Pass => false,
         Admission::Probe => true,
@@ -256,16 +271,25 @@ fn admit(up: &Upstream, model: &Model, skips: &mut Vec<Skip>) -> Option<AttemptG
             return None;
         }
     };
-    match up.health.try_acquire(up.max_concurrency) {
-        Some(permit) => Some(AttemptGuard::new(up, model, probe, permit)),
-        None => {
-            if probe {
-                up.health.breaker.release_probe();
-            }
-            skips.push(Skip { upstream: up.name.clone(), reason: "at max_concurrency", reopens_in: None });
-            None
+    let release = |skips: &mut Vec<Skip>, reason, reopens_in| {
+        if probe {
+            up.health.breaker.release_probe();
         }
-    }
+        skips.push(Skip { upstream: up.name.clone(), reason, reopens_in });
+        None
+    };
+    let Some(permit) = up.health.try_acquire(up.max_concurrency) else {
+        return release(skips, "at max_concurrency", None);
+    };
+    let hold = if up.limiter.is_unlimited() {
+        None
+    } else {
+        match up.limiter.admit(tokens) {
+            Ok(h) => Some(h),
+            Err(r) => return release(skips, "at its rate limit", Some(r.retry_after)),
+        }
+    };
+    Some(AttemptGuard::new(up, model, probe, permit, hold))
 }
 
 /// Exponential backoff with full jitter: uniform in [base·2^n / 2, base·2^n].

@@ -25,6 +25,7 @@ use crate::dispatch::{self, ChatOutcome};
 use crate::error::AxError;
 use crate::failover::{self, AttemptCtx, Served};
 use crate::health::Outcome;
+use crate::limits::{Held, Kind};
 use crate::meter::Meter;
 use crate::providers::{self, openai};
 use crate::route;
@@ -91,6 +92,23 @@ pub fn error_response(e: &AxError, request_id: &str) -> Response {
         let secs = ra.as_secs() + u64::from(ra.subsec_nanos() > 0);
         r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
     }
+    if let AxError::RateLimitExceeded { kind, limit, remaining, retry_after, .. } = e {
+        // OpenAI's headers, for the limit that refused.
+        let which = match kind {
+            Kind::Requests => Some("requests"),
+            Kind::Tokens => Some("tokens"),
+            Kind::Concurrency => None,
+        };
+        if let Some(w) = which {
+            let h = r.headers_mut();
+            let name = |n: &str| HeaderName::from_bytes(format!("x-ratelimit-{n}-{w}").as_bytes()).ok();
+            if let (Some(l), Some(rem), Some(reset)) = (name("limit"), name("remaining"), name("reset")) {
+                h.insert(l, HeaderValue::from(*limit));
+                h.insert(rem, HeaderValue::from(*remaining));
+                h.insert(reset, header_value(&format!("{:.3}s", retry_after.as_secs_f64())));
+            }
+        }
+    }
     r
 }
 
@@ -108,6 +126,7 @@ fn served_headers(r: &mut Response, s: &Served<'_>) {
 struct Caller<'s> {
     tenant: &'s Tenant,
     key_id: &'s str,
+    key: &'s crate::snapshot::KeyRef,
 }
 
 fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s>, AxError> {
@@ -123,7 +142,7 @@ fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s
     let span = tracing::Span::current();
     span.record("tenant", tenant.id.as_str());
     span.record("key_id", k.key_id.as_str());
-    Ok(Caller { tenant, key_id: &k.key_id })
+    Ok(Caller { tenant, key_id: &k.key_id, key: k })
 }
 
 async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, AxError> {
@@ -281,6 +300,41 @@ async fn admit<'s, T: ModelRequest>(
     Ok((caller, req, route))
 }
 
+/// The caller-side rate limits, in order: key, tenant, alias. All or nothing: a refusal gives
+/// back what the earlier layers reserved. The holds settle to the actual usage when the request's
+/// record is emitted and free their concurrency slots when the request ends.
+fn check_limits(caller: &Caller<'_>, route: &crate::snapshot::Route, tokens: u64) -> Result<Vec<Held>, AxError> {
+    let mut held = Vec::new();
+    for (layer, limiter) in
+        [("key", &caller.key.limiter), ("tenant", &caller.tenant.limiter), ("alias", &route.limiter)]
+    {
+        if limiter.is_unlimited() {
+            continue;
+        }
+        match limiter.admit(tokens) {
+            Ok(h) => held.push(h),
+            Err(r) => {
+                for h in &mut held {
+                    h.cancel();
+                }
+                let remaining = match r.kind {
+                    Kind::Requests => limiter.state.requests.remaining(r.limit),
+                    Kind::Tokens => limiter.state.tokens.remaining(r.limit),
+                    Kind::Concurrency => 0,
+                };
+                return Err(AxError::RateLimitExceeded {
+                    layer,
+                    kind: r.kind,
+                    limit: r.limit,
+                    remaining,
+                    retry_after: r.retry_after,
+                });
+            }
+        }
+    }
+    Ok(held)
+}
+
 /// What a successful chat attempt produced.
 enum ChatReply {
     Full(crate::canonical::ChatResponse),
@@ -312,7 +366,7 @@ async fn chat(
     let (caller, req, route) = admit::<ChatRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
     req.validate().map_err(Rejection::of(&caller, Some(alias)))?;
-    let needs = route::chat_needs(&req);
+    let needs = route::chat_needs(&req, snap.default_max_tokens);
     // Context budget: a prompt over the alias's limit goes to its long-context alias, if any.
     let (route, long_context) = match route.max_prompt_tokens {
         Some(limit) if needs.prompt_estimate > u64::from(limit) => match &route.long_context_alias {
@@ -324,8 +378,13 @@ async fn chat(
         },
         _ => (route, None),
     };
+    // The requested alias's limits (checked after every other reason to refuse, so a refused
+    // request never uses anyone's quota).
+    let requested = snap.routes.get(alias).unwrap_or(route);
+    let held = check_limits(&caller, requested, needs.reserve_tokens).map_err(Rejection::of(&caller, Some(alias)))?;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
     meter.prompt_estimate(needs.prompt_estimate);
+    meter.hold(held);
     let mut attempt_log = Vec::new();
     let (req, needs) = (&req, &needs);
     let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
@@ -334,6 +393,10 @@ async fn chat(
         match dispatch::chat(up, model, &req, snap.default_max_tokens, rid, limits).await {
             Err(e) => Err((e, guard)),
             Ok(ChatOutcome::Full(resp)) => {
+                let mut guard = guard;
+                if let Some(u) = &resp.usage {
+                    guard.usage(u.total());
+                }
                 guard.finish(Outcome::Success);
                 Ok(ChatReply::Full(resp))
             }
@@ -421,14 +484,18 @@ async fn embed(
     let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
     let needs = route::embeddings_needs(&req);
+    let held = check_limits(&caller, route, needs.reserve_tokens).map_err(Rejection::of(&caller, Some(alias)))?;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
     meter.prompt_estimate(needs.prompt_estimate);
+    meter.hold(held);
     let mut attempt_log = Vec::new();
     let req = &req;
     let result = failover::run(snap, route, &needs, rid, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, limits, guard } = a;
         match dispatch::embeddings(up, model, req, rid, limits).await {
             Ok(resp) => {
+                let mut guard = guard;
+                guard.usage(resp.prompt_tokens);
                 guard.finish(Outcome::Success);
                 Ok(resp)
             }

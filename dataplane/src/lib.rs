@@ -21,6 +21,7 @@ pub mod error;
 pub mod failover;
 pub mod health;
 pub mod ingress;
+pub mod limits;
 pub mod meter;
 pub mod providers;
 pub mod reload;

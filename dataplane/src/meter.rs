@@ -49,6 +49,9 @@ pub struct Meter {
     prompt_estimate: u64,
     /// Content and tool-call deltas forwarded so far (a stream's completion tokens, estimated).
     deltas: u64,
+    /// The request's rate-limit reservations: settled to the actual usage when the record is
+    /// emitted, concurrency freed when the meter is dropped (the request's end).
+    holds: Vec<crate::limits::Held>,
 }
 
 impl Meter {
@@ -74,6 +77,7 @@ impl Meter {
             usage_known: false,
             prompt_estimate: 0,
             deltas: 0,
+            holds: Vec::new(),
         }
     }
 
@@ -82,6 +86,10 @@ impl Meter {
         let (tenant, key) = caller.unwrap_or_default();
         let mut m = Self::new(request_id, tenant, key, alias.unwrap_or_default(), false, start);
         m.finish(e.status().as_u16(), Some(e.code()));
+    }
+
+    pub fn hold(&mut self, holds: Vec<crate::limits::Held>) {
+        self.holds = holds;
     }
 
     pub fn prompt_estimate(&mut self, tokens: u64) {
@@ -163,6 +171,16 @@ impl Meter {
         }
         self.emitted = true;
         self.estimate_missing();
+        let used = self.record.prompt_tokens + self.record.completion_tokens;
+        let known = self.usage_known || self.record.estimated;
+        for h in &mut self.holds {
+            if known {
+                h.settle(used);
+            } else if self.record.status != 200 {
+                // Failed or refused before any answer: no tokens were used.
+                h.settle(0);
+            }
+        }
         let elapsed = self.start.elapsed();
         let r = &mut self.record;
         r.latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);

@@ -27,6 +27,9 @@ pub struct Needs {
     pub prompt_estimate: u64,
     /// Parameters set on the request, checked against each provider in strict mode.
     pub params: Vec<&'static str>,
+    /// Tokens reserved against TPM limits: the prompt estimate plus the output cap (or the
+    /// server default), settled to the actual usage afterwards.
+    pub reserve_tokens: u64,
 }
 
 /// Estimates a chat prompt's tokens, erring high (see `providers::estimate_tokens`).
@@ -70,7 +73,7 @@ fn json_len(v: &serde_json::Value) -> usize {
     }
 }
 
-pub fn chat_needs(req: &ChatRequest) -> Needs {
+pub fn chat_needs(req: &ChatRequest, default_max_tokens: u32) -> Needs {
     let mut caps = vec![Capability::Chat];
     if req.stream {
         caps.push(Capability::Streaming);
@@ -90,12 +93,19 @@ pub fn chat_needs(req: &ChatRequest) -> Needs {
         window_tokens: prompt_estimate + u64::from(req.max_output().unwrap_or(0)),
         prompt_estimate,
         params: req.set_params().collect(),
+        reserve_tokens: prompt_estimate + u64::from(req.max_output().unwrap_or(default_max_tokens)),
     }
 }
 
 pub fn embeddings_needs(req: &EmbeddingsRequest) -> Needs {
     let prompt_estimate = estimate_tokens(req.input.byte_len());
-    Needs { caps: vec![Capability::Embeddings], window_tokens: 0, prompt_estimate, params: Vec::new() }
+    Needs {
+        caps: vec![Capability::Embeddings],
+        window_tokens: 0,
+        prompt_estimate,
+        params: Vec::new(),
+        reserve_tokens: prompt_estimate,
+    }
 }
 
 /// Computes the ordered attempt plan, or the error that says why no candidate fits.

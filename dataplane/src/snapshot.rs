@@ -18,6 +18,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 
 use crate::health::{ModelHealth, UpstreamHealth};
+use crate::limits::{LimitState, Limiter};
 use crate::secret::Secret;
 
 /// Where requests find the current snapshot. The only shared mutable state on the request path,
@@ -65,6 +66,7 @@ pub struct Upstream {
     pub breaker: BreakerSpec,
     /// Live state (breaker, in-flight count), kept across reloads for the same upstream name.
     pub health: Arc<UpstreamHealth>,
+    pub limiter: Limiter,
     pub models: Vec<Model>,
     pub mock: Option<MockUpstream>,
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
@@ -130,6 +132,7 @@ pub struct Route {
     pub max_prompt_tokens: Option<u32>,
     /// Validated to be another alias.
     pub long_context_alias: Option<String>,
+    pub limiter: Limiter,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +149,7 @@ pub struct Candidate {
 pub struct Tenant {
     pub id: String,
     pub allowed: Allowed,
+    pub limiter: Limiter,
 }
 
 #[derive(Debug)]
@@ -170,6 +174,7 @@ pub struct KeyRef {
     pub revoked: bool,
     /// Unix seconds after which the key is refused.
     pub expires_at: Option<i64>,
+    pub limiter: Limiter,
 }
 
 impl Upstream {
@@ -209,6 +214,20 @@ impl Snapshot {
 pub struct ConfigError {
     pub path: String,
     pub message: String,
+}
+
+/// A limiter for `spec`, keeping the live counters of `prev` (the same subject in the previous
+/// snapshot) so a reload does not reset anyone's window.
+fn limiter(spec: &ax_protocol::config::LimitsSpec, prev: Option<&Limiter>, path: &str) -> Result<Limiter, ConfigError> {
+    if [spec.rpm, spec.tpm, spec.concurrency].contains(&Some(0)) {
+        return Err(err(format!("{path}.limits"), "a limit of 0 would refuse everything; remove it or use >= 1"));
+    }
+    Ok(Limiter {
+        rpm: spec.rpm,
+        tpm: spec.tpm,
+        concurrency: spec.concurrency,
+        state: prev.map_or_else(LimitState::new, |p| p.state.clone()),
+    })
 }
 
 fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
@@ -285,6 +304,7 @@ pub fn build(
             failover: r.failover.clone(),
             max_prompt_tokens: r.max_prompt_tokens,
             long_context_alias: r.long_context_alias.clone(),
+            limiter: limiter(&r.limits, prev.and_then(|p| p.routes.get(&r.alias)).map(|r| &r.limiter), &path)?,
         };
         if routes.insert(r.alias.clone(), route).is_some() {
             return Err(err(format!("{path}.alias"), format!("duplicate alias '{}'", r.alias)));
@@ -337,17 +357,20 @@ pub fn build(
                 ),
                 None => None,
             };
+            let prev_key = prev.and_then(|p| p.keys.values().find(|pk| pk.key_id == k.id)).map(|pk| &pk.limiter);
             let key = KeyRef {
                 tenant: i,
                 key_id: k.id.clone(),
                 revoked: k.status == ax_protocol::config::KeyStatus::Revoked,
                 expires_at,
+                limiter: limiter(&k.limits, prev_key, &kpath)?,
             };
             if keys.insert(digest, key).is_some() {
                 return Err(err(kpath, "the same key is configured twice"));
             }
         }
-        tenants.push(Tenant { id: t.id.clone(), allowed });
+        let prev_tenant = prev.and_then(|p| p.tenants.iter().find(|pt| pt.id == t.id)).map(|pt| &pt.limiter);
+        tenants.push(Tenant { id: t.id.clone(), allowed, limiter: limiter(&t.limits, prev_tenant, &path)? });
     }
 
     let admin_token = match &spec.server.admin_token {
@@ -561,6 +584,12 @@ fn build_upstream(
         max_concurrency: u.max_concurrency,
         breaker: u.breaker.clone(),
         health: prev_upstream.map_or_else(UpstreamHealth::new, |p| p.health.clone()),
+        limiter: {
+            if u.limits.concurrency.is_some() {
+                return Err(err(format!("{path}.limits.concurrency"), "use max_concurrency for upstreams"));
+            }
+            limiter(&u.limits, prev_upstream.map(|p| &p.limiter), path)?
+        },
         models,
         mock,
         client_fingerprint,

@@ -191,7 +191,10 @@ impl EgressStream {
     /// the meter is attached (an upstream that finishes within the first read).
     fn settle(&mut self) {
         let Some(end) = &self.end else { return };
-        if let Some(g) = self.guard.take() {
+        if let Some(mut g) = self.guard.take() {
+            if let Some(u) = &self.usage {
+                g.usage(u.total());
+            }
             g.finish(end.as_ref().map_or(Outcome::Success, AxError::outcome));
         }
         if let Some(m) = &mut self.meter {

@@ -139,6 +139,10 @@ pub struct UpstreamSpec {
     pub max_concurrency: u32,
     #[serde(default)]
     pub breaker: BreakerSpec,
+    /// Protects the provider's quota (set below its official RPM/TPM): a full upstream is skipped,
+    /// not refused. Concurrency is `max_concurrency`.
+    #[serde(default)]
+    pub limits: LimitsSpec,
     pub models: Vec<ModelSpec>,
     /// Behaviour of a `mock` upstream.
     #[serde(default)]
@@ -396,6 +400,9 @@ pub struct RouteSpec {
     pub max_prompt_tokens: Option<u32>,
     #[serde(default)]
     pub long_context_alias: Option<String>,
+    /// Limits of this alias across all tenants.
+    #[serde(default)]
+    pub limits: LimitsSpec,
 }
 
 /// How hard one request tries.
@@ -494,10 +501,27 @@ pub struct TenantSpec {
     /// Aliases this tenant may call; `"*"` allows all.
     #[serde(default = "default_allowed")]
     pub allowed_aliases: Vec<String>,
+    #[serde(default)]
+    pub limits: LimitsSpec,
 }
 
 fn default_allowed() -> Vec<String> {
     vec!["*".to_owned()]
+}
+
+/// Rate limits of one subject (tenant, key, alias or upstream); each absent field is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    /// Requests per minute (sliding window).
+    #[serde(default)]
+    pub rpm: Option<u32>,
+    /// Tokens per minute: reserved before the call (prompt estimate + max_tokens), settled after.
+    #[serde(default)]
+    pub tpm: Option<u32>,
+    /// Requests in flight (streams count until they end).
+    #[serde(default)]
+    pub concurrency: Option<u32>,
 }
 
 /// One API key of a tenant. The config never holds a key in plaintext: either its SHA-256
@@ -515,6 +539,9 @@ pub struct KeySpec {
     /// RFC 3339 time after which the key is refused, e.g. `2027-01-01T00:00:00Z`.
     #[serde(default)]
     pub expires_at: Option<String>,
+    /// Limits of this key alone, on top of the tenant's.
+    #[serde(default)]
+    pub limits: LimitsSpec,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

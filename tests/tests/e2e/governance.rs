@@ -250,3 +250,150 @@ tenants:
     assert_eq!(r.status(), 401);
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"]["code"], "api_key_revoked");
 }
+
+fn limited(
+    primary: &str,
+    backup: &str,
+    tenant_limits: &str,
+    key_limits: &str,
+    alias_limits: &str,
+    up_limits: &str,
+) -> String {
+    format!(
+        r#"
+upstreams:
+  - {{ name: primary, provider: openai, base_url: "{primary}", limits: {{ {up_limits} }},
+      models: [{{ name: m, context_window: 100000, capabilities: [chat, streaming] }}] }}
+  - {{ name: backup, provider: openai, base_url: "{backup}",
+      models: [{{ name: m, context_window: 100000, capabilities: [chat, streaming] }}] }}
+routes:
+  - {{ alias: chat, strategy: priority, limits: {{ {alias_limits} }},
+      candidates: [{{ upstream: primary, model: m, priority: 0 }}, {{ upstream: backup, model: m, priority: 1 }}] }}
+tenants:
+  - {{ id: t, limits: {{ {tenant_limits} }}, keys: [{{ id: k, sha256: "{}", limits: {{ {key_limits} }} }}] }}
+"#,
+        key_digest(KEY)
+    )
+}
+
+fn hello() -> serde_json::Value {
+    json!({ "model": "chat", "max_tokens": 10, "messages": [{ "role": "user", "content": "hi" }] })
+}
+
+#[tokio::test]
+async fn tenant_and_key_limits_refuse_with_openai_headers() {
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let gw = Gateway::start(&limited(&up.url(), &up.url(), "rpm: 3", "", "", "")).await;
+    for _ in 0..3 {
+        assert_eq!(post(&gw.url, "/v1/chat/completions", &hello()).await.status(), 200);
+    }
+    let r = post(&gw.url, "/v1/chat/completions", &hello()).await;
+    assert_eq!(r.status(), 429);
+    let h = r.headers().clone();
+    assert!(h["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    assert_eq!(h["x-ratelimit-limit-requests"], "3");
+    assert_eq!(h["x-ratelimit-remaining-requests"], "0");
+    assert!(h["x-ratelimit-reset-requests"].to_str().unwrap().ends_with('s'));
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+    assert!(v["error"]["message"].as_str().unwrap().contains("tenant"), "{v}");
+    assert_eq!(up.hits(), 3, "refused requests never reach an upstream");
+
+    let gw = Gateway::start(&limited(&up.url(), &up.url(), "", "rpm: 1", "", "")).await;
+    assert_eq!(post(&gw.url, "/v1/chat/completions", &hello()).await.status(), 200);
+    let v: serde_json::Value = post(&gw.url, "/v1/chat/completions", &hello()).await.json().await.unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("rate limit of the key"), "{v}");
+}
+
+/// TPM with large prompts: each request reserves its prompt estimate + max_tokens up front, so a
+/// burst cannot overshoot; the reservation is settled to the actual usage afterwards.
+#[tokio::test]
+async fn alias_tpm_reserves_large_prompts() {
+    // The upstream reports 100 prompt + 10 completion tokens per call.
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (100, 10, 0)))).await;
+    let gw = Gateway::start(&limited(&up.url(), &up.url(), "", "", "tpm: 3000", "")).await;
+    // ~1,700 estimated prompt tokens (5,000 bytes / 3) + 10: the second would overshoot 3,000.
+    let big =
+        json!({ "model": "chat", "max_tokens": 10, "messages": [{ "role": "user", "content": "x".repeat(5_000) }] });
+    assert_eq!(post(&gw.url, "/v1/chat/completions", &big).await.status(), 200);
+    // Settled to 110 actual tokens: a second big one now fits…
+    assert_eq!(post(&gw.url, "/v1/chat/completions", &big).await.status(), 200);
+    // …but two in flight at once could not both reserve.
+    let r = post(
+        &gw.url,
+        "/v1/chat/completions",
+        &json!({ "model": "chat", "max_tokens": 2000,
+        "messages": [{ "role": "user", "content": "x".repeat(5_000) }] }),
+    )
+    .await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["x-ratelimit-limit-tokens"], "3000");
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("alias")
+            && v["error"]["message"].as_str().unwrap().contains("tokens")
+    );
+}
+
+/// A full upstream layer skips that candidate instead of refusing the request.
+#[tokio::test]
+async fn upstream_limit_skips_the_candidate() {
+    let primary = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("p"), &[], "stop", (1, 1, 0)))).await;
+    let backup = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("b"), &[], "stop", (1, 1, 0)))).await;
+    let gw = Gateway::start(&limited(&primary.url(), &backup.url(), "", "", "", "rpm: 2")).await;
+    let mut served = Vec::new();
+    for _ in 0..4 {
+        let r = post(&gw.url, "/v1/chat/completions", &hello()).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["x-ax-attempts"], "1", "skipped, not attempted");
+        served.push(r.headers()["x-ax-upstream"].to_str().unwrap().to_owned());
+    }
+    assert_eq!(served, vec!["primary", "primary", "backup", "backup"]);
+    assert_eq!(primary.hits(), 2);
+}
+
+/// A tenant's concurrency cap holds under 200 simultaneous streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_cap_holds_under_200_simultaneous_streams() {
+    let pieces: Vec<String> = (0..10).map(|i| format!("p{i} ")).collect();
+    let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let events: Vec<String> = wire::openai_stream(&refs, &[], "stop", (1, 10, 0), wire::Framing::default())
+        .split_inclusive("\n\n")
+        .map(str::to_owned)
+        .collect();
+    let up = FakeUpstream::fixed(Reply::sse_paced(events, std::time::Duration::from_millis(30))).await;
+    let gw = Gateway::start(&limited(&up.url(), &up.url(), "concurrency: 20", "", "", "")).await;
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let url = gw.url.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = post(
+                &url,
+                "/v1/chat/completions",
+                &json!({ "model": "chat", "stream": true,
+                "messages": [{ "role": "user", "content": "hi" }] }),
+            )
+            .await;
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap();
+            (status, body)
+        }));
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        match status {
+            200 => {
+                assert!(body.ends_with("data: [DONE]\n\n"));
+                ok += 1;
+            }
+            429 => {
+                assert!(body.contains("concurrent requests"), "{body}");
+                refused += 1;
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(up.max_in_flight() <= 20, "in flight reached {}", up.max_in_flight());
+    assert!(ok >= 20 && ok + refused == 200, "ok {ok}, refused {refused}");
+}
