@@ -35,6 +35,8 @@ pub enum AxError {
         remaining: u64,
         retry_after: Duration,
     },
+    #[error("the {window} budget of ${} is spent", crate::cost::format_usd(*limit))]
+    BudgetExceeded { window: &'static str, limit: u64 },
     #[error("the prompt is about {estimated} tokens, over the limit of {limit} for '{alias}'")]
     PromptTooLong { alias: String, estimated: u64, limit: u32 },
     #[error("this key may not use model '{0}'")]
@@ -115,7 +117,9 @@ impl AxError {
             Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UpstreamRateLimited(_) | Self::RateLimitExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::UpstreamRateLimited(_) | Self::RateLimitExceeded { .. } | Self::BudgetExceeded { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::UpstreamFailed(_)
             | Self::UpstreamAuth
             | Self::UpstreamNotFound
@@ -152,6 +156,7 @@ impl AxError {
             Self::PromptTooLong { .. } => "invalid_request_error",
             Self::ModelNotAllowed(_) => "permission_error",
             Self::UpstreamRateLimited(_) | Self::RateLimitExceeded { .. } => "rate_limit_error",
+            Self::BudgetExceeded { .. } => "insufficient_quota",
             Self::UpstreamFailed(_)
             | Self::UpstreamAuth
             | Self::UpstreamNotFound
@@ -192,6 +197,7 @@ impl AxError {
             Self::UpstreamNotFound => "upstream_model_not_found",
             Self::UpstreamRateLimited(_) => "upstream_rate_limited",
             Self::RateLimitExceeded { .. } => "rate_limit_exceeded",
+            Self::BudgetExceeded { .. } => "budget_exceeded",
             Self::UpstreamUnavailable(_) => "upstream_unavailable",
             Self::NoHealthyUpstream { .. } => "no_healthy_upstream",
             Self::UpstreamFailed(_) => "upstream_error",

@@ -54,6 +54,8 @@ static X_AX_ATTEMPTS: HeaderName = HeaderName::from_static("x-ax-attempts");
 static X_AX_FALLBACK: HeaderName = HeaderName::from_static("x-ax-fallback");
 static X_AX_COST_USD: HeaderName = HeaderName::from_static("x-ax-cost-usd");
 static X_AX_LONG_CONTEXT: HeaderName = HeaderName::from_static("x-ax-long-context");
+static X_AX_DEGRADED: HeaderName = HeaderName::from_static("x-ax-degraded");
+static X_AX_BUDGET_WARNING: HeaderName = HeaderName::from_static("x-ax-budget-warning");
 
 /// The caller's `x-request-id` when it is sane (1–128 visible ASCII characters), else a new one.
 fn request_id(headers: &HeaderMap) -> String {
@@ -335,6 +337,68 @@ fn check_limits(caller: &Caller<'_>, route: &crate::snapshot::Route, tokens: u64
     Ok(held)
 }
 
+/// The request's maximum possible cost on `route`: its most expensive candidate at the prompt
+/// estimate plus the output reservation, in micro-USD (rounded up).
+fn max_cost(snap: &Snapshot, route: &crate::snapshot::Route, needs: &route::Needs) -> u64 {
+    let output = needs.reserve_tokens.saturating_sub(needs.prompt_estimate);
+    let worst = route
+        .candidates
+        .iter()
+        .filter_map(|c| snap.upstream_model(c).1.prices.map(|p| p.estimate(needs.prompt_estimate, output)))
+        .max()
+        .unwrap_or(0);
+    u64::try_from(worst.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+type BudgetOutcome<'s> = (&'s crate::snapshot::Route, Vec<crate::budget::Reserved>, Option<String>, Option<String>);
+
+/// The tenant's budgets that apply to the alias: reserve the request's maximum possible cost on
+/// each. An exhausted budget rejects (429 `budget_exceeded`) or downgrades once to its cheaper
+/// alias, whose own cost is then reserved. Returns the route to serve, the reservations, the
+/// `x-ax-degraded` value and the `x-ax-budget-warning` value.
+fn check_budgets<'s>(
+    snap: &'s Snapshot,
+    caller: &Caller<'s>,
+    mut route: &'s crate::snapshot::Route,
+    needs: &route::Needs,
+) -> Result<BudgetOutcome<'s>, AxError> {
+    use crate::budget::Verdict;
+    use ax_protocol::config::{BudgetAction, BudgetWindow};
+    let mut degraded = None;
+    loop {
+        let cost = max_cost(snap, route, needs);
+        let mut reserved = Vec::new();
+        let mut warning = None;
+        let mut exhausted = None;
+        for b in caller.tenant.budgets.iter().filter(|b| b.applies_to(&route.alias)) {
+            match b.reserve(cost, &snap.budget_tz) {
+                Verdict::Reserved(r, w) => {
+                    reserved.push(r);
+                    warning = warning.or(w);
+                }
+                Verdict::Exhausted => {
+                    exhausted = Some(b);
+                    break;
+                }
+            }
+        }
+        let Some(b) = exhausted else { return Ok((route, reserved, degraded, warning)) };
+        for r in &mut reserved {
+            r.settle(0);
+        }
+        match &b.action {
+            BudgetAction::DowngradeTo { downgrade_to: to } if degraded.is_none() => {
+                degraded = Some(format!("budget; from={}; to={to}", route.alias));
+                route = snap.routes.get(to).ok_or(AxError::Internal)?;
+            }
+            _ => {
+                let window = if b.window == BudgetWindow::Day { "day" } else { "month" };
+                return Err(AxError::BudgetExceeded { window, limit: b.limit });
+            }
+        }
+    }
+}
+
 /// What a successful chat attempt produced.
 enum ChatReply {
     Full(crate::canonical::ChatResponse),
@@ -378,13 +442,16 @@ async fn chat(
         },
         _ => (route, None),
     };
-    // The requested alias's limits (checked after every other reason to refuse, so a refused
-    // request never uses anyone's quota).
+    // Budgets (may downgrade to a cheaper alias), then the requested alias's rate limits:
+    // checked after every other reason to refuse, so a refused request uses no one's quota.
+    let (route, reserved, degraded, warning) =
+        check_budgets(snap, &caller, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
     let requested = snap.routes.get(alias).unwrap_or(route);
     let held = check_limits(&caller, requested, needs.reserve_tokens).map_err(Rejection::of(&caller, Some(alias)))?;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
     meter.prompt_estimate(needs.prompt_estimate);
     meter.hold(held);
+    meter.budgets(reserved, degraded.clone());
     let mut attempt_log = Vec::new();
     let (req, needs) = (&req, &needs);
     let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
@@ -452,8 +519,15 @@ async fn chat(
         }
     };
     served_headers(&mut r, &served);
+    let h = r.headers_mut();
     if let Some(l) = long_context {
-        r.headers_mut().insert(X_AX_LONG_CONTEXT.clone(), header_value(l));
+        h.insert(X_AX_LONG_CONTEXT.clone(), header_value(l));
+    }
+    if let Some(d) = &degraded {
+        h.insert(X_AX_DEGRADED.clone(), header_value(d));
+    }
+    if let Some(w) = &warning {
+        h.insert(X_AX_BUDGET_WARNING.clone(), header_value(w));
     }
     Ok(r)
 }
@@ -484,10 +558,14 @@ async fn embed(
     let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
     let needs = route::embeddings_needs(&req);
-    let held = check_limits(&caller, route, needs.reserve_tokens).map_err(Rejection::of(&caller, Some(alias)))?;
+    let (route, reserved, degraded, _) =
+        check_budgets(snap, &caller, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
+    let requested = snap.routes.get(alias).unwrap_or(route);
+    let held = check_limits(&caller, requested, needs.reserve_tokens).map_err(Rejection::of(&caller, Some(alias)))?;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
     meter.prompt_estimate(needs.prompt_estimate);
     meter.hold(held);
+    meter.budgets(reserved, degraded);
     let mut attempt_log = Vec::new();
     let req = &req;
     let result = failover::run(snap, route, &needs, rid, &mut attempt_log, |a| async move {

@@ -13,6 +13,7 @@
 //! Configuration arrives as a `ConfigSpec` (`config`, `reload`), compiles into a `Snapshot`
 //! (`snapshot`) and is swapped whole through `SnapshotStore`; nothing on the request path locks.
 
+pub mod budget;
 pub mod canonical;
 pub mod config;
 pub mod cost;

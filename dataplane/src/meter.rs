@@ -52,6 +52,8 @@ pub struct Meter {
     /// The request's rate-limit reservations: settled to the actual usage when the record is
     /// emitted, concurrency freed when the meter is dropped (the request's end).
     holds: Vec<crate::limits::Held>,
+    /// Budget reservations: settled to the actual cost when the record is emitted.
+    budgets: Vec<crate::budget::Reserved>,
 }
 
 impl Meter {
@@ -78,6 +80,7 @@ impl Meter {
             prompt_estimate: 0,
             deltas: 0,
             holds: Vec::new(),
+            budgets: Vec::new(),
         }
     }
 
@@ -90,6 +93,11 @@ impl Meter {
 
     pub fn hold(&mut self, holds: Vec<crate::limits::Held>) {
         self.holds = holds;
+    }
+
+    pub fn budgets(&mut self, reserved: Vec<crate::budget::Reserved>, degraded: Option<String>) {
+        self.budgets = reserved;
+        self.record.degraded = degraded;
     }
 
     pub fn prompt_estimate(&mut self, tokens: u64) {
@@ -173,6 +181,10 @@ impl Meter {
         self.estimate_missing();
         let used = self.record.prompt_tokens + self.record.completion_tokens;
         let known = self.usage_known || self.record.estimated;
+        let cost = self.record.cost_micro_usd.unwrap_or(0);
+        for b in &mut self.budgets {
+            b.settle(if self.record.status == 200 || known { cost } else { 0 });
+        }
         for h in &mut self.holds {
             if known {
                 h.settle(used);

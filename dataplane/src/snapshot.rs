@@ -53,6 +53,8 @@ pub struct Snapshot {
     pub keys: HashMap<[u8; 32], KeyRef>,
     /// SHA-256 of the admin token; `/admin/*` is off without one.
     pub admin_token: Option<[u8; 32]>,
+    /// The zone in which budget days and months begin.
+    pub budget_tz: jiff::tz::TimeZone,
 }
 
 #[derive(Debug)]
@@ -150,6 +152,7 @@ pub struct Tenant {
     pub id: String,
     pub allowed: Allowed,
     pub limiter: Limiter,
+    pub budgets: Vec<crate::budget::Budget>,
 }
 
 #[derive(Debug)]
@@ -369,8 +372,54 @@ pub fn build(
                 return Err(err(kpath, "the same key is configured twice"));
             }
         }
-        let prev_tenant = prev.and_then(|p| p.tenants.iter().find(|pt| pt.id == t.id)).map(|pt| &pt.limiter);
-        tenants.push(Tenant { id: t.id.clone(), allowed, limiter: limiter(&t.limits, prev_tenant, &path)? });
+        let prev_tenant = prev.and_then(|p| p.tenants.iter().find(|pt| pt.id == t.id));
+        let mut budgets = Vec::with_capacity(t.budgets.len());
+        for (j, b) in t.budgets.iter().enumerate() {
+            let bpath = format!("{path}.budgets[{j}]");
+            let limit = crate::cost::Prices::from_spec(&ax_protocol::config::PriceSpec {
+                input: b.usd,
+                output: 0.0,
+                cached_input: None,
+                cache_write: None,
+            })
+            .map_err(|_| err(format!("{bpath}.usd"), "a USD amount with at most 6 decimals"))?
+            .input;
+            if limit == 0 || !(b.warn_at > 0.0 && b.warn_at <= 1.0) {
+                return Err(err(bpath, "usd must be > 0 and warn_at in (0, 1]"));
+            }
+            for (field, a) in [
+                ("alias", b.alias.as_ref()),
+                (
+                    "action.downgrade_to",
+                    match &b.action {
+                        ax_protocol::config::BudgetAction::DowngradeTo { downgrade_to } => Some(downgrade_to),
+                        ax_protocol::config::BudgetAction::Plain(_) => None,
+                    },
+                ),
+            ] {
+                if let Some(a) = a.filter(|a| !routes.contains_key(*a)) {
+                    return Err(err(format!("{bpath}.{field}"), format!("unknown alias '{a}'")));
+                }
+            }
+            // The same budget (window and alias) keeps its spend across reloads.
+            let state = prev_tenant
+                .and_then(|pt| pt.budgets.iter().find(|pb| pb.window == b.window && pb.alias == b.alias))
+                .map_or_else(Default::default, |pb| pb.state.clone());
+            budgets.push(crate::budget::Budget {
+                window: b.window,
+                limit,
+                alias: b.alias.clone(),
+                action: b.action.clone(),
+                warn_at: (limit as f64 * b.warn_at) as u64,
+                state,
+            });
+        }
+        tenants.push(Tenant {
+            id: t.id.clone(),
+            allowed,
+            limiter: limiter(&t.limits, prev_tenant.map(|pt| &pt.limiter), &path)?,
+            budgets,
+        });
     }
 
     let admin_token = match &spec.server.admin_token {
@@ -384,7 +433,11 @@ pub fn build(
         None => None,
     };
 
+    let budget_tz = jiff::tz::TimeZone::get(&spec.server.budget_timezone)
+        .map_err(|e| err("server.budget_timezone", format!("unknown time zone: {e}")))?;
+
     Ok(Snapshot {
+        budget_tz,
         admin_token,
         version,
         params: spec.server.params,

@@ -53,6 +53,13 @@ pub struct ServerSpec {
     /// Bearer token for `/admin/*` (normally a `${ENV}` reference); admin endpoints are off without it.
     #[serde(default)]
     pub admin_token: Option<String>,
+    /// IANA time zone in which budget days and months begin (default UTC).
+    #[serde(default = "default_tz")]
+    pub budget_timezone: String,
+}
+
+fn default_tz() -> String {
+    "UTC".to_owned()
 }
 
 impl Default for ServerSpec {
@@ -63,6 +70,7 @@ impl Default for ServerSpec {
             max_body_bytes: default_max_body_bytes(),
             default_max_tokens: default_max_tokens(),
             admin_token: None,
+            budget_timezone: default_tz(),
         }
     }
 }
@@ -503,6 +511,60 @@ pub struct TenantSpec {
     pub allowed_aliases: Vec<String>,
     #[serde(default)]
     pub limits: LimitsSpec,
+    #[serde(default)]
+    pub budgets: Vec<BudgetSpec>,
+}
+
+/// A spending cap for a tenant (or for one alias of a tenant) per day or month.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSpec {
+    pub window: BudgetWindow,
+    /// The cap in USD (at most 6 decimals).
+    pub usd: f64,
+    /// Only requests for this alias count (and are capped); all of the tenant's otherwise.
+    #[serde(default)]
+    pub alias: Option<String>,
+    #[serde(default)]
+    pub action: BudgetAction,
+    /// Share of the cap from which responses carry `x-ax-budget-warning`.
+    #[serde(default = "default_warn_at")]
+    pub warn_at: f64,
+}
+
+fn default_warn_at() -> f64 {
+    0.8
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetWindow {
+    Day,
+    Month,
+}
+
+/// `action: reject` or `action: { downgrade_to: <alias> }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BudgetAction {
+    /// Serve the request with this (cheaper) alias instead.
+    DowngradeTo {
+        downgrade_to: String,
+    },
+    Plain(PlainBudgetAction),
+}
+
+impl Default for BudgetAction {
+    fn default() -> Self {
+        Self::Plain(PlainBudgetAction::Reject)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlainBudgetAction {
+    /// 429 `budget_exceeded`.
+    Reject,
 }
 
 fn default_allowed() -> Vec<String> {

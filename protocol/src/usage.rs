@@ -26,6 +26,8 @@ pub struct UsageRecord {
     pub error_code: Option<String>,
     /// The stream ended before the upstream finished (upstream failure or client disconnect).
     pub incomplete: bool,
+    /// `budget; from=<alias>; to=<alias>` when a budget downgraded the request.
+    pub degraded: Option<String>,
     /// Token counts were estimated (the provider reported none, or the stream was cut).
     pub estimated: bool,
     pub prompt_tokens: u64,

@@ -397,3 +397,88 @@ async fn concurrency_cap_holds_under_200_simultaneous_streams() {
     assert!(up.max_in_flight() <= 20, "in flight reached {}", up.max_in_flight());
     assert!(ok >= 20 && ok + refused == 200, "ok {ok}, refused {refused}");
 }
+
+fn budgeted(full: &str, mini: &str, action: &str) -> String {
+    format!(
+        r#"
+server: {{ budget_timezone: "Europe/Berlin" }}
+upstreams:
+  - {{ name: full, provider: openai, base_url: "{full}",
+      models: [{{ name: big, context_window: 100000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
+  - {{ name: mini, provider: openai, base_url: "{mini}",
+      models: [{{ name: small, context_window: 100000, capabilities: [chat], price_per_mtok: {{ input: 0.1, output: 0.2 }} }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: full, model: big }}] }}
+  - {{ alias: chat-mini, candidates: [{{ upstream: mini, model: small }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}],
+      budgets: [{{ window: day, usd: 0.005, action: {action} }}] }}
+"#,
+        key_digest(KEY)
+    )
+}
+
+fn micro(h: &reqwest::header::HeaderMap) -> u64 {
+    let (whole, frac) = h["x-ax-cost-usd"].to_str().unwrap().split_once('.').unwrap();
+    whole.parse::<u64>().unwrap() * 1_000_000 + frac.parse::<u64>().unwrap()
+}
+
+/// A $0.005 daily budget; each call costs exactly $0.002 (1,000 prompt × $1 + 500 output × $2
+/// per Mtok). Two calls fit; the third would overspend: downgraded (cheaper alias, with headers)
+/// or rejected.
+#[tokio::test]
+async fn budgets_downgrade_or_reject_and_warn() {
+    let body = || Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1_000, 500, 0)));
+    let full = FakeUpstream::fixed(body()).await;
+    let mini = FakeUpstream::fixed(body()).await;
+    let ask = json!({ "model": "chat", "max_tokens": 600, "messages": [{ "role": "user", "content": "hi" }] });
+
+    let gw = Gateway::start(&budgeted(&full.url(), &mini.url(), "{ downgrade_to: chat-mini }")).await;
+    for _ in 0..2 {
+        let r = post(&gw.url, "/v1/chat/completions", &ask).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(micro(r.headers()), 2_000);
+        assert!(r.headers().get("x-ax-degraded").is_none());
+    }
+    let r = post(&gw.url, "/v1/chat/completions", &ask).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ax-upstream"], "mini");
+    assert_eq!(r.headers()["x-ax-degraded"], "budget; from=chat; to=chat-mini");
+    let warning = r.headers()["x-ax-budget-warning"].to_str().unwrap().to_owned();
+    assert!(warning.starts_with("day; spent=0.004") && warning.ends_with("limit=0.005000"), "{warning}");
+    assert_eq!(micro(r.headers()), 200, "the cheaper model's cost");
+    assert_eq!((full.hits(), mini.hits()), (2, 1));
+
+    let gw = Gateway::start(&budgeted(&full.url(), &mini.url(), "reject")).await;
+    for _ in 0..2 {
+        assert_eq!(post(&gw.url, "/v1/chat/completions", &ask).await.status(), 200);
+    }
+    let r = post(&gw.url, "/v1/chat/completions", &ask).await;
+    assert_eq!(r.status(), 429);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "budget_exceeded");
+    assert!(v["error"]["message"].as_str().unwrap().contains("day budget of $0.005000"), "{v}");
+}
+
+/// Costs of a known mix of requests add up exactly: 3 × (1,000 + 500 × 2) + 2 × (333 + 77 × 2)
+/// micro-USD at $1/$2 per Mtok = 6,000 + 974 = 6,974.
+#[tokio::test]
+async fn costs_of_a_known_mix_add_up_exactly() {
+    let a = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("a"), &[], "stop", (1_000, 500, 0)))).await;
+    let b = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("b"), &[], "stop", (333, 77, 0)))).await;
+    let yaml = budgeted(&a.url(), &b.url(), "reject")
+        .replace("input: 0.1, output: 0.2", "input: 1.0, output: 2.0")
+        .replace("usd: 0.005", "usd: 100");
+    let gw = Gateway::start(&yaml).await;
+    let mut total = 0;
+    for model in ["chat", "chat", "chat-mini", "chat", "chat-mini"] {
+        let r = post(
+            &gw.url,
+            "/v1/chat/completions",
+            &json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] }),
+        )
+        .await;
+        total += micro(r.headers());
+    }
+    assert_eq!(total, 6_974);
+}

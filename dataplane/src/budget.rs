@@ -1,0 +1,143 @@
+//! Budgets: spending caps per tenant (or tenant and alias) per day or month, in integer micro-USD.
+//!
+//! A request reserves its maximum possible cost (the most expensive candidate of its route at the
+//! prompt estimate plus its output cap) before it is routed, so concurrent requests cannot
+//! overspend; the reservation is settled to the actual cost when its usage record is written.
+//! Days and months begin in `server.budget_timezone`. Spend lives outside the snapshot (atomics,
+//! carried across reloads) and is local to this process for now.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ax_protocol::config::{BudgetAction, BudgetWindow};
+
+/// The live spend of one budget in its current period.
+#[derive(Debug, Default)]
+pub struct BudgetState {
+    /// The period the spend belongs to (days or months since the epoch, in the budget's zone), +1.
+    period: AtomicU64,
+    /// Micro-USD spent and reserved in that period.
+    spent: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Budget {
+    pub window: BudgetWindow,
+    pub limit: u64,
+    pub alias: Option<String>,
+    pub action: BudgetAction,
+    pub warn_at: u64,
+    pub state: Arc<BudgetState>,
+}
+
+/// The period number of `now` for a window in a time zone.
+pub fn period(window: BudgetWindow, tz: &jiff::tz::TimeZone) -> u64 {
+    let date = tz.to_datetime(jiff::Timestamp::now()).date();
+    let days = date.since(jiff::civil::date(1970, 1, 1)).map_or(0, |s| s.get_days().max(0) as u64);
+    match window {
+        BudgetWindow::Day => days + 1,
+        BudgetWindow::Month => (date.year().max(1970) as u64 - 1970) * 12 + date.month() as u64 + 1,
+    }
+}
+
+/// A reservation on one budget, settled to the actual cost by `settle`; if never settled, the
+/// reservation stays counted (the conservative choice when the cost is unknown).
+pub struct Reserved {
+    state: Arc<BudgetState>,
+    period: u64,
+    amount: u64,
+}
+
+impl Reserved {
+    pub fn settle(&mut self, actual: u64) {
+        if actual == self.amount {
+            return;
+        }
+        let (amount, period) = (self.amount, self.period);
+        let _ = self.state.spent.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+            // A period that rolled over since the reservation has been reset: leave it.
+            (self.state.period.load(Ordering::Acquire) == period).then(|| (s + actual).saturating_sub(amount))
+        });
+        self.amount = actual;
+    }
+}
+
+pub enum Verdict {
+    /// Reserved; `warn` when the spend is past the budget's threshold.
+    Reserved(Reserved, Option<String>),
+    Exhausted,
+}
+
+impl Budget {
+    /// Reserves `cost` if it fits in the current period.
+    pub fn reserve(&self, cost: u64, tz: &jiff::tz::TimeZone) -> Verdict {
+        let p = period(self.window, tz);
+        let s = &self.state;
+        let seen = s.period.load(Ordering::Acquire);
+        if seen != p && s.period.compare_exchange(seen, p, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            s.spent.store(0, Ordering::Release);
+        }
+        let got = s.spent.fetch_update(Ordering::AcqRel, Ordering::Acquire, |spent| {
+            (spent.saturating_add(cost) <= self.limit).then_some(spent + cost)
+        });
+        match got {
+            Ok(before) => {
+                let after = before + cost;
+                let warn = (after >= self.warn_at).then(|| {
+                    let window = match self.window {
+                        BudgetWindow::Day => "day",
+                        BudgetWindow::Month => "month",
+                    };
+                    format!(
+                        "{window}; spent={}; limit={}",
+                        crate::cost::format_usd(after),
+                        crate::cost::format_usd(self.limit)
+                    )
+                });
+                Verdict::Reserved(Reserved { state: s.clone(), period: p, amount: cost }, warn)
+            }
+            Err(_) => Verdict::Exhausted,
+        }
+    }
+
+    pub fn applies_to(&self, alias: &str) -> bool {
+        self.alias.as_deref().is_none_or(|a| a == alias)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(limit: u64) -> Budget {
+        Budget {
+            window: BudgetWindow::Day,
+            limit,
+            alias: None,
+            action: BudgetAction::default(),
+            warn_at: limit * 8 / 10,
+            state: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn reservations_cannot_overspend_and_settle_to_actual() {
+        let tz = jiff::tz::TimeZone::UTC;
+        let b = budget(1_000);
+        let Verdict::Reserved(mut a, warn) = b.reserve(600, &tz) else { panic!("fits") };
+        assert!(warn.is_none());
+        assert!(matches!(b.reserve(600, &tz), Verdict::Exhausted), "two max costs cannot both fit");
+        a.settle(100);
+        let Verdict::Reserved(_, warn) = b.reserve(750, &tz) else { panic!("fits after settling") };
+        assert_eq!(warn.as_deref(), Some("day; spent=0.000850; limit=0.001000"));
+    }
+
+    #[test]
+    fn periods_follow_the_time_zone() {
+        let day_utc = period(BudgetWindow::Day, &jiff::tz::TimeZone::UTC);
+        let tokyo = jiff::tz::TimeZone::get("Asia/Tokyo").unwrap();
+        let day_tokyo = period(BudgetWindow::Day, &tokyo);
+        assert!(day_tokyo == day_utc || day_tokyo == day_utc + 1);
+        assert!(period(BudgetWindow::Month, &tokyo) > 12 * 56);
+    }
+}
