@@ -215,14 +215,15 @@ fn request_span(request_id: &str, path: &'static str) -> tracing::Span {
 /// the error edge (a request rejected before any upstream was chosen still gets its usage record).
 async fn handle<F, Fut>(app: Arc<App>, headers: HeaderMap, body: Body, path: &'static str, stage: F) -> Response
 where
-    F: FnOnce(Arc<Snapshot>, String, HeaderMap, Body, Instant) -> Fut,
+    F: FnOnce(Arc<App>, Arc<Snapshot>, String, HeaderMap, Body, Instant) -> Fut,
     Fut: std::future::Future<Output = (String, Result<Response, Rejection>)>,
 {
     let start = Instant::now();
     let rid = request_id(&headers);
     let span = request_span(&rid, path);
     async move {
-        match stage(app.store.load(), rid, headers, body, start).await {
+        let snap = app.store.load();
+        match stage(app, snap, rid, headers, body, start).await {
             (_, Ok(r)) => r,
             (rid, Err(r)) => {
                 let caller = r.caller.as_ref().map(|(t, k)| (t.as_str(), k.as_str()));
@@ -236,16 +237,16 @@ where
 }
 
 async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    handle(app, headers, body, "/v1/chat/completions", |snap, rid, headers, body, start| async move {
-        let r = chat(&snap, &rid, &headers, body, start).await;
+    handle(app, headers, body, "/v1/chat/completions", |app, snap, rid, headers, body, start| async move {
+        let r = chat(&app, &snap, &rid, &headers, body, start).await;
         (rid, r)
     })
     .await
 }
 
 async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    handle(app, headers, body, "/v1/embeddings", |snap, rid, headers, body, start| async move {
-        let r = embed(&snap, &rid, &headers, body, start).await;
+    handle(app, headers, body, "/v1/embeddings", |app, snap, rid, headers, body, start| async move {
+        let r = embed(&app, &snap, &rid, &headers, body, start).await;
         (rid, r)
     })
     .await
@@ -302,22 +303,78 @@ async fn admit<'s, T: ModelRequest>(
     Ok((caller, req, route))
 }
 
+/// What one request holds against rate limits: local holds (concurrency, and the per-minute
+/// limits when they are local) and, with Redis, its fleet-wide reservations.
+pub struct Holds {
+    pub local: Vec<Held>,
+    pub shared: Option<crate::shared::SharedHeld>,
+}
+
 /// The caller-side rate limits, in order: key, tenant, alias. All or nothing: a refusal gives
-/// back what the earlier layers reserved. The holds settle to the actual usage when the request's
-/// record is emitted and free their concurrency slots when the request ends.
-fn check_limits(caller: &Caller<'_>, route: &crate::snapshot::Route, tokens: u64) -> Result<Vec<Held>, AxError> {
-    let mut held = Vec::new();
-    for (layer, limiter) in
-        [("key", &caller.key.limiter), ("tenant", &caller.tenant.limiter), ("alias", &route.limiter)]
-    {
+/// back what the earlier layers reserved. With Redis, the per-minute limits are fleet-wide (one
+/// round trip) and concurrency is local; without a reachable Redis, every limit is local, divided
+/// by `server.replicas` when Redis is configured. The holds settle to the actual usage when the
+/// request's record is emitted and free their concurrency slots when the request ends.
+async fn check_limits(
+    app: &App,
+    caller: &Caller<'_>,
+    route: &crate::snapshot::Route,
+    tokens: u64,
+) -> Result<Holds, AxError> {
+    let layers = [
+        ("key", caller.key_id, &caller.key.limiter),
+        ("tenant", caller.tenant.id.as_str(), &caller.tenant.limiter),
+        ("alias", route.alias.as_str(), &route.limiter),
+    ];
+    let mut shared = None;
+    let mut divisor = 1;
+    if let Some(s) = &app.shared {
+        divisor = s.replicas;
+        if s.available() {
+            let mut items = Vec::new();
+            let mut which = Vec::new();
+            for (layer, subject, l) in &layers {
+                if let Some(rpm) = l.rpm {
+                    items.push(crate::shared::Item {
+                        stem: format!("rl:{layer}:{subject}:rpm"),
+                        limit: u64::from(rpm),
+                        amount: 1,
+                    });
+                    which.push((*layer, Kind::Requests, u64::from(rpm)));
+                }
+                if let Some(tpm) = l.tpm {
+                    items.push(crate::shared::Item {
+                        stem: format!("rl:{layer}:{subject}:tpm"),
+                        limit: u64::from(tpm),
+                        amount: tokens,
+                    });
+                    which.push((*layer, Kind::Tokens, u64::from(tpm)));
+                }
+            }
+            match s.admit(&items).await {
+                crate::shared::Decision::Admitted(h) => shared = Some(h),
+                crate::shared::Decision::Refused { index, retry_after } => {
+                    let (layer, kind, limit) = which.get(index).copied().unwrap_or(("tenant", Kind::Requests, 0));
+                    return Err(AxError::RateLimitExceeded { layer, kind, limit, remaining: 0, retry_after });
+                }
+                crate::shared::Decision::Unavailable => {}
+            }
+        }
+    }
+    let rates_local = shared.is_none();
+    let mut local = Vec::new();
+    for (layer, _, limiter) in layers {
         if limiter.is_unlimited() {
             continue;
         }
-        match limiter.admit(tokens) {
-            Ok(h) => held.push(h),
+        match limiter.admit_scaled(tokens, divisor, rates_local) {
+            Ok(h) => local.push(h),
             Err(r) => {
-                for h in &mut held {
+                for h in &mut local {
                     h.cancel();
+                }
+                if let Some(sh) = &mut shared {
+                    sh.settle(0);
                 }
                 let remaining = match r.kind {
                     Kind::Requests => limiter.state.requests.remaining(r.limit),
@@ -334,7 +391,7 @@ fn check_limits(caller: &Caller<'_>, route: &crate::snapshot::Route, tokens: u64
             }
         }
     }
-    Ok(held)
+    Ok(Holds { local, shared })
 }
 
 /// The request's maximum possible cost on `route`: its most expensive candidate at the prompt
@@ -421,6 +478,7 @@ fn for_provider<'r>(req: &'r ChatRequest, params: &[&'static str], kind: Provide
 }
 
 async fn chat(
+    app: &App,
     snap: &Arc<Snapshot>,
     rid: &str,
     headers: &HeaderMap,
@@ -447,7 +505,9 @@ async fn chat(
     let (route, reserved, degraded, warning) =
         check_budgets(snap, &caller, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
     let requested = snap.routes.get(alias).unwrap_or(route);
-    let held = check_limits(&caller, requested, needs.reserve_tokens).map_err(Rejection::of(&caller, Some(alias)))?;
+    let held = check_limits(app, &caller, requested, needs.reserve_tokens)
+        .await
+        .map_err(Rejection::of(&caller, Some(alias)))?;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
     meter.prompt_estimate(needs.prompt_estimate);
     meter.hold(held);
@@ -549,6 +609,7 @@ fn failed(e: &AxError, rid: &str, mut meter: Meter, served: Option<&Served<'_>>)
 }
 
 async fn embed(
+    app: &App,
     snap: &Arc<Snapshot>,
     rid: &str,
     headers: &HeaderMap,
@@ -561,7 +622,9 @@ async fn embed(
     let (route, reserved, degraded, _) =
         check_budgets(snap, &caller, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
     let requested = snap.routes.get(alias).unwrap_or(route);
-    let held = check_limits(&caller, requested, needs.reserve_tokens).map_err(Rejection::of(&caller, Some(alias)))?;
+    let held = check_limits(app, &caller, requested, needs.reserve_tokens)
+        .await
+        .map_err(Rejection::of(&caller, Some(alias)))?;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
     meter.prompt_estimate(needs.prompt_estimate);
     meter.hold(held);

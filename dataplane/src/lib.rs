@@ -28,6 +28,7 @@ pub mod providers;
 pub mod reload;
 pub mod route;
 pub mod secret;
+pub mod shared;
 pub mod snapshot;
 pub mod spool;
 pub mod sse;
@@ -47,12 +48,19 @@ use tokio::net::TcpListener;
 pub struct App {
     pub store: SnapshotStore,
     pub metrics: Option<PrometheusHandle>,
+    /// Fleet-wide limits through Redis, when `server.redis_url` was set at start.
+    pub shared: Option<Arc<shared::Shared>>,
 }
 
 impl App {
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
         let metrics = meter::prometheus();
-        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics })
+        let shared = snapshot.redis.as_ref().and_then(|(url, prefix, replicas)| {
+            shared::Shared::new(url, prefix, *replicas)
+                .inspect_err(|e| tracing::error!(error = %e, "redis disabled"))
+                .ok()
+        });
+        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics, shared })
     }
 
     /// Background upkeep, once per process: Prometheus histograms need it to bound their memory.

@@ -200,8 +200,15 @@ impl Limiter {
     /// Admits one request reserving `tokens`, or says which limit refused. All-or-nothing: a
     /// refusal undoes what this call had already taken.
     pub fn admit(&self, tokens: u64) -> Result<Held, Refusal> {
+        self.admit_scaled(tokens, 1, true)
+    }
+
+    /// `admit` with every limit divided by `divisor` (the local share of a fleet-wide limit), and
+    /// without the per-minute limits when `rates` is false (Redis enforced those).
+    pub fn admit_scaled(&self, tokens: u64, divisor: u32, rates: bool) -> Result<Held, Refusal> {
+        let share = |v: u32| (v / divisor.max(1)).max(1);
         let s = &self.state;
-        let concurrency = match self.concurrency {
+        let concurrency = match self.concurrency.map(share) {
             Some(max) => {
                 let got = s.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
                 if got.is_err() {
@@ -216,13 +223,13 @@ impl Limiter {
             None => false,
         };
         let mut held = Held { state: s.clone(), concurrency, requests: None, tokens: None };
-        if let Some(rpm) = self.rpm {
+        if let Some(rpm) = self.rpm.filter(|_| rates).map(share) {
             match s.requests.try_take(1, u64::from(rpm)) {
                 Ok(t) => held.requests = Some(t),
                 Err(wait) => return Err(Refusal { kind: Kind::Requests, limit: u64::from(rpm), retry_after: wait }),
             }
         }
-        if let Some(tpm) = self.tpm {
+        if let Some(tpm) = self.tpm.filter(|_| rates).map(share) {
             match s.tokens.try_take(tokens, u64::from(tpm)) {
                 Ok(t) => held.tokens = Some(t),
                 Err(wait) => {

@@ -52,6 +52,7 @@ pub struct Meter {
     /// The request's rate-limit reservations: settled to the actual usage when the record is
     /// emitted, concurrency freed when the meter is dropped (the request's end).
     holds: Vec<crate::limits::Held>,
+    shared_hold: Option<crate::shared::SharedHeld>,
     /// Budget reservations: settled to the actual cost when the record is emitted.
     budgets: Vec<crate::budget::Reserved>,
 }
@@ -80,6 +81,7 @@ impl Meter {
             prompt_estimate: 0,
             deltas: 0,
             holds: Vec::new(),
+            shared_hold: None,
             budgets: Vec::new(),
         }
     }
@@ -91,8 +93,9 @@ impl Meter {
         m.finish(e.status().as_u16(), Some(e.code()));
     }
 
-    pub fn hold(&mut self, holds: Vec<crate::limits::Held>) {
-        self.holds = holds;
+    pub fn hold(&mut self, holds: crate::ingress::Holds) {
+        self.holds = holds.local;
+        self.shared_hold = holds.shared;
     }
 
     pub fn budgets(&mut self, reserved: Vec<crate::budget::Reserved>, degraded: Option<String>) {
@@ -185,12 +188,20 @@ impl Meter {
         for b in &mut self.budgets {
             b.settle(if self.record.status == 200 || known { cost } else { 0 });
         }
-        for h in &mut self.holds {
-            if known {
-                h.settle(used);
-            } else if self.record.status != 200 {
-                // Failed or refused before any answer: no tokens were used.
-                h.settle(0);
+        let settle_to = if known {
+            Some(used)
+        } else if self.record.status != 200 {
+            // Failed or refused before any answer: no tokens were used.
+            Some(0)
+        } else {
+            None
+        };
+        if let Some(n) = settle_to {
+            for h in &mut self.holds {
+                h.settle(n);
+            }
+            if let Some(h) = &mut self.shared_hold {
+                h.settle(n);
             }
         }
         let elapsed = self.start.elapsed();

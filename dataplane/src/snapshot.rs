@@ -55,6 +55,8 @@ pub struct Snapshot {
     pub admin_token: Option<[u8; 32]>,
     /// The zone in which budget days and months begin.
     pub budget_tz: jiff::tz::TimeZone,
+    /// (redis_url, key prefix, replicas): used once, at start, by `App::new`.
+    pub redis: Option<(String, String, u32)>,
 }
 
 #[derive(Debug)]
@@ -436,7 +438,15 @@ pub fn build(
     let budget_tz = jiff::tz::TimeZone::get(&spec.server.budget_timezone)
         .map_err(|e| err("server.budget_timezone", format!("unknown time zone: {e}")))?;
 
+    let redis = match &spec.server.redis_url {
+        Some(u) => {
+            Some((expand("server.redis_url", u, env)?, spec.server.redis_prefix.clone(), spec.server.replicas.max(1)))
+        }
+        None => None,
+    };
+
     Ok(Snapshot {
+        redis,
         budget_tz,
         admin_token,
         version,

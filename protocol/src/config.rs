@@ -56,6 +56,23 @@ pub struct ServerSpec {
     /// IANA time zone in which budget days and months begin (default UTC).
     #[serde(default = "default_tz")]
     pub budget_timezone: String,
+    /// Share rate limits across replicas through this Redis (read at start).
+    #[serde(default)]
+    pub redis_url: Option<String>,
+    /// Prefix of every Redis key (several fleets can share one Redis).
+    #[serde(default = "default_redis_prefix")]
+    pub redis_prefix: String,
+    /// Replicas in the fleet: when Redis is unreachable, each enforces limit ÷ replicas locally.
+    #[serde(default = "default_replicas")]
+    pub replicas: u32,
+}
+
+fn default_redis_prefix() -> String {
+    "ax".to_owned()
+}
+
+fn default_replicas() -> u32 {
+    1
 }
 
 fn default_tz() -> String {
@@ -71,6 +88,9 @@ impl Default for ServerSpec {
             default_max_tokens: default_max_tokens(),
             admin_token: None,
             budget_timezone: default_tz(),
+            redis_url: None,
+            redis_prefix: default_redis_prefix(),
+            replicas: default_replicas(),
         }
     }
 }

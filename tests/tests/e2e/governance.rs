@@ -482,3 +482,90 @@ async fn costs_of_a_known_mix_add_up_exactly() {
     }
     assert_eq!(total, 6_974);
 }
+
+/// Two data-plane processes against one real Redis admit together within 10% of one fleet-wide
+/// limit; with Redis killed mid-test, traffic continues on local limits without errors or waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_one_limit_through_redis_and_survive_its_death() {
+    use std::process::{Command, Stdio};
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut redis = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (apt-get install redis-server)");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let dir = ax_tests::temp_dir("fleet");
+    let (da, db) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&da).unwrap();
+    std::fs::create_dir_all(&db).unwrap();
+    let path = dir.join("ax.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+server: {{ redis_url: "redis://127.0.0.1:{port}", replicas: 2, redis_prefix: "fleet-{}" }}
+upstreams:
+  - {{ name: up, provider: mock, models: [{{ name: m, context_window: 8000, capabilities: [chat] }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, limits: {{ rpm: 40 }}, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+            std::process::id(),
+            key_digest(KEY)
+        ),
+    )
+    .unwrap();
+    let a = ax_tests::Binary::start(&path, &da);
+    let b = ax_tests::Binary::start(&path, &db);
+    let client = reqwest::Client::new();
+    let ask = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
+    // All traffic to replica A first: a fleet-wide limit lets A alone use about 40 (a per-replica
+    // fallback share would stop it at 20); then replica B finds the limit already used.
+    let count = |url: String, n: usize| {
+        let (client, ask) = (client.clone(), ask.clone());
+        async move {
+            let mut ok = 0;
+            for _ in 0..n {
+                let r =
+                    client.post(format!("{url}/v1/chat/completions")).bearer_auth(KEY).json(&ask).send().await.unwrap();
+                match r.status().as_u16() {
+                    200 => ok += 1,
+                    429 => {}
+                    other => panic!("unexpected {other}"),
+                }
+            }
+            ok
+        }
+    };
+    let on_a = count(a.url.clone(), 80).await;
+    let on_b = count(b.url.clone(), 40).await;
+    assert!((36..=44).contains(&(on_a + on_b)), "two replicas admitted {on_a} + {on_b} against one limit of 40");
+    assert!(on_a >= 36, "replica A alone used the fleet-wide limit: {on_a}");
+    assert!(on_b <= 4, "replica B saw the limit already used: {on_b}");
+    assert!(!a.logs().contains("redis unavailable") && !b.logs().contains("redis unavailable"));
+
+    // Redis dies: local limits (40 / 2 replicas = 20 each) take over; nobody waits on Redis.
+    let _ = redis.kill();
+    let _ = redis.wait();
+    for url in [&a.url, &b.url] {
+        for _ in 0..10 {
+            let started = std::time::Instant::now();
+            let r = client.post(format!("{url}/v1/chat/completions")).bearer_auth(KEY).json(&ask).send().await.unwrap();
+            assert_eq!(r.status(), 200, "local fallback admits within its share");
+            assert!(started.elapsed() < std::time::Duration::from_millis(500), "no stall: {:?}", started.elapsed());
+        }
+    }
+    assert!(a.logs().contains("redis unavailable"), "the fallback is logged");
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}
