@@ -24,8 +24,9 @@ use crate::canonical::{ChatRequest, EmbeddingsRequest};
 use crate::dispatch::{self, ChatOutcome};
 use crate::error::AxError;
 use crate::failover::{self, AttemptCtx, Served};
+use crate::guard;
 use crate::health::Outcome;
-use crate::limits::{Held, Kind};
+use crate::limits::Kind;
 use crate::meter::Meter;
 use crate::providers::{self, openai};
 use crate::route;
@@ -303,159 +304,6 @@ async fn admit<'s, T: ModelRequest>(
     Ok((caller, req, route))
 }
 
-/// What one request holds against rate limits: local holds (concurrency, and the per-minute
-/// limits when they are local) and, with Redis, its fleet-wide reservations.
-pub struct Holds {
-    pub local: Vec<Held>,
-    pub shared: Option<crate::shared::SharedHeld>,
-}
-
-/// The caller-side rate limits, in order: key, tenant, alias. All or nothing: a refusal gives
-/// back what the earlier layers reserved. With Redis, the per-minute limits are fleet-wide (one
-/// round trip) and concurrency is local; without a reachable Redis, every limit is local, divided
-/// by `server.replicas` when Redis is configured. The holds settle to the actual usage when the
-/// request's record is emitted and free their concurrency slots when the request ends.
-async fn check_limits(
-    app: &App,
-    caller: &Caller<'_>,
-    route: &crate::snapshot::Route,
-    tokens: u64,
-) -> Result<Holds, AxError> {
-    let layers = [
-        ("key", caller.key_id, &caller.key.limiter),
-        ("tenant", caller.tenant.id.as_str(), &caller.tenant.limiter),
-        ("alias", route.alias.as_str(), &route.limiter),
-    ];
-    let mut shared = None;
-    let mut divisor = 1;
-    if let Some(s) = &app.shared {
-        divisor = s.replicas;
-        if s.available() {
-            let mut items = Vec::new();
-            let mut which = Vec::new();
-            for (layer, subject, l) in &layers {
-                if let Some(rpm) = l.rpm {
-                    items.push(crate::shared::Item {
-                        stem: format!("rl:{layer}:{subject}:rpm"),
-                        limit: u64::from(rpm),
-                        amount: 1,
-                    });
-                    which.push((*layer, Kind::Requests, u64::from(rpm)));
-                }
-                if let Some(tpm) = l.tpm {
-                    items.push(crate::shared::Item {
-                        stem: format!("rl:{layer}:{subject}:tpm"),
-                        limit: u64::from(tpm),
-                        amount: tokens,
-                    });
-                    which.push((*layer, Kind::Tokens, u64::from(tpm)));
-                }
-            }
-            match s.admit(&items).await {
-                crate::shared::Decision::Admitted(h) => shared = Some(h),
-                crate::shared::Decision::Refused { index, retry_after } => {
-                    let (layer, kind, limit) = which.get(index).copied().unwrap_or(("tenant", Kind::Requests, 0));
-                    return Err(AxError::RateLimitExceeded { layer, kind, limit, remaining: 0, retry_after });
-                }
-                crate::shared::Decision::Unavailable => {}
-            }
-        }
-    }
-    let rates_local = shared.is_none();
-    let mut local = Vec::new();
-    for (layer, _, limiter) in layers {
-        if limiter.is_unlimited() {
-            continue;
-        }
-        match limiter.admit_scaled(tokens, divisor, rates_local) {
-            Ok(h) => local.push(h),
-            Err(r) => {
-                for h in &mut local {
-                    h.cancel();
-                }
-                if let Some(sh) = &mut shared {
-                    sh.settle(0);
-                }
-                let remaining = match r.kind {
-                    Kind::Requests => limiter.state.requests.remaining(r.limit),
-                    Kind::Tokens => limiter.state.tokens.remaining(r.limit),
-                    Kind::Concurrency => 0,
-                };
-                return Err(AxError::RateLimitExceeded {
-                    layer,
-                    kind: r.kind,
-                    limit: r.limit,
-                    remaining,
-                    retry_after: r.retry_after,
-                });
-            }
-        }
-    }
-    Ok(Holds { local, shared })
-}
-
-/// The request's maximum possible cost on `route`: its most expensive candidate at the prompt
-/// estimate plus the output reservation, in micro-USD (rounded up).
-fn max_cost(snap: &Snapshot, route: &crate::snapshot::Route, needs: &route::Needs) -> u64 {
-    let output = needs.reserve_tokens.saturating_sub(needs.prompt_estimate);
-    let worst = route
-        .candidates
-        .iter()
-        .filter_map(|c| snap.upstream_model(c).1.prices.map(|p| p.estimate(needs.prompt_estimate, output)))
-        .max()
-        .unwrap_or(0);
-    u64::try_from(worst.div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
-type BudgetOutcome<'s> = (&'s crate::snapshot::Route, Vec<crate::budget::Reserved>, Option<String>, Option<String>);
-
-/// The tenant's budgets that apply to the alias: reserve the request's maximum possible cost on
-/// each. An exhausted budget rejects (429 `budget_exceeded`) or downgrades once to its cheaper
-/// alias, whose own cost is then reserved. Returns the route to serve, the reservations, the
-/// `x-ax-degraded` value and the `x-ax-budget-warning` value.
-fn check_budgets<'s>(
-    snap: &'s Snapshot,
-    caller: &Caller<'s>,
-    mut route: &'s crate::snapshot::Route,
-    needs: &route::Needs,
-) -> Result<BudgetOutcome<'s>, AxError> {
-    use crate::budget::Verdict;
-    use ax_protocol::config::{BudgetAction, BudgetWindow};
-    let mut degraded = None;
-    loop {
-        let cost = max_cost(snap, route, needs);
-        let mut reserved = Vec::new();
-        let mut warning = None;
-        let mut exhausted = None;
-        for b in caller.tenant.budgets.iter().filter(|b| b.applies_to(&route.alias)) {
-            match b.reserve(cost, &snap.budget_tz) {
-                Verdict::Reserved(r, w) => {
-                    reserved.push(r);
-                    warning = warning.or(w);
-                }
-                Verdict::Exhausted => {
-                    exhausted = Some(b);
-                    break;
-                }
-            }
-        }
-        let Some(b) = exhausted else { return Ok((route, reserved, degraded, warning)) };
-        for r in &mut reserved {
-            r.settle(0);
-        }
-        match &b.action {
-            BudgetAction::DowngradeTo { downgrade_to: to } if degraded.is_none() => {
-                degraded = Some(format!("budget; from={}; to={to}", route.alias));
-                route = snap.routes.get(to).ok_or(AxError::Internal)?;
-            }
-            _ => {
-                let window = if b.window == BudgetWindow::Day { "day" } else { "month" };
-                return Err(AxError::BudgetExceeded { window, limit: b.limit });
-            }
-        }
-    }
-}
-
 /// What a successful chat attempt produced.
 enum ChatReply {
     Full(crate::canonical::ChatResponse),
@@ -503,9 +351,9 @@ async fn chat(
     // Budgets (may downgrade to a cheaper alias), then the requested alias's rate limits:
     // checked after every other reason to refuse, so a refused request uses no one's quota.
     let (route, reserved, degraded, warning) =
-        check_budgets(snap, &caller, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
+        guard::check_budgets(snap, caller.tenant, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
     let requested = snap.routes.get(alias).unwrap_or(route);
-    let held = check_limits(app, &caller, requested, needs.reserve_tokens)
+    let held = guard::check_limits(app, caller.tenant, caller.key, requested, needs.reserve_tokens)
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
@@ -620,9 +468,9 @@ async fn embed(
     let alias = route.alias.as_str();
     let needs = route::embeddings_needs(&req);
     let (route, reserved, degraded, _) =
-        check_budgets(snap, &caller, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
+        guard::check_budgets(snap, caller.tenant, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
     let requested = snap.routes.get(alias).unwrap_or(route);
-    let held = check_limits(app, &caller, requested, needs.reserve_tokens)
+    let held = guard::check_limits(app, caller.tenant, caller.key, requested, needs.reserve_tokens)
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);

@@ -5,10 +5,12 @@
 //! 1. `ingress`   — HTTP surface; request id; loads one `Snapshot`; the only place errors become HTTP.
 //! 2. auth        — `ingress::authenticate`: bearer key → SHA-256 → tenant (`Snapshot::authenticate`).
 //! 3. decode      — body limit, JSON → `canonical::ChatRequest`, unknown/unsupported parameters.
-//! 4. `route`     — capability filter and strategy → the ordered attempt plan.
-//! 5. `dispatch`  — encode with the candidate's adapter (`providers::*`), send, classify.
-//! 6. `stream`    — upstream SSE (`sse`) → canonical chunks → OpenAI chunks, flushed per event.
-//! 7. `meter`     — metrics and the usage record, once per call however it ends.
+//! 4. `guard`     — context budget, budgets (`budget`), rate limits (`limits`, `shared` via Redis).
+//! 5. `route`     — capability filter and strategy → the ordered attempt plan.
+//! 6. `failover`  — walk the plan: breakers and permits (`health`), retries, fallback aliases.
+//! 7. `dispatch`  — encode with the candidate's adapter (`providers::*`), send, classify.
+//! 8. `stream`    — upstream SSE (`sse`) → canonical chunks → OpenAI chunks, flushed per event.
+//! 9. `meter`     — metrics and exactly one usage record per request (`spool`), cost (`cost`).
 //!
 //! Configuration arrives as a `ConfigSpec` (`config`, `reload`), compiles into a `Snapshot`
 //! (`snapshot`) and is swapped whole through `SnapshotStore`; nothing on the request path locks.
@@ -20,6 +22,7 @@ pub mod cost;
 pub mod dispatch;
 pub mod error;
 pub mod failover;
+pub mod guard;
 pub mod health;
 pub mod ingress;
 pub mod limits;

@@ -93,7 +93,7 @@ impl Meter {
         m.finish(e.status().as_u16(), Some(e.code()));
     }
 
-    pub fn hold(&mut self, holds: crate::ingress::Holds) {
+    pub fn hold(&mut self, holds: crate::guard::Holds) {
         self.holds = holds.local;
         self.shared_hold = holds.shared;
     }

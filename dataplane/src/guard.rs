@@ -1,0 +1,168 @@
+//! The guard stage: budgets and rate limits, checked after every other reason to refuse a
+//! request and before it is routed, so a refused request uses no one's quota.
+//!
+//! Budgets come first (they may downgrade the request to a cheaper alias), then the rate limits
+//! of the key, the tenant and the requested alias. Both reserve worst cases (maximum cost,
+//! prompt estimate + output cap) that the meter settles to actual usage when the record is written.
+
+use ax_protocol::config::{BudgetAction, BudgetWindow};
+
+use crate::budget::{Reserved, Verdict};
+use crate::error::AxError;
+use crate::limits::{Held, Kind};
+use crate::route::Needs;
+use crate::snapshot::{KeyRef, Route, Snapshot, Tenant};
+use crate::App;
+
+/// What one request holds against rate limits: local holds (concurrency, and the per-minute
+/// limits when they are local) and, with Redis, its fleet-wide reservations.
+pub struct Holds {
+    pub local: Vec<Held>,
+    pub shared: Option<crate::shared::SharedHeld>,
+}
+
+/// The caller-side rate limits, in order: key, tenant, alias. All or nothing: a refusal gives
+/// back what the earlier layers reserved. With Redis, the per-minute limits are fleet-wide (one
+/// round trip) and concurrency is local; without a reachable Redis, every limit is local, divided
+/// by `server.replicas` when Redis is configured. The holds settle to the actual usage when the
+/// request's record is emitted and free their concurrency slots when the request ends.
+pub async fn check_limits(
+    app: &App,
+    tenant: &Tenant,
+    key: &KeyRef,
+    route: &Route,
+    tokens: u64,
+) -> Result<Holds, AxError> {
+    let layers = [
+        ("key", key.key_id.as_str(), &key.limiter),
+        ("tenant", tenant.id.as_str(), &tenant.limiter),
+        ("alias", route.alias.as_str(), &route.limiter),
+    ];
+    let mut shared = None;
+    let mut divisor = 1;
+    if let Some(s) = &app.shared {
+        divisor = s.replicas;
+        if s.available() {
+            let mut items = Vec::new();
+            let mut which = Vec::new();
+            for (layer, subject, l) in &layers {
+                if let Some(rpm) = l.rpm {
+                    items.push(crate::shared::Item {
+                        stem: format!("rl:{layer}:{subject}:rpm"),
+                        limit: u64::from(rpm),
+                        amount: 1,
+                    });
+                    which.push((*layer, Kind::Requests, u64::from(rpm)));
+                }
+                if let Some(tpm) = l.tpm {
+                    items.push(crate::shared::Item {
+                        stem: format!("rl:{layer}:{subject}:tpm"),
+                        limit: u64::from(tpm),
+                        amount: tokens,
+                    });
+                    which.push((*layer, Kind::Tokens, u64::from(tpm)));
+                }
+            }
+            match s.admit(&items).await {
+                crate::shared::Decision::Admitted(h) => shared = Some(h),
+                crate::shared::Decision::Refused { index, retry_after } => {
+                    let (layer, kind, limit) = which.get(index).copied().unwrap_or(("tenant", Kind::Requests, 0));
+                    return Err(AxError::RateLimitExceeded { layer, kind, limit, remaining: 0, retry_after });
+                }
+                crate::shared::Decision::Unavailable => {}
+            }
+        }
+    }
+    let rates_local = shared.is_none();
+    let mut local = Vec::new();
+    for (layer, _, limiter) in layers {
+        if limiter.is_unlimited() {
+            continue;
+        }
+        match limiter.admit_scaled(tokens, divisor, rates_local) {
+            Ok(h) => local.push(h),
+            Err(r) => {
+                for h in &mut local {
+                    h.cancel();
+                }
+                if let Some(sh) = &mut shared {
+                    sh.settle(0);
+                }
+                let remaining = match r.kind {
+                    Kind::Requests => limiter.state.requests.remaining(r.limit),
+                    Kind::Tokens => limiter.state.tokens.remaining(r.limit),
+                    Kind::Concurrency => 0,
+                };
+                return Err(AxError::RateLimitExceeded {
+                    layer,
+                    kind: r.kind,
+                    limit: r.limit,
+                    remaining,
+                    retry_after: r.retry_after,
+                });
+            }
+        }
+    }
+    Ok(Holds { local, shared })
+}
+
+/// The request's maximum possible cost on `route`: its most expensive candidate at the prompt
+/// estimate plus the output reservation, in micro-USD (rounded up).
+fn max_cost(snap: &Snapshot, route: &Route, needs: &Needs) -> u64 {
+    let output = needs.reserve_tokens.saturating_sub(needs.prompt_estimate);
+    let worst = route
+        .candidates
+        .iter()
+        .filter_map(|c| snap.upstream_model(c).1.prices.map(|p| p.estimate(needs.prompt_estimate, output)))
+        .max()
+        .unwrap_or(0);
+    u64::try_from(worst.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// The route to serve, the budget reservations, `x-ax-degraded` and `x-ax-budget-warning`.
+pub type BudgetOutcome<'s> = (&'s Route, Vec<Reserved>, Option<String>, Option<String>);
+
+/// The tenant's budgets that apply to the alias: reserve the request's maximum possible cost on
+/// each. An exhausted budget rejects (429 `budget_exceeded`) or downgrades once to its cheaper
+/// alias, whose own cost is then reserved. Returns the route to serve, the reservations, the
+/// `x-ax-degraded` value and the `x-ax-budget-warning` value.
+pub fn check_budgets<'s>(
+    snap: &'s Snapshot,
+    tenant: &Tenant,
+    mut route: &'s Route,
+    needs: &Needs,
+) -> Result<BudgetOutcome<'s>, AxError> {
+    let mut degraded = None;
+    loop {
+        let cost = max_cost(snap, route, needs);
+        let mut reserved = Vec::new();
+        let mut warning = None;
+        let mut exhausted = None;
+        for b in tenant.budgets.iter().filter(|b| b.applies_to(&route.alias)) {
+            match b.reserve(cost, &snap.budget_tz) {
+                Verdict::Reserved(r, w) => {
+                    reserved.push(r);
+                    warning = warning.or(w);
+                }
+                Verdict::Exhausted => {
+                    exhausted = Some(b);
+                    break;
+                }
+            }
+        }
+        let Some(b) = exhausted else { return Ok((route, reserved, degraded, warning)) };
+        for r in &mut reserved {
+            r.settle(0);
+        }
+        match &b.action {
+            BudgetAction::DowngradeTo { downgrade_to: to } if degraded.is_none() => {
+                degraded = Some(format!("budget; from={}; to={to}", route.alias));
+                route = snap.routes.get(to).ok_or(AxError::Internal)?;
+            }
+            _ => {
+                let window = if b.window == BudgetWindow::Day { "day" } else { "month" };
+                return Err(AxError::BudgetExceeded { window, limit: b.limit });
+            }
+        }
+    }
+}
