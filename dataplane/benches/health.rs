@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ax_dataplane::health::{Breaker, ModelHealth, Outcome, UpstreamHealth};
+use ax_dataplane::budget::{Budget, Verdict};
 use ax_dataplane::limits::{LimitState, Limiter};
 use ax_protocol::config::BreakerSpec;
 
@@ -97,6 +98,23 @@ fn main() {
         on_two_threads(move || {
             let mut h = l2.admit(1_500).unwrap();
             h.cancel();
+        })
+    );
+    let budget = Budget {
+        window: ax_protocol::config::BudgetWindow::Day,
+        limit: u64::MAX / 2,
+        alias: None,
+        action: ax_protocol::config::BudgetAction::default(),
+        warn_at: u64::MAX / 2,
+        state: Arc::default(),
+    };
+    let tz = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+    println!(
+        "| budget decision (period in a time zone, reserve, settle) | {:.1} | – |",
+        best_ns(|| {
+            if let Verdict::Reserved(mut r, _) = budget.reserve(1_200, &tz) {
+                r.settle(0);
+            }
         })
     );
     let (b2, m2, cfg2) = (closed.clone(), model.clone(), cfg.clone());
