@@ -12,8 +12,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ax_dataplane::health::{Breaker, ModelHealth, Outcome, UpstreamHealth};
 use ax_dataplane::budget::{Budget, Verdict};
+use ax_dataplane::health::{Breaker, ModelHealth, Outcome, UpstreamHealth};
 use ax_dataplane::limits::{LimitState, Limiter};
 use ax_protocol::config::BreakerSpec;
 

@@ -569,3 +569,41 @@ tenants:
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The same known mix, summed from the usage records the real binary writes to its sink:
+/// 6,974 micro-USD exactly, one record per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_records_of_a_known_mix_sum_exactly() {
+    let a = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("a"), &[], "stop", (1_000, 500, 0)))).await;
+    let b = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("b"), &[], "stop", (333, 77, 0)))).await;
+    let dir = ax_tests::temp_dir("mix");
+    let path = dir.join("ax.yaml");
+    let yaml = budgeted(&a.url(), &b.url(), "reject")
+        .replace("input: 0.1, output: 0.2", "input: 1.0, output: 2.0")
+        .replace("usd: 0.005", "usd: 100")
+        .replace(
+            "server: {",
+            &format!(
+                "metering: {{ spool_dir: \"{}\", jsonl: \"{}\" }}\nserver: {{",
+                dir.join("spool").display(),
+                dir.join("usage.jsonl").display()
+            ),
+        );
+    std::fs::write(&path, yaml).unwrap();
+    let bin = ax_tests::Binary::start(&path, &dir);
+    for model in ["chat", "chat", "chat-mini", "chat", "chat-mini"] {
+        let r = post(
+            &bin.url,
+            "/v1/chat/completions",
+            &json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] }),
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+    }
+    let records = wait_for_records(&dir, 5).await;
+    assert_eq!(records.len(), 5);
+    let total: u64 = records.iter().map(|r| r["cost_micro_usd"].as_u64().unwrap()).sum();
+    assert_eq!(total, 6_974);
+    drop(bin);
+    let _ = std::fs::remove_dir_all(&dir);
+}
