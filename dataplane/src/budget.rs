@@ -46,11 +46,24 @@ pub struct Reserved {
     state: Arc<BudgetState>,
     period: u64,
     amount: u64,
+    /// Set when the reservation was made in Redis (fleet-wide spend): the key to correct.
+    shared: Option<(Arc<crate::shared::Shared>, String)>,
 }
 
 impl Reserved {
+    /// A reservation made in Redis.
+    pub fn shared(shared: Arc<crate::shared::Shared>, key: String, amount: u64) -> Self {
+        Self { state: Arc::default(), period: 0, amount, shared: Some((shared, key)) }
+    }
+
     pub fn settle(&mut self, actual: u64) {
         if actual == self.amount {
+            return;
+        }
+        if let Some((shared, key)) = &self.shared {
+            let delta = i64::try_from(actual).unwrap_or(i64::MAX) - i64::try_from(self.amount).unwrap_or(i64::MAX);
+            shared.adjust(key.clone(), delta);
+            self.amount = actual;
             return;
         }
         let (amount, period) = (self.amount, self.period);
@@ -71,6 +84,12 @@ pub enum Verdict {
 impl Budget {
     /// Reserves `cost` if it fits in the current period.
     pub fn reserve(&self, cost: u64, tz: &jiff::tz::TimeZone) -> Verdict {
+        self.reserve_share(cost, tz, 1)
+    }
+
+    /// `reserve` against `limit ÷ divisor` (this replica's share while Redis is unreachable).
+    pub fn reserve_share(&self, cost: u64, tz: &jiff::tz::TimeZone, divisor: u32) -> Verdict {
+        let limit = self.limit / u64::from(divisor.max(1));
         let p = period(self.window, tz);
         let s = &self.state;
         let seen = s.period.load(Ordering::Acquire);
@@ -78,26 +97,43 @@ impl Budget {
             s.spent.store(0, Ordering::Release);
         }
         let got = s.spent.fetch_update(Ordering::AcqRel, Ordering::Acquire, |spent| {
-            (spent.saturating_add(cost) <= self.limit).then_some(spent + cost)
+            (spent.saturating_add(cost) <= limit).then_some(spent + cost)
         });
         match got {
             Ok(before) => {
                 let after = before + cost;
-                let warn = (after >= self.warn_at).then(|| {
-                    let window = match self.window {
-                        BudgetWindow::Day => "day",
-                        BudgetWindow::Month => "month",
-                    };
-                    format!(
-                        "{window}; spent={}; limit={}",
-                        crate::cost::format_usd(after),
-                        crate::cost::format_usd(self.limit)
-                    )
-                });
-                Verdict::Reserved(Reserved { state: s.clone(), period: p, amount: cost }, warn)
+                let warn = self.warning(after);
+                Verdict::Reserved(Reserved { state: s.clone(), period: p, amount: cost, shared: None }, warn)
             }
             Err(_) => Verdict::Exhausted,
         }
+    }
+
+    /// The `x-ax-budget-warning` value once the spend passes the threshold.
+    pub fn warning(&self, spent: u64) -> Option<String> {
+        (spent >= self.warn_at).then(|| {
+            format!(
+                "{}; spent={}; limit={}",
+                self.window_name(),
+                crate::cost::format_usd(spent),
+                crate::cost::format_usd(self.limit)
+            )
+        })
+    }
+
+    pub fn window_name(&self) -> &'static str {
+        match self.window {
+            BudgetWindow::Day => "day",
+            BudgetWindow::Month => "month",
+        }
+    }
+
+    /// How long a fleet-wide spend key must live: its period and a margin.
+    pub fn ttl(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(match self.window {
+            BudgetWindow::Day => 3 * 86_400,
+            BudgetWindow::Month => 40 * 86_400,
+        })
     }
 
     pub fn applies_to(&self, alias: &str) -> bool {

@@ -5,7 +5,7 @@
 //! of the key, the tenant and the requested alias. Both reserve worst cases (maximum cost,
 //! prompt estimate + output cap) that the meter settles to actual usage when the record is written.
 
-use ax_protocol::config::{BudgetAction, BudgetWindow};
+use ax_protocol::config::BudgetAction;
 
 use crate::budget::{Reserved, Verdict};
 use crate::error::AxError;
@@ -126,7 +126,8 @@ pub type BudgetOutcome<'s> = (&'s Route, Vec<Reserved>, Option<String>, Option<S
 /// each. An exhausted budget rejects (429 `budget_exceeded`) or downgrades once to its cheaper
 /// alias, whose own cost is then reserved. Returns the route to serve, the reservations, the
 /// `x-ax-degraded` value and the `x-ax-budget-warning` value.
-pub fn check_budgets<'s>(
+pub async fn check_budgets<'s>(
+    app: &App,
     snap: &'s Snapshot,
     tenant: &Tenant,
     mut route: &'s Route,
@@ -139,7 +140,26 @@ pub fn check_budgets<'s>(
         let mut warning = None;
         let mut exhausted = None;
         for b in tenant.budgets.iter().filter(|b| b.applies_to(&route.alias)) {
-            match b.reserve(cost, &snap.budget_tz) {
+            // Fleet-wide spend through Redis when configured and reachable; else this replica's
+            // local spend against its share of the budget.
+            if let Some(shared) = &app.shared {
+                let stem = format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*"));
+                let period = crate::budget::period(b.window, &snap.budget_tz);
+                match shared.spend(&stem, period, cost, b.limit, b.ttl()).await {
+                    crate::shared::Spend::Reserved { key, spent } => {
+                        reserved.push(Reserved::shared(shared.clone(), key, cost));
+                        warning = warning.or(b.warning(spent));
+                        continue;
+                    }
+                    crate::shared::Spend::Exhausted => {
+                        exhausted = Some(b);
+                        break;
+                    }
+                    crate::shared::Spend::Unavailable => {}
+                }
+            }
+            let divisor = app.shared.as_ref().map_or(1, |s| s.replicas);
+            match b.reserve_share(cost, &snap.budget_tz, divisor) {
                 Verdict::Reserved(r, w) => {
                     reserved.push(r);
                     warning = warning.or(w);
@@ -160,8 +180,7 @@ pub fn check_budgets<'s>(
                 route = snap.routes.get(to).ok_or(AxError::Internal)?;
             }
             _ => {
-                let window = if b.window == BudgetWindow::Day { "day" } else { "month" };
-                return Err(AxError::BudgetExceeded { window, limit: b.limit });
+                return Err(AxError::BudgetExceeded { window: b.window_name(), limit: b.limit });
             }
         }
     }

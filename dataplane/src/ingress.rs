@@ -350,8 +350,9 @@ async fn chat(
     };
     // Budgets (may downgrade to a cheaper alias), then the requested alias's rate limits:
     // checked after every other reason to refuse, so a refused request uses no one's quota.
-    let (route, reserved, degraded, warning) =
-        guard::check_budgets(snap, caller.tenant, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
+    let (route, reserved, degraded, warning) = guard::check_budgets(app, snap, caller.tenant, route, &needs)
+        .await
+        .map_err(Rejection::of(&caller, Some(alias)))?;
     let requested = snap.routes.get(alias).unwrap_or(route);
     let held = guard::check_limits(app, caller.tenant, caller.key, requested, needs.reserve_tokens)
         .await
@@ -467,8 +468,9 @@ async fn embed(
     let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
     let needs = route::embeddings_needs(&req);
-    let (route, reserved, degraded, _) =
-        guard::check_budgets(snap, caller.tenant, route, &needs).map_err(Rejection::of(&caller, Some(alias)))?;
+    let (route, reserved, degraded, _) = guard::check_budgets(app, snap, caller.tenant, route, &needs)
+        .await
+        .map_err(Rejection::of(&caller, Some(alias)))?;
     let requested = snap.routes.get(alias).unwrap_or(route);
     let held = guard::check_limits(app, caller.tenant, caller.key, requested, needs.reserve_tokens)
         .await

@@ -40,6 +40,14 @@ end
 return 0
 ";
 
+const SPEND: &str = r"
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+if v + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return -1 end
+local n = redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return n
+";
+
 const SETTLE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local v = redis.call('INCRBY', KEYS[1], ARGV[1])
@@ -73,7 +81,20 @@ pub struct Shared {
     /// Unix ms until which Redis is not tried (after a failure).
     down_until: AtomicU64,
     admit: redis::Script,
+    spend: redis::Script,
     settle: redis::Script,
+}
+
+/// A budget reservation in Redis.
+pub enum Spend {
+    /// Reserved; the fleet's spend in this period after the reservation.
+    Reserved {
+        key: String,
+        spent: u64,
+    },
+    Exhausted,
+    /// Redis cannot be used now: use the local budget (divided by `replicas`).
+    Unavailable,
 }
 
 fn unix_ms() -> u64 {
@@ -90,6 +111,7 @@ impl Shared {
             replicas: replicas.max(1),
             down_until: AtomicU64::new(0),
             admit: redis::Script::new(ADMIT),
+            spend: redis::Script::new(SPEND),
             settle: redis::Script::new(SETTLE),
         }))
     }
@@ -160,7 +182,31 @@ impl Shared {
         }
     }
 
-    fn adjust(self: &Arc<Self>, key: String, delta: i64) {
+    /// Reserves `cost` micro-USD on the fleet-wide spend `stem` of period `period` if it stays
+    /// within `limit`. Keys expire `ttl` after their last write.
+    pub async fn spend(&self, stem: &str, period: u64, cost: u64, limit: u64, ttl: Duration) -> Spend {
+        if !self.available() {
+            return Spend::Unavailable;
+        }
+        let Some(mut conn) = self.conn().await else { return Spend::Unavailable };
+        let key = format!("{}:{stem}:{period}", self.prefix);
+        let mut inv = self.spend.prepare_invoke();
+        inv.key(&key).arg(cost).arg(limit).arg(ttl.as_millis() as u64);
+        match tokio::time::timeout(TIMEOUT, inv.invoke_async::<i64>(&mut conn)).await {
+            Ok(Ok(n)) if n < 0 => Spend::Exhausted,
+            Ok(Ok(n)) => Spend::Reserved { key, spent: u64::try_from(n).unwrap_or(0) },
+            Ok(Err(e)) => {
+                self.mark_down(&e.to_string());
+                Spend::Unavailable
+            }
+            Err(_) => {
+                self.mark_down("timeout");
+                Spend::Unavailable
+            }
+        }
+    }
+
+    pub fn adjust(self: &Arc<Self>, key: String, delta: i64) {
         if delta == 0 {
             return;
         }

@@ -607,3 +607,56 @@ async fn usage_records_of_a_known_mix_sum_exactly() {
     drop(bin);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Budget spend is fleet-wide through Redis: with a $0.007 day budget and $0.002 calls (each
+/// reserving ~$0.0012 up front) alternating between two replicas, the fourth call is refused:
+/// the fleet has spent $0.006. Per-replica spend, even at half the budget each ($0.0035), would
+/// admit all four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_one_budget_through_redis() {
+    use std::process::{Command, Stdio};
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut redis = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1_000, 500, 0)))).await;
+    let dir = ax_tests::temp_dir("fleet-budget");
+    let (da, db) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&da).unwrap();
+    std::fs::create_dir_all(&db).unwrap();
+    let path = dir.join("ax.yaml");
+    let yaml = budgeted(&up.url(), &up.url(), "reject").replace("usd: 0.005", "usd: 0.007").replace(
+        "server: { budget_timezone: \"Europe/Berlin\" }",
+        &format!(
+            "server: {{ budget_timezone: \"Europe/Berlin\", redis_url: \"redis://127.0.0.1:{port}\", replicas: 2, redis_prefix: \"budget-{}\" }}",
+            std::process::id()
+        ),
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let a = ax_tests::Binary::start(&path, &da);
+    let b = ax_tests::Binary::start(&path, &db);
+    let ask = json!({ "model": "chat", "max_tokens": 600, "messages": [{ "role": "user", "content": "hi" }] });
+    let mut statuses = Vec::new();
+    for url in [&a.url, &b.url, &a.url, &b.url] {
+        statuses.push(post(url, "/v1/chat/completions", &ask).await.status().as_u16());
+        // The settle (reservation → actual cost) is sent to Redis off the request path.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(statuses, vec![200, 200, 200, 429], "the fleet spent $0.006 of $0.007; a fourth call does not fit");
+    assert!(!a.logs().contains("redis unavailable") && !b.logs().contains("redis unavailable"));
+    let _ = redis.kill();
+    let _ = redis.wait();
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}
