@@ -2,13 +2,15 @@
 //!
 //! Writing: each serving thread appends records (one JSON line, one `write`) to its own segment
 //! file, so there is no lock; the write happens before the caller sees the end of the answer,
-//! and a `kill -9` cannot lose it (the page cache survives the process). Segments rotate at
-//! `SEGMENT_BYTES`.
+//! and a `kill -9` cannot lose it (the page cache survives the process). Segments rotate every
+//! `SEGMENT_AGE` (or at `SEGMENT_BYTES`).
 //!
-//! Draining (`drain`, one task): every 100 ms, fsync every segment (the batched durability
-//! against power loss), read its new complete lines, append the ones whose `request_id` the sink
-//! has not seen, fsync the sink, then delete segments that are closed (a newer one exists, or they
-//! belong to an earlier process) and fully delivered. A crash between delivering and deleting
+//! Draining (`drain`, one task): every 100 ms, read each segment's new complete lines, append the
+//! ones whose `request_id` the sink has not seen and fsync the sink (so every record is durable
+//! within about 100 ms), then fsync and delete segments that are closed (a newer one exists, or
+//! they belong to an earlier process) and fully delivered. The active segment is never fsynced,
+//! so a writer never waits on the writeback of its own file. (Under sustained load metering still
+//! adds a p99 tail: see `docs/BENCHMARKS.md`; it is open work.) A crash between delivering and deleting
 //! re-delivers on restart; the sink's request-id check makes that idempotent.
 
 use std::cell::RefCell;
@@ -22,6 +24,9 @@ use std::time::Duration;
 use ax_protocol::usage::UsageRecord;
 
 const SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+/// A segment is closed after this long, so the drain's fsync (which makes concurrent writers to
+/// the same file wait on page writeback) only ever touches files nobody writes any more.
+const SEGMENT_AGE: Duration = Duration::from_millis(100);
 
 /// Where this process spools: the directory and this process's segment-name prefix.
 struct Target {
@@ -44,6 +49,7 @@ struct Writer {
     file: File,
     written: u64,
     seq: u32,
+    opened: std::time::Instant,
 }
 
 thread_local! {
@@ -66,10 +72,10 @@ pub fn append(rec: &UsageRecord) {
     let thread = crate::worker::current();
     let result = WRITER.with(|w| -> std::io::Result<()> {
         let mut w = w.borrow_mut();
-        if w.as_ref().is_none_or(|w| w.written >= SEGMENT_BYTES) {
+        if w.as_ref().is_none_or(|w| w.written >= SEGMENT_BYTES || w.opened.elapsed() >= SEGMENT_AGE) {
             let seq = w.as_ref().map_or(0, |w| w.seq + 1);
             let file = OpenOptions::new().create(true).append(true).open(segment_path(t, thread, seq))?;
-            *w = Some(Writer { file, written: 0, seq });
+            *w = Some(Writer { file, written: 0, seq, opened: std::time::Instant::now() });
         }
         let Some(w) = w.as_mut() else { return Ok(()) };
         w.file.write_all(&line)?;
@@ -161,7 +167,6 @@ pub fn drain_once(dir: &Path, sink: &mut JsonlSink, offsets: &mut HashMap<PathBu
     segments.sort();
     for (i, path) in segments.iter().enumerate() {
         let mut f = File::open(path)?;
-        f.sync_data()?;
         let start = offsets.get(path).copied().unwrap_or(0);
         f.seek(SeekFrom::Start(start))?;
         let mut buf = Vec::new();
@@ -182,9 +187,14 @@ pub fn drain_once(dir: &Path, sink: &mut JsonlSink, offsets: &mut HashMap<PathBu
                 .is_some_and(|(a, _)| a == thread_part)
         });
         let closed = !from_this_process || superseded;
-        if closed && end == std::fs::metadata(path)?.len() {
-            std::fs::remove_file(path)?;
-            offsets.remove(path);
+        if closed {
+            // Durable before it goes: no writer touches a closed segment, so this fsync blocks
+            // nobody. (Records of the active segment are already in the fsynced sink.)
+            f.sync_data()?;
+            if end == std::fs::metadata(path)?.len() {
+                std::fs::remove_file(path)?;
+                offsets.remove(path);
+            }
         }
     }
     Ok(())
