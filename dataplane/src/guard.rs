@@ -26,13 +26,7 @@ pub struct Holds {
 /// round trip) and concurrency is local; without a reachable Redis, every limit is local, divided
 /// by `server.replicas` when Redis is configured. The holds settle to the actual usage when the
 /// request's record is emitted and free their concurrency slots when the request ends.
-pub async fn check_limits(
-    app: &App,
-    tenant: &Tenant,
-    key: &KeyRef,
-    route: &Route,
-    tokens: u64,
-) -> Result<Holds, AxError> {
+async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, tokens: u64) -> Result<Holds, AxError> {
     let layers = [
         ("key", key.key_id.as_str(), &key.limiter),
         ("tenant", tenant.id.as_str(), &tenant.limiter),
@@ -126,7 +120,7 @@ pub type BudgetOutcome<'s> = (&'s Route, Vec<Reserved>, Option<String>, Option<S
 /// each. An exhausted budget rejects (429 `budget_exceeded`) or downgrades once to its cheaper
 /// alias, whose own cost is then reserved. Returns the route to serve, the reservations, the
 /// `x-ax-degraded` value and the `x-ax-budget-warning` value.
-pub async fn check_budgets<'s>(
+async fn check_budgets<'s>(
     app: &App,
     snap: &'s Snapshot,
     tenant: &Tenant,
@@ -184,4 +178,32 @@ pub async fn check_budgets<'s>(
             }
         }
     }
+}
+
+/// What a request that passed the guard holds, and where it goes.
+pub struct Passed<'s> {
+    /// The route to serve (the budget's downgrade alias, if it applied).
+    pub route: &'s Route,
+    pub holds: Holds,
+    pub budgets: Vec<Reserved>,
+    /// `x-ax-degraded`, when a budget downgraded the request.
+    pub degraded: Option<String>,
+    /// `x-ax-budget-warning`, past a budget's threshold.
+    pub warning: Option<String>,
+}
+
+/// The whole stage: budgets on `route` (which may downgrade it), then the rate limits of the key,
+/// the tenant and the alias the caller asked for (`requested`).
+pub async fn run<'s>(
+    app: &App,
+    snap: &'s Snapshot,
+    tenant: &Tenant,
+    key: &KeyRef,
+    requested: &Route,
+    route: &'s Route,
+    needs: &Needs,
+) -> Result<Passed<'s>, AxError> {
+    let (route, budgets, degraded, warning) = check_budgets(app, snap, tenant, route, needs).await?;
+    let holds = check_limits(app, tenant, key, requested, needs.reserve_tokens).await?;
+    Ok(Passed { route, holds, budgets, degraded, warning })
 }

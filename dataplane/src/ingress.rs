@@ -350,17 +350,14 @@ async fn chat(
     };
     // Budgets (may downgrade to a cheaper alias), then the requested alias's rate limits:
     // checked after every other reason to refuse, so a refused request uses no one's quota.
-    let (route, reserved, degraded, warning) = guard::check_budgets(app, snap, caller.tenant, route, &needs)
-        .await
-        .map_err(Rejection::of(&caller, Some(alias)))?;
     let requested = snap.routes.get(alias).unwrap_or(route);
-    let held = guard::check_limits(app, caller.tenant, caller.key, requested, needs.reserve_tokens)
+    let passed = guard::run(app, snap, caller.tenant, caller.key, requested, route, &needs)
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
+    let (route, degraded, warning) = (passed.route, passed.degraded.clone(), passed.warning.clone());
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
     meter.prompt_estimate(needs.prompt_estimate);
-    meter.hold(held);
-    meter.budgets(reserved, degraded.clone());
+    meter.guarded(passed);
     let mut attempt_log = Vec::new();
     let (req, needs) = (&req, &needs);
     let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
@@ -468,17 +465,13 @@ async fn embed(
     let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
     let needs = route::embeddings_needs(&req);
-    let (route, reserved, degraded, _) = guard::check_budgets(app, snap, caller.tenant, route, &needs)
+    let passed = guard::run(app, snap, caller.tenant, caller.key, route, route, &needs)
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
-    let requested = snap.routes.get(alias).unwrap_or(route);
-    let held = guard::check_limits(app, caller.tenant, caller.key, requested, needs.reserve_tokens)
-        .await
-        .map_err(Rejection::of(&caller, Some(alias)))?;
+    let route = passed.route;
     let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
     meter.prompt_estimate(needs.prompt_estimate);
-    meter.hold(held);
-    meter.budgets(reserved, degraded);
+    meter.guarded(passed);
     let mut attempt_log = Vec::new();
     let req = &req;
     let result = failover::run(snap, route, &needs, rid, &mut attempt_log, |a| async move {

@@ -93,14 +93,12 @@ impl Meter {
         m.finish(e.status().as_u16(), Some(e.code()));
     }
 
-    pub fn hold(&mut self, holds: crate::guard::Holds) {
-        self.holds = holds.local;
-        self.shared_hold = holds.shared;
-    }
-
-    pub fn budgets(&mut self, reserved: Vec<crate::budget::Reserved>, degraded: Option<String>) {
-        self.budgets = reserved;
-        self.record.degraded = degraded;
+    /// Takes what the request holds from the guard stage: settled when the record is emitted.
+    pub fn guarded(&mut self, passed: crate::guard::Passed<'_>) {
+        self.holds = passed.holds.local;
+        self.shared_hold = passed.holds.shared;
+        self.budgets = passed.budgets;
+        self.record.degraded = passed.degraded;
     }
 
     pub fn prompt_estimate(&mut self, tokens: u64) {

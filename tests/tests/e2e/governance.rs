@@ -487,22 +487,8 @@ async fn costs_of_a_known_mix_add_up_exactly() {
 /// limit; with Redis killed mid-test, traffic continues on local limits without errors or waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_one_limit_through_redis_and_survive_its_death() {
-    use std::process::{Command, Stdio};
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let mut redis = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server (apt-get install redis-server)");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut redis = ax_tests::RedisServer::start();
+    let port = redis.port;
     let dir = ax_tests::temp_dir("fleet");
     let (da, db) = (dir.join("a"), dir.join("b"));
     std::fs::create_dir_all(&da).unwrap();
@@ -555,8 +541,7 @@ tenants:
     assert!(!a.logs().contains("redis unavailable") && !b.logs().contains("redis unavailable"));
 
     // Redis dies: local limits (40 / 2 replicas = 20 each) take over; nobody waits on Redis.
-    let _ = redis.kill();
-    let _ = redis.wait();
+    redis.kill();
     for url in [&a.url, &b.url] {
         for _ in 0..10 {
             let started = std::time::Instant::now();
@@ -614,22 +599,8 @@ async fn usage_records_of_a_known_mix_sum_exactly() {
 /// admit all four.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_one_budget_through_redis() {
-    use std::process::{Command, Stdio};
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let mut redis = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut redis = ax_tests::RedisServer::start();
+    let port = redis.port;
     let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1_000, 500, 0)))).await;
     let dir = ax_tests::temp_dir("fleet-budget");
     let (da, db) = (dir.join("a"), dir.join("b"));
@@ -655,8 +626,7 @@ async fn two_replicas_share_one_budget_through_redis() {
     }
     assert_eq!(statuses, vec![200, 200, 200, 429], "the fleet spent $0.006 of $0.007; a fourth call does not fit");
     assert!(!a.logs().contains("redis unavailable") && !b.logs().contains("redis unavailable"));
-    let _ = redis.kill();
-    let _ = redis.wait();
+    redis.kill();
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
 }
