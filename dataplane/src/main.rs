@@ -210,7 +210,10 @@ fn serve(args: Args) -> ExitCode {
         app.spawn_upkeep();
         tokio::spawn(reload::watch(app.clone(), path));
         if let Some((dir, sink)) = metering {
-            tokio::spawn(ax_dataplane::spool::drain(dir, sink));
+            if let Err(e) = ax_dataplane::spool::spawn_drain(dir, Box::new(sink)) {
+                tracing::error!(error = %e, "cannot start the usage spool drain");
+                return true;
+            }
         }
         tracing::info!(addr = %addr, threads, version = env!("CARGO_PKG_VERSION"), "listening");
         let mut failed = false;
