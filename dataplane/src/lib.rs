@@ -18,6 +18,7 @@
 pub mod budget;
 pub mod canonical;
 pub mod config;
+pub mod control;
 pub mod cost;
 pub mod dispatch;
 pub mod error;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use std::net::ToSocketAddrs;
 
-use ax_dataplane::{config, reload, worker, App};
+use ax_dataplane::{config, control, reload, worker, App};
 use sha2::{Digest, Sha256};
 
 /// mimalloc instead of glibc malloc: under load glibc's arenas spent ~22% of the gateway's CPU
@@ -18,6 +18,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USAGE: &str = "usage:
   ax-dataplane [serve] --config <file.yaml> [--listen <addr>] [--addr-file <path>]
+  ax-dataplane [serve] --control-plane <url> [--node-token <token> | AX_NODE_TOKEN] [--state-dir <dir>]
+                       [--config <file.yaml> (server and metering sections)] [--listen <addr>] [--addr-file <path>]
   ax-dataplane check --config <file.yaml>
   ax-dataplane keygen";
 
@@ -26,6 +28,9 @@ struct Args {
     config: Option<PathBuf>,
     listen: Option<String>,
     addr_file: Option<PathBuf>,
+    control_plane: Option<String>,
+    node_token: Option<String>,
+    state_dir: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -34,13 +39,24 @@ fn parse_args() -> Result<Args, String> {
         Some("serve" | "check" | "keygen") => it.next().unwrap_or_default(),
         _ => "serve".to_owned(),
     };
-    let mut a = Args { command, config: None, listen: None, addr_file: None };
+    let mut a = Args {
+        command,
+        config: None,
+        listen: None,
+        addr_file: None,
+        control_plane: None,
+        node_token: None,
+        state_dir: None,
+    };
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--config" | "-c" => a.config = Some(PathBuf::from(value()?)),
             "--listen" => a.listen = Some(value()?),
             "--addr-file" => a.addr_file = Some(PathBuf::from(value()?)),
+            "--control-plane" => a.control_plane = Some(value()?),
+            "--node-token" => a.node_token = Some(value()?),
+            "--state-dir" => a.state_dir = Some(PathBuf::from(value()?)),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument '{other}'")),
         }
@@ -115,37 +131,75 @@ fn serve(args: Args) -> ExitCode {
         .filter(|n| *n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get));
     worker::set_count(threads);
-    let Some(path) = args.config.clone() else {
-        eprintln!("error: --config is required\n{USAGE}");
-        return ExitCode::from(2);
-    };
-    let (spec, snap) = match config::load(&path, 1, None) {
-        Ok(x) => x,
-        Err(e) => {
-            tracing::error!(error = %e, path = %path.display(), "invalid configuration");
-            return ExitCode::FAILURE;
+    let link = match &args.control_plane {
+        None => None,
+        Some(url) => {
+            let Some(token) = args.node_token.clone().or_else(|| std::env::var("AX_NODE_TOKEN").ok()) else {
+                eprintln!("error: --control-plane needs --node-token or AX_NODE_TOKEN\n{USAGE}");
+                return ExitCode::from(2);
+            };
+            let state_dir = args.state_dir.clone().unwrap_or_else(|| PathBuf::from("ax-state"));
+            Some(control::Link { url: url.clone(), token, state_dir })
         }
     };
+    let (mut spec, snap) = match (&args.config, &link) {
+        (Some(path), None) => match config::load(path, 1, None) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!(error = %e, path = %path.display(), "invalid configuration");
+                return ExitCode::FAILURE;
+            }
+        },
+        (None, None) => {
+            eprintln!("error: --config (or --control-plane) is required\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        (path, Some(link)) => match control_plane_start(path.as_deref(), link) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start in control-plane mode");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if let Some(link) = &link {
+        if spec.metering.spool_dir.is_none() {
+            spec.metering.spool_dir = Some(control::default_spool(link).display().to_string());
+        }
+    }
+    let path = args.config.clone();
+    let base = spec.clone();
     let listen = args.listen.unwrap_or(spec.server.listen);
-    let metering = match (&spec.metering.spool_dir, &spec.metering.jsonl) {
-        (None, None) => None,
-        (Some(dir), Some(jsonl)) => {
-            let dir = PathBuf::from(dir);
-            let opened =
-                ax_dataplane::spool::init(&dir).and_then(|()| ax_dataplane::spool::JsonlSink::open(Path::new(jsonl)));
-            match opened {
-                Ok(sink) => Some((dir, sink)),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot open the usage spool or sink");
-                    return ExitCode::FAILURE;
+    let metering: Option<(PathBuf, Box<dyn ax_dataplane::spool::Sink>)> =
+        match (&spec.metering.spool_dir, &spec.metering.jsonl, &link) {
+            (None, None, _) => None,
+            (Some(dir), Some(jsonl), _) => {
+                let dir = PathBuf::from(dir);
+                let opened = ax_dataplane::spool::init(&dir)
+                    .and_then(|()| ax_dataplane::spool::JsonlSink::open(Path::new(jsonl)));
+                match opened {
+                    Ok(sink) => Some((dir, Box::new(sink))),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot open the usage spool or sink");
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
-        }
-        _ => {
-            tracing::error!("metering: set both spool_dir and jsonl (the standalone sink), or neither");
-            return ExitCode::FAILURE;
-        }
-    };
+            (Some(dir), None, Some(link)) => {
+                let dir = PathBuf::from(dir);
+                match ax_dataplane::spool::init(&dir).and_then(|()| control::ControlPlaneSink::new(link)) {
+                    Ok(sink) => Some((dir, Box::new(sink))),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot open the usage spool");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            _ => {
+                tracing::error!("metering: set both spool_dir and jsonl (the standalone sink), or neither");
+                return ExitCode::FAILURE;
+            }
+        };
     let listeners = match listen.to_socket_addrs().map(|mut a| a.next()) {
         Ok(Some(addr)) => worker::bind_reuseport(addr, threads),
         Ok(None) => Err(std::io::Error::other("the address resolves to nothing")),
@@ -208,9 +262,17 @@ fn serve(args: Args) -> ExitCode {
     };
     let failed = rt.block_on(async move {
         app.spawn_upkeep();
-        tokio::spawn(reload::watch(app.clone(), path));
+        match (&link, path) {
+            (Some(link), _) => {
+                tokio::spawn(control::follow(app.clone(), link.clone(), base));
+            }
+            (None, Some(path)) => {
+                tokio::spawn(reload::watch(app.clone(), path));
+            }
+            (None, None) => {}
+        }
         if let Some((dir, sink)) = metering {
-            if let Err(e) = ax_dataplane::spool::spawn_drain(dir, Box::new(sink)) {
+            if let Err(e) = ax_dataplane::spool::spawn_drain(dir, sink) {
                 tracing::error!(error = %e, "cannot start the usage spool drain");
                 return true;
             }
@@ -262,4 +324,41 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
     tracing::info!("shutting down");
+}
+
+/// Control-plane mode's first snapshot: the last-known-good version if one is stored (so the node
+/// serves while the control plane is down), else an empty one until the first push. The local
+/// file, if any, supplies the `server` and `metering` sections only.
+fn control_plane_start(
+    path: Option<&Path>,
+    link: &control::Link,
+) -> Result<(ax_protocol::config::ConfigSpec, ax_dataplane::snapshot::Snapshot), String> {
+    let mut base = match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            config::parse(&text).map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => ax_protocol::config::ConfigSpec::default(),
+    };
+    if !(base.upstreams.is_empty() && base.routes.is_empty() && base.tenants.is_empty()) {
+        tracing::warn!("control-plane mode: upstreams, routes and tenants in the local file are ignored");
+    }
+    base.upstreams.clear();
+    base.routes.clear();
+    base.tenants.clear();
+    if let Some(stored) = control::load_last_known_good(link) {
+        match control::compile(&base, &stored.document, stored.version, None) {
+            Ok(snap) => {
+                tracing::info!(
+                    version = stored.version,
+                    "serving the last-known-good configuration until the control plane answers"
+                );
+                return Ok((base, snap));
+            }
+            Err(e) => tracing::error!(error = %e, "the last-known-good configuration does not compile; starting empty"),
+        }
+    }
+    let empty = ax_protocol::snapshot::Document::default();
+    let snap = control::compile(&base, &empty, 0, None).map_err(|e| e.to_string())?;
+    Ok((base, snap))
 }

@@ -97,6 +97,8 @@ pub trait Sink: Send {
     /// Makes everything delivered so far durable: the acknowledgement. Only after it returns may
     /// the spool delete what was delivered.
     fn commit(&mut self) -> std::io::Result<()>;
+    /// Forgets what was delivered since the last commit (the pass failed; it will be offered again).
+    fn abort(&mut self);
 }
 
 /// The standalone sink: a JSONL file, deduplicated by request id.
@@ -109,6 +111,8 @@ pub struct JsonlSink {
     file: File,
     seen: HashSet<String>,
     buf: Vec<u8>,
+    /// The file's length at the last commit: an aborted pass is cut back to it.
+    committed: u64,
 }
 
 /// How much of an existing sink file is indexed for deduplication (about 100,000 records).
@@ -128,7 +132,7 @@ impl JsonlSink {
         // Starting mid-file, the first (partial) line is not a record.
         let from = if start == 0 { 0 } else { memchr::memchr(b'\n', &tail).map_or(tail.len(), |p| p + 1) };
         let seen = lines(&tail[from..]).filter_map(request_id).collect();
-        Ok(Self { file, seen, buf: Vec::new() })
+        Ok(Self { file, seen, buf: Vec::new(), committed: len })
     }
 }
 
@@ -154,7 +158,16 @@ impl Sink for JsonlSink {
             self.file.write_all(&self.buf)?;
             self.buf.clear();
         }
-        self.file.sync_data()
+        self.file.sync_data()?;
+        self.committed = self.file.metadata()?.len();
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        self.buf.clear();
+        if let Err(e) = self.file.set_len(self.committed) {
+            tracing::error!(error = %e, "cannot cut the usage sink back after a failed pass");
+        }
     }
 }
 
@@ -230,8 +243,29 @@ fn set_idle_priority() {
     }
 }
 
-/// One pass over the spool; public for tests and for a final drain at shutdown.
+/// One pass over the spool; public for tests and for a final drain at shutdown. Offsets advance
+/// and segments go only once the sink committed; a failed pass is offered again next time.
 pub fn drain_once(dir: &Path, sink: &mut dyn Sink, offsets: &mut HashMap<PathBuf, u64>) -> std::io::Result<()> {
+    let mut advanced = offsets.clone();
+    match pass(dir, sink, &mut advanced) {
+        Ok(done) => {
+            *offsets = advanced;
+            // Delivered and acknowledged: the segment's records are durable in the sink.
+            for path in done {
+                std::fs::remove_file(&path)?;
+                offsets.remove(&path);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            sink.abort();
+            Err(e)
+        }
+    }
+}
+
+/// Delivers and commits; returns the closed, fully delivered segments.
+fn pass(dir: &Path, sink: &mut dyn Sink, offsets: &mut HashMap<PathBuf, u64>) -> std::io::Result<Vec<PathBuf>> {
     let own = TARGET.get().map(|t| t.prefix.clone());
     let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
@@ -281,12 +315,7 @@ pub fn drain_once(dir: &Path, sink: &mut dyn Sink, offsets: &mut HashMap<PathBuf
         }
     }
     sink.commit()?;
-    // Delivered and acknowledged: the segment's records are durable in the sink, so it can go.
-    for path in done {
-        std::fs::remove_file(&path)?;
-        offsets.remove(&path);
-    }
-    Ok(())
+    Ok(done)
 }
 
 #[cfg(test)]
@@ -298,6 +327,7 @@ mod tests {
     struct Recorder {
         pending: Vec<String>,
         committed: Vec<String>,
+        fail: bool,
     }
 
     impl Sink for Recorder {
@@ -306,8 +336,14 @@ mod tests {
             Ok(())
         }
         fn commit(&mut self) -> std::io::Result<()> {
+            if self.fail {
+                return Err(std::io::Error::other("sink down"));
+            }
             self.committed.append(&mut self.pending);
             Ok(())
+        }
+        fn abort(&mut self) {
+            self.pending.clear();
         }
     }
 
@@ -338,8 +374,12 @@ mod tests {
         }
         let old = dir.join("spool-0-1-t000-000000.jsonl");
         std::fs::write(&old, format!("{text}{{\"request_id\":\"partial")).unwrap();
-        let mut sink = Recorder::default();
+        let mut sink = Recorder { fail: true, ..Recorder::default() };
         let mut offsets = HashMap::new();
+        // A sink that cannot acknowledge: nothing advances, nothing is deleted.
+        assert!(drain_once(&dir, &mut sink, &mut offsets).is_err());
+        assert!(sink.committed.is_empty() && offsets.is_empty() && old.exists());
+        sink.fail = false;
         drain_once(&dir, &mut sink, &mut offsets).unwrap();
         assert_eq!(sink.committed, want);
         // The partial line keeps the segment (a closed segment goes only once fully delivered).

@@ -6,4 +6,5 @@
 //! the data plane (`ax_dataplane::snapshot`).
 
 pub mod config;
+pub mod snapshot;
 pub mod usage;

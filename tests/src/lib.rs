@@ -26,6 +26,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::Value;
 
+pub mod cp;
 pub mod wire;
 
 /// One request as the fake upstream saw it.
@@ -380,22 +381,27 @@ impl Drop for Binary {
 /// `target/<profile>/ax-dataplane`, next to the test executable's `deps/` folder. Built (or
 /// confirmed up to date) once per test process, so black-box tests never run a stale binary.
 pub fn binary_path() -> PathBuf {
+    built("ax-dataplane")
+}
+
+/// `target/<profile>/<bin>` (`ax-dataplane` or `ax-controlplane`), built or confirmed up to date
+/// once per test process.
+pub fn built(bin: &str) -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("current exe");
-            let dir = exe.parent().and_then(Path::parent).expect("target dir");
-            let release = dir.file_name().is_some_and(|n| n == "release");
-            let mut cmd = Command::new(env!("CARGO"));
-            cmd.args(["build", "--quiet", "-p", "ax-dataplane", "--bin", "ax-dataplane"]);
-            if release {
-                cmd.arg("--release");
-            }
-            let status = cmd.status().expect("cargo build");
-            assert!(status.success(), "building ax-dataplane failed");
-            dir.join("ax-dataplane")
-        })
-        .clone()
+    let dir = BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current exe");
+        let dir = exe.parent().and_then(Path::parent).expect("target dir");
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "ax-dataplane", "-p", "ax-controlplane", "--bins"]);
+        if release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cargo build");
+        assert!(status.success(), "building the binaries failed");
+        dir.to_path_buf()
+    });
+    dir.join(bin)
 }
 
 /// A private `redis-server` on a free loopback port, for tests that need a Redis to kill.

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "test helpers fail a test by panicking")]
 
 mod conformance;
+mod controlplane;
 mod failover;
 mod governance;
 mod ingress;

@@ -1,0 +1,744 @@
+//! The admin API (`/api/v1/…`): tenants and their keys, upstreams (write-only keys), routes and
+//! weights, versions and rollback, data-plane nodes, the audit log. Every mutation validates the
+//! whole resulting configuration before it commits (422 naming the field), is audited, and makes
+//! a new version that is pushed to every data plane.
+
+use ax_protocol::config::{
+    BudgetSpec, CandidateSpec, FailoverSpec, LimitsSpec, RouteSpec, Strategy, TenantSpec, TimeoutOverrides,
+    UpstreamSpec,
+};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sqlx::PgConnection;
+
+use crate::auth::{Caller, Role};
+use crate::document::{self, audit, commit};
+use crate::error::{decode, ApiError, ApiResult, FieldError};
+use crate::{crypto, AppState};
+
+type Reply = ApiResult<Json<Value>>;
+
+fn valid_name(path: &str, name: &str) -> ApiResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::field(path, "1-128 characters: letters, digits, - _ . : /"))
+    }
+}
+
+// ---------- tenants ----------
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantIn {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default = "all_aliases")]
+    allowed_aliases: Vec<String>,
+    #[serde(default)]
+    limits: LimitsSpec,
+    #[serde(default)]
+    budgets: Vec<BudgetSpec>,
+}
+
+fn all_aliases() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+pub async fn write_tenant(conn: &mut PgConnection, t: &TenantSpec) -> ApiResult<()> {
+    let spec = json!({ "id": t.id, "keys": [], "allowed_aliases": t.allowed_aliases, "limits": t.limits, "budgets": t.budgets });
+    sqlx::query(
+        "INSERT INTO tenants (id, spec) VALUES ($1, $2)
+         ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, updated_at = now()",
+    )
+    .bind(&t.id)
+    .bind(spec)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+async fn tenant_json(conn: &mut PgConnection, id: &str) -> ApiResult<Option<Value>> {
+    Ok(sqlx::query_scalar("SELECT spec FROM tenants WHERE id = $1").bind(id).fetch_optional(&mut *conn).await?)
+}
+
+pub async fn list_tenants(State(s): State<AppState>, caller: Caller) -> Reply {
+    caller.require(Role::Operator)?;
+    let rows: Vec<(Value, i64, i64)> = sqlx::query_as(
+        "SELECT t.spec, count(k.id) FILTER (WHERE k.status = 'active'), count(k.id)
+         FROM tenants t LEFT JOIN api_keys k ON k.tenant_id = t.id GROUP BY t.id, t.spec ORDER BY t.id",
+    )
+    .fetch_all(&s.db)
+    .await?;
+    let list: Vec<Value> = rows
+        .into_iter()
+        .map(|(mut spec, active, all)| {
+            spec["active_keys"] = json!(active);
+            spec["keys"] = json!(all);
+            spec
+        })
+        .collect();
+    Ok(Json(json!({ "tenants": list })))
+}
+
+/// Create (admin) when the tenant is new; update its limits, aliases and budgets (operator).
+pub async fn put_tenant(State(s): State<AppState>, caller: Caller, Path(id): Path<String>, body: Bytes) -> Reply {
+    caller.require(Role::Operator)?;
+    valid_name("id", &id)?;
+    let t: TenantIn = decode(&body)?;
+    if t.id.as_ref().is_some_and(|b| *b != id) {
+        return Err(ApiError::field("id", "does not match the URL"));
+    }
+    let mut tx = s.db.begin().await?;
+    let before = tenant_json(&mut tx, &id).await?;
+    if before.is_none() {
+        caller.require(Role::Admin)?;
+    }
+    let spec = TenantSpec {
+        id: id.clone(),
+        keys: Vec::new(),
+        allowed_aliases: t.allowed_aliases,
+        limits: t.limits,
+        budgets: t.budgets,
+    };
+    write_tenant(&mut tx, &spec).await?;
+    let after = tenant_json(&mut tx, &id).await?;
+    audit(
+        &mut tx,
+        &caller.username,
+        if before.is_some() { "tenant.update" } else { "tenant.create" },
+        &id,
+        before,
+        after.clone(),
+    )
+    .await?;
+    let version = commit_tenant(&mut tx, &caller, &id).await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "tenant": after, "version": version })))
+}
+
+/// Commits, re-basing field paths of the edited tenant onto the request body.
+async fn commit_tenant(conn: &mut PgConnection, caller: &Caller, id: &str) -> ApiResult<i64> {
+    let doc_index = document::load(conn, None).await?.tenants.iter().position(|t| t.id == id);
+    commit(conn, &caller.username, &format!("tenant {id}"))
+        .await
+        .map_err(|e| rebase(e, doc_index.map(|i| format!("tenants[{i}]"))))
+}
+
+/// Makes `prefix.x.y` field paths relative to the edited entity (`x.y`).
+fn rebase(mut e: ApiError, prefix: Option<String>) -> ApiError {
+    if let Some(p) = prefix {
+        for f in &mut e.fields {
+            if let Some(rest) = f.path.strip_prefix(&p) {
+                f.path = rest.trim_start_matches('.').to_owned();
+            }
+        }
+    }
+    e
+}
+
+// ---------- keys ----------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyIn {
+    #[serde(default)]
+    id: Option<String>,
+    /// RFC 3339.
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    limits: Option<LimitsSpec>,
+}
+
+/// Creates a key; the key itself is in this response only (stored as its SHA-256).
+pub async fn create_key(State(s): State<AppState>, caller: Caller, Path(tenant): Path<String>, body: Bytes) -> Reply {
+    caller.require(Role::Admin)?;
+    let k: KeyIn = if body.is_empty() { KeyIn { id: None, expires_at: None, limits: None } } else { decode(&body)? };
+    let id = k.id.unwrap_or_else(|| format!("{tenant}-{}", &crypto::token(6)[..8]));
+    valid_name("id", &id)?;
+    if let Some(e) = &k.expires_at {
+        if e.parse::<jiff::Timestamp>().is_err() {
+            return Err(ApiError::field("expires_at", "an RFC 3339 time such as 2027-01-01T00:00:00Z"));
+        }
+    }
+    let mut tx = s.db.begin().await?;
+    if tenant_json(&mut tx, &tenant).await?.is_none() {
+        return Err(ApiError::not_found(format!("tenant '{tenant}'")));
+    }
+    let key = format!("ax-{}", crypto::token(30));
+    let prefix: String = key.chars().take(8).collect();
+    let inserted = sqlx::query(
+        "INSERT INTO api_keys (id, tenant_id, digest, prefix, status, expires_at, limits)
+         VALUES ($1, $2, $3, $4, 'active', $5::timestamptz, $6) ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&id)
+    .bind(&tenant)
+    .bind(crypto::digest(&key))
+    .bind(&prefix)
+    .bind(&k.expires_at)
+    .bind(k.limits.map(|l| json!(l)))
+    .execute(&mut *tx)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Err(ApiError::conflict(format!("a key with id '{id}' exists")));
+    }
+    let after = json!({ "id": id, "tenant": tenant, "prefix": prefix, "expires_at": k.expires_at });
+    audit(&mut tx, &caller.username, "key.create", &id, None, Some(after.clone())).await?;
+    let version = commit(&mut tx, &caller.username, &format!("key {id}")).await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "id": id, "key": key, "prefix": prefix, "tenant": tenant, "version": version,
+        "note": "the key is shown once; only its SHA-256 is stored" })))
+}
+
+pub async fn list_keys(State(s): State<AppState>, caller: Caller, Path(tenant): Path<String>) -> Reply {
+    caller.require(Role::Operator)?;
+    let rows: Vec<(String, String, String, Option<String>, String)> = sqlx::query_as(
+        "SELECT id, prefix, status, to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
+                to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')
+         FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id",
+    )
+    .bind(&tenant)
+    .fetch_all(&s.db)
+    .await?;
+    let keys: Vec<Value> = rows
+        .into_iter()
+        .map(|(id, prefix, status, expires_at, created_at)| {
+            json!({ "id": id, "prefix": prefix, "status": status, "expires_at": expires_at, "created_at": created_at })
+        })
+        .collect();
+    Ok(Json(json!({ "keys": keys })))
+}
+
+pub async fn revoke_key(State(s): State<AppState>, caller: Caller, Path(id): Path<String>) -> Reply {
+    caller.require(Role::Admin)?;
+    let mut tx = s.db.begin().await?;
+    let n = sqlx::query("UPDATE api_keys SET status = 'revoked' WHERE id = $1").bind(&id).execute(&mut *tx).await?;
+    if n.rows_affected() == 0 {
+        return Err(ApiError::not_found(format!("key '{id}'")));
+    }
+    audit(&mut tx, &caller.username, "key.revoke", &id, None, Some(json!({ "status": "revoked" }))).await?;
+    let version = commit(&mut tx, &caller.username, &format!("revoke key {id}")).await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "id": id, "status": "revoked", "version": version })))
+}
+
+// ---------- upstreams ----------
+
+pub async fn write_upstream(conn: &mut PgConnection, u: &UpstreamSpec) -> ApiResult<()> {
+    let mut spec = serde_json::to_value(u).map_err(|e| ApiError::internal("upstream", e))?;
+    if let Some(o) = spec.as_object_mut() {
+        o.remove("api_key");
+        o.insert("models".to_owned(), json!([]));
+    }
+    sqlx::query(
+        "INSERT INTO upstreams (name, spec) VALUES ($1, $2)
+         ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = now()",
+    )
+    .bind(&u.name)
+    .bind(spec)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM upstream_models WHERE upstream = $1").bind(&u.name).execute(&mut *conn).await?;
+    for m in &u.models {
+        sqlx::query("INSERT INTO upstream_models (upstream, name, spec) VALUES ($1, $2, $3)")
+            .bind(&u.name)
+            .bind(&m.name)
+            .bind(serde_json::to_value(m).map_err(|e| ApiError::internal("model", e))?)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn upstream_view(conn: &mut PgConnection, name: &str) -> ApiResult<Option<Value>> {
+    let doc = document::load(conn, None).await?;
+    let key: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT key_id FROM upstreams WHERE name = $1").bind(name).fetch_optional(&mut *conn).await?;
+    Ok(doc.upstreams.into_iter().find(|u| u.name == name).map(|u| {
+        let mut v = serde_json::to_value(u).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("api_key");
+            o.insert("has_key".to_owned(), json!(key.as_ref().is_some_and(|k| k.0.is_some())));
+        }
+        v
+    }))
+}
+
+pub async fn list_upstreams(State(s): State<AppState>, caller: Caller) -> Reply {
+    caller.require(Role::Operator)?;
+    let mut conn = s.db.acquire().await?;
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM upstreams ORDER BY name").fetch_all(&mut *conn).await?;
+    let mut list = Vec::new();
+    for n in names {
+        if let Some(v) = upstream_view(&mut conn, &n).await? {
+            list.push(v);
+        }
+    }
+    Ok(Json(json!({ "upstreams": list })))
+}
+
+/// Creates or replaces an upstream (admin). `api_key` is write-only: stored encrypted, never
+/// returned; leave it out to keep the current key.
+pub async fn put_upstream(State(s): State<AppState>, caller: Caller, Path(name): Path<String>, body: Bytes) -> Reply {
+    caller.require(Role::Admin)?;
+    valid_name("name", &name)?;
+    let mut v: Value = decode(&body)?;
+    if let Some(o) = v.as_object_mut() {
+        o.entry("name").or_insert_with(|| json!(name));
+    }
+    let u: UpstreamSpec = decode(&serde_json::to_vec(&v).unwrap_or_default())?;
+    if u.name != name {
+        return Err(ApiError::field("name", "does not match the URL"));
+    }
+    let mut tx = s.db.begin().await?;
+    let before = upstream_view(&mut tx, &name).await?;
+    write_upstream(&mut tx, &u).await?;
+    if let Some(key) = u.api_key.as_deref().filter(|k| !k.is_empty()) {
+        let sealed = s.keys.seal(key.as_bytes(), &name).map_err(|e| ApiError::internal("seal", e))?;
+        sqlx::query("UPDATE upstreams SET key_ciphertext = $2, key_nonce = $3, key_id = $4 WHERE name = $1")
+            .bind(&name)
+            .bind(sealed.ciphertext)
+            .bind(sealed.nonce)
+            .bind(sealed.key_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let after = upstream_view(&mut tx, &name).await?;
+    let action = match (&before, u.api_key.is_some()) {
+        (None, _) => "upstream.create",
+        (Some(_), true) => "upstream.update+key",
+        (Some(_), false) => "upstream.update",
+    };
+    audit(&mut tx, &caller.username, action, &name, before, after.clone()).await?;
+    let index = document::load(&mut tx, None).await?.upstreams.iter().position(|x| x.name == name);
+    let version = commit(&mut tx, &caller.username, &format!("upstream {name}"))
+        .await
+        .map_err(|e| rebase(e, index.map(|i| format!("upstreams[{i}]"))))?;
+    tx.commit().await?;
+    Ok(Json(json!({ "upstream": after, "version": version })))
+}
+
+pub async fn delete_upstream(State(s): State<AppState>, caller: Caller, Path(name): Path<String>) -> Reply {
+    caller.require(Role::Admin)?;
+    let mut tx = s.db.begin().await?;
+    let before =
+        upstream_view(&mut tx, &name).await?.ok_or_else(|| ApiError::not_found(format!("upstream '{name}'")))?;
+    sqlx::query("DELETE FROM upstreams WHERE name = $1").bind(&name).execute(&mut *tx).await?;
+    audit(&mut tx, &caller.username, "upstream.delete", &name, Some(before), None).await?;
+    let version = commit(&mut tx, &caller.username, &format!("delete upstream {name}")).await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "deleted": name, "version": version })))
+}
+
+// ---------- routes ----------
+
+#[derive(Deserialize, Serialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateIn {
+    upstream: String,
+    model: String,
+    /// Signed so a negative weight is a field error, not a decode error.
+    #[serde(default = "one")]
+    weight: i64,
+    #[serde(default)]
+    priority: i64,
+    #[serde(default = "yes")]
+    enabled: bool,
+}
+
+fn one() -> i64 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteIn {
+    #[serde(default)]
+    alias: Option<String>,
+    #[serde(default)]
+    strategy: Strategy,
+    candidates: Vec<CandidateIn>,
+    #[serde(default)]
+    fallbacks: Vec<String>,
+    #[serde(default)]
+    timeouts: TimeoutOverrides,
+    #[serde(default)]
+    failover: FailoverSpec,
+    #[serde(default)]
+    max_prompt_tokens: Option<u32>,
+    #[serde(default)]
+    long_context_alias: Option<String>,
+    #[serde(default)]
+    limits: LimitsSpec,
+}
+
+impl RouteIn {
+    /// Field checks the data plane's compiler cannot see (it never sees a negative weight or the
+    /// enabled flag).
+    fn check(&self) -> Result<Vec<(CandidateSpec, bool)>, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        if self.candidates.is_empty() {
+            errors.push(FieldError::new("candidates", "at least one candidate"));
+        }
+        for (i, c) in self.candidates.iter().enumerate() {
+            if c.weight < 0 {
+                errors.push(FieldError::new(format!("candidates[{i}].weight"), "must be 0 or more"));
+            }
+            if c.weight > 1_000_000 {
+                errors.push(FieldError::new(format!("candidates[{i}].weight"), "at most 1000000"));
+            }
+            if !(0..=1000).contains(&c.priority) {
+                errors.push(FieldError::new(format!("candidates[{i}].priority"), "between 0 and 1000"));
+            }
+        }
+        if !self.candidates.is_empty() && !self.candidates.iter().any(|c| c.enabled && c.weight > 0) {
+            errors.push(FieldError::new("candidates", "at least one candidate must be enabled with a weight above 0"));
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(self
+            .candidates
+            .iter()
+            .map(|c| {
+                let spec = CandidateSpec {
+                    upstream: c.upstream.clone(),
+                    model: c.model.clone(),
+                    weight: u32::try_from(c.weight).unwrap_or(0),
+                    priority: u32::try_from(c.priority).unwrap_or(0),
+                };
+                (spec, c.enabled)
+            })
+            .collect())
+    }
+}
+
+pub async fn write_route(
+    conn: &mut PgConnection,
+    r: &RouteSpec,
+    candidates: &[(CandidateSpec, bool)],
+) -> ApiResult<()> {
+    let mut spec = serde_json::to_value(r).map_err(|e| ApiError::internal("route", e))?;
+    if let Some(o) = spec.as_object_mut() {
+        o.insert("candidates".to_owned(), json!([]));
+    }
+    sqlx::query(
+        "INSERT INTO routes (alias, spec) VALUES ($1, $2)
+         ON CONFLICT (alias) DO UPDATE SET spec = excluded.spec, updated_at = now()",
+    )
+    .bind(&r.alias)
+    .bind(spec)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM route_candidates WHERE alias = $1").bind(&r.alias).execute(&mut *conn).await?;
+    for (i, (c, enabled)) in candidates.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO route_candidates (alias, position, upstream, model, weight, priority, enabled)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&r.alias)
+        .bind(i32::try_from(i).unwrap_or(i32::MAX))
+        .bind(&c.upstream)
+        .bind(&c.model)
+        .bind(i32::try_from(c.weight).unwrap_or(i32::MAX))
+        .bind(i32::try_from(c.priority).unwrap_or(i32::MAX))
+        .bind(enabled)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// A route as the API shows it: candidates with their `enabled` flag and real weights.
+async fn route_view(conn: &mut PgConnection, alias: &str) -> ApiResult<Option<Value>> {
+    let spec: Option<Value> =
+        sqlx::query_scalar("SELECT spec FROM routes WHERE alias = $1").bind(alias).fetch_optional(&mut *conn).await?;
+    let Some(mut spec) = spec else { return Ok(None) };
+    let cands: Vec<(String, String, i32, i32, bool)> = sqlx::query_as(
+        "SELECT upstream, model, weight, priority, enabled FROM route_candidates WHERE alias = $1 ORDER BY position",
+    )
+    .bind(alias)
+    .fetch_all(&mut *conn)
+    .await?;
+    spec["alias"] = json!(alias);
+    spec["candidates"] = cands
+        .into_iter()
+        .map(|(upstream, model, weight, priority, enabled)| {
+            json!({ "upstream": upstream, "model": model, "weight": weight, "priority": priority, "enabled": enabled })
+        })
+        .collect();
+    Ok(Some(spec))
+}
+
+pub async fn list_routes(State(s): State<AppState>, caller: Caller) -> Reply {
+    caller.require(Role::Operator)?;
+    let mut conn = s.db.acquire().await?;
+    let aliases: Vec<String> =
+        sqlx::query_scalar("SELECT alias FROM routes ORDER BY alias").fetch_all(&mut *conn).await?;
+    let mut list = Vec::new();
+    for a in aliases {
+        if let Some(v) = route_view(&mut conn, &a).await? {
+            list.push(v);
+        }
+    }
+    Ok(Json(json!({ "routes": list })))
+}
+
+pub async fn get_route(State(s): State<AppState>, caller: Caller, Path(alias): Path<String>) -> Reply {
+    caller.require(Role::Operator)?;
+    let mut conn = s.db.acquire().await?;
+    let r = route_view(&mut conn, &alias).await?.ok_or_else(|| ApiError::not_found(format!("route '{alias}'")))?;
+    Ok(Json(r))
+}
+
+fn route_spec(alias: &str, r: &RouteIn, candidates: &[(CandidateSpec, bool)]) -> RouteSpec {
+    RouteSpec {
+        alias: alias.to_owned(),
+        strategy: r.strategy,
+        candidates: candidates
+            .iter()
+            .map(|(c, on)| CandidateSpec { weight: if *on { c.weight } else { 0 }, ..c.clone() })
+            .collect(),
+        fallbacks: r.fallbacks.clone(),
+        timeouts: r.timeouts.clone(),
+        failover: r.failover.clone(),
+        max_prompt_tokens: r.max_prompt_tokens,
+        long_context_alias: r.long_context_alias.clone(),
+        limits: r.limits,
+    }
+}
+
+/// Creates or replaces a route: strategy, candidates and weights, fallbacks (operator).
+pub async fn put_route(State(s): State<AppState>, caller: Caller, Path(alias): Path<String>, body: Bytes) -> Reply {
+    caller.require(Role::Operator)?;
+    valid_name("alias", &alias)?;
+    let r: RouteIn = decode(&body)?;
+    if r.alias.as_ref().is_some_and(|a| *a != alias) {
+        return Err(ApiError::field("alias", "does not match the URL"));
+    }
+    let candidates = r.check().map_err(ApiError::invalid)?;
+    let mut tx = s.db.begin().await?;
+    let before = route_view(&mut tx, &alias).await?;
+    write_route(&mut tx, &route_spec(&alias, &r, &candidates), &candidates).await?;
+    let after = route_view(&mut tx, &alias).await?;
+    audit(
+        &mut tx,
+        &caller.username,
+        if before.is_some() { "route.update" } else { "route.create" },
+        &alias,
+        before,
+        after.clone(),
+    )
+    .await?;
+    let index = document::load(&mut tx, None).await?.routes.iter().position(|x| x.alias == alias);
+    let version = commit(&mut tx, &caller.username, &format!("route {alias}"))
+        .await
+        .map_err(|e| rebase(e, index.map(|i| format!("routes[{i}]"))))?;
+    tx.commit().await?;
+    Ok(Json(json!({ "route": after, "version": version })))
+}
+
+pub async fn delete_route(State(s): State<AppState>, caller: Caller, Path(alias): Path<String>) -> Reply {
+    caller.require(Role::Operator)?;
+    let mut tx = s.db.begin().await?;
+    let before = route_view(&mut tx, &alias).await?.ok_or_else(|| ApiError::not_found(format!("route '{alias}'")))?;
+    sqlx::query("DELETE FROM routes WHERE alias = $1").bind(&alias).execute(&mut *tx).await?;
+    audit(&mut tx, &caller.username, "route.delete", &alias, Some(before), None).await?;
+    let version = commit(&mut tx, &caller.username, &format!("delete route {alias}")).await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "deleted": alias, "version": version })))
+}
+
+/// What a route change would do, without committing it: the diff against the live route and each
+/// real model's share of the alias's traffic before and after.
+pub async fn preview_route(State(s): State<AppState>, caller: Caller, Path(alias): Path<String>, body: Bytes) -> Reply {
+    caller.require(Role::Operator)?;
+    let r: RouteIn = decode(&body)?;
+    let candidates = r.check().map_err(ApiError::invalid)?;
+    let mut tx = s.db.begin().await?;
+    let before = route_view(&mut tx, &alias).await?;
+    let live = document::load(&mut tx, None).await?;
+    write_route(&mut tx, &route_spec(&alias, &r, &candidates), &candidates).await?;
+    let mut doc = document::load(&mut tx, None).await?;
+    let index = doc.routes.iter().position(|x| x.alias == alias);
+    document::validate(&doc).map_err(|f| rebase(ApiError::invalid(vec![f]), index.map(|i| format!("routes[{i}]"))))?;
+    let after = route_view(&mut tx, &alias).await?;
+    tx.rollback().await?;
+    let shares = |d: &ax_protocol::snapshot::Document| -> Value {
+        d.routes.iter().find(|x| x.alias == alias).map_or(json!([]), share_list)
+    };
+    let new_shares = shares(&doc);
+    doc.routes.clear();
+    Ok(Json(json!({
+        "alias": alias,
+        "before": before,
+        "after": after,
+        "shares_before": shares(&live),
+        "shares_after": new_shares,
+    })))
+}
+
+/// Each candidate's share of traffic in percent (weighted: weight / total; priority: all to the
+/// first enabled candidate of the lowest priority while it is healthy).
+fn share_list(route: &RouteSpec) -> Value {
+    let enabled: Vec<&CandidateSpec> = route.candidates.iter().filter(|c| c.weight > 0).collect();
+    let total: u64 = enabled.iter().map(|c| u64::from(c.weight)).sum();
+    let first_priority = enabled.iter().map(|c| c.priority).min();
+    route
+        .candidates
+        .iter()
+        .map(|c| {
+            let pct = match route.strategy {
+                Strategy::Priority => {
+                    let primary = enabled.iter().position(|e| Some(e.priority) == first_priority);
+                    if c.weight > 0 && primary.is_some_and(|p| std::ptr::eq(enabled[p], c)) {
+                        100.0
+                    } else {
+                        0.0
+                    }
+                }
+                _ if total == 0 || c.weight == 0 => 0.0,
+                _ => (f64::from(c.weight) * 1000.0 / total as f64).round() / 10.0,
+            };
+            json!({ "upstream": c.upstream, "model": c.model, "weight": c.weight, "share_pct": pct })
+        })
+        .collect()
+}
+
+// ---------- versions ----------
+
+pub async fn list_versions(State(s): State<AppState>, caller: Caller) -> Reply {
+    caller.require(Role::Operator)?;
+    let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(
+        "SELECT version, content_hash, author, summary, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+         FROM config_versions ORDER BY version DESC LIMIT 200",
+    )
+    .fetch_all(&s.db)
+    .await?;
+    let list: Vec<Value> = rows
+        .into_iter()
+        .map(|(v, h, a, sm, at)| json!({ "version": v, "hash": h, "author": a, "summary": sm, "created_at": at }))
+        .collect();
+    Ok(Json(json!({ "versions": list })))
+}
+
+/// Restores the routing configuration of an earlier version as a new version (operator).
+pub async fn rollback(State(s): State<AppState>, caller: Caller, Path(version): Path<i64>) -> Reply {
+    caller.require(Role::Operator)?;
+    let mut tx = s.db.begin().await?;
+    let stored: Option<Value> = sqlx::query_scalar("SELECT document FROM config_versions WHERE version = $1")
+        .bind(version)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let stored = stored.ok_or_else(|| ApiError::not_found(format!("version {version}")))?;
+    let doc: ax_protocol::snapshot::Document =
+        serde_json::from_value(stored).map_err(|e| ApiError::internal("stored version", e))?;
+    document::restore(&mut tx, &doc).await?;
+    audit(&mut tx, &caller.username, "config.rollback", &format!("version {version}"), None, None).await?;
+    let new = commit(&mut tx, &caller.username, &format!("rollback to version {version}")).await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "restored": version, "version": new })))
+}
+
+// ---------- data planes ----------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeIn {
+    id: String,
+}
+
+/// Registers a data plane and returns its token (shown once; stored as SHA-256).
+pub async fn create_node(
+    State(s): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    caller.require(Role::Admin)?;
+    let n: NodeIn = decode(&body)?;
+    valid_name("id", &n.id)?;
+    let token = format!("axn-{}", crypto::token(30));
+    register_node(&s.db, &n.id, &token).await?;
+    let mut conn = s.db.acquire().await?;
+    audit(&mut conn, &caller.username, "node.create", &n.id, None, None).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "id": n.id, "token": token }))))
+}
+
+/// Also used by `ax-controlplane node create`.
+pub async fn register_node(db: &sqlx::PgPool, id: &str, token: &str) -> ApiResult<()> {
+    sqlx::query(
+        "INSERT INTO data_planes (id, token_digest) VALUES ($1, $2)
+         ON CONFLICT (id) DO UPDATE SET token_digest = excluded.token_digest",
+    )
+    .bind(id)
+    .bind(crypto::digest(token))
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn list_nodes(State(s): State<AppState>, caller: Caller) -> Reply {
+    caller.require(Role::Operator)?;
+    let rows: Vec<(String, Option<i64>, Option<String>, Option<String>, Option<Value>)> = sqlx::query_as(
+        "SELECT id, applied_version, last_error,
+                to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), health
+         FROM data_planes ORDER BY id",
+    )
+    .fetch_all(&s.db)
+    .await?;
+    let latest = s.hub.latest_version();
+    let connected = s.hub.connected();
+    let list: Vec<Value> = rows
+        .into_iter()
+        .map(|(id, applied, err, seen, health)| {
+            json!({ "id": id, "applied_version": applied, "last_error": err, "last_seen": seen, "health": health,
+                    "connected": connected.contains(&id) })
+        })
+        .collect();
+    Ok(Json(json!({ "latest_version": latest, "nodes": list })))
+}
+
+// ---------- audit ----------
+
+#[derive(Deserialize)]
+pub struct AuditQuery {
+    #[serde(default)]
+    operator: Option<String>,
+    #[serde(default)]
+    target: Option<String>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+pub async fn list_audit(State(s): State<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> Reply {
+    caller.require(Role::Operator)?;
+    let rows: Vec<(i64, String, String, String, Option<Value>, Option<Value>, String)> = sqlx::query_as(
+        "SELECT id, operator, action, target, before, after, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+         FROM audit_log WHERE ($1::text IS NULL OR operator = $1) AND ($2::text IS NULL OR target = $2)
+         ORDER BY id DESC LIMIT $3",
+    )
+    .bind(q.operator)
+    .bind(q.target)
+    .bind(q.limit.unwrap_or(100).clamp(1, 1000))
+    .fetch_all(&s.db)
+    .await?;
+    let list: Vec<Value> = rows
+        .into_iter()
+        .map(|(id, op, action, target, before, after, at)| {
+            json!({ "id": id, "operator": op, "action": action, "target": target, "before": before, "after": after, "at": at })
+        })
+        .collect();
+    Ok(Json(json!({ "entries": list })))
+}

@@ -1,0 +1,255 @@
+//! Operators: argon2id passwords, sessions in an HttpOnly SameSite=Strict cookie, a CSRF token
+//! per session (sent back in `x-csrf-token` on every mutation), roles checked on the server for
+//! every route, and throttled logins.
+//!
+//! Order of checks on an admin route: no valid session → 401; a mutation without the session's
+//! CSRF token → 403 `csrf_failed`; a role below the route's → 403 `forbidden`.
+
+use std::net::SocketAddr;
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use crate::crypto;
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+pub const COOKIE: &str = "ax_session";
+const SESSION_HOURS: i64 = 12;
+/// Failed logins allowed per username (and 4× per client address) in `THROTTLE_WINDOW_S`.
+const MAX_FAILURES: i64 = 5;
+const THROTTLE_WINDOW_S: i64 = 900;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Finance,
+    Operator,
+    Admin,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "finance" => Some(Self::Finance),
+            "operator" => Some(Self::Operator),
+            "admin" => Some(Self::Admin),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Finance => "finance",
+            Self::Operator => "operator",
+            Self::Admin => "admin",
+        }
+    }
+}
+
+/// Whether `have` may do what needs `need`. Finance reads reports only; operators read and edit
+/// routing, limits and budgets (and read reports); admins do everything.
+fn permits(have: Role, need: Role) -> bool {
+    have >= need
+}
+
+/// The operator behind a request (valid session; CSRF already checked for mutations).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub operator_id: i64,
+    pub username: String,
+    pub role: Role,
+    pub csrf: String,
+    token_digest: String,
+}
+
+impl Caller {
+    pub fn require(&self, need: Role) -> ApiResult<()> {
+        if permits(self.role, need) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "the {} role may not do this (needs {})",
+                self.role.as_str(),
+                need.as_str()
+            )))
+        }
+    }
+}
+
+fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|kv| {
+        let (k, v) = kv.trim().split_once('=')?;
+        (k == name).then(|| v.to_owned())
+    })
+}
+
+/// Constant-time comparison (CSRF tokens).
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let token = cookie_value(&parts.headers, COOKIE).ok_or_else(ApiError::unauthorized)?;
+        let token_digest = crypto::digest(&token);
+        let row: Option<(i64, String, String, String)> = sqlx::query_as(
+            "SELECT o.id, o.username, o.role, s.csrf_token FROM sessions s JOIN operators o ON o.id = s.operator_id
+             WHERE s.token_digest = $1 AND s.expires_at > now()",
+        )
+        .bind(&token_digest)
+        .fetch_optional(&state.db)
+        .await?;
+        let (operator_id, username, role, csrf) = row.ok_or_else(ApiError::unauthorized)?;
+        let role = Role::parse(&role).ok_or_else(|| ApiError::internal("session", "unknown role in the database"))?;
+        if !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
+            let sent = parts.headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).unwrap_or_default();
+            if !same(sent, &csrf) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "csrf_failed",
+                    "missing or wrong x-csrf-token header (it comes with the session)",
+                ));
+            }
+        }
+        Ok(Self { operator_id, username, role, csrf, token_digest })
+    }
+}
+
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let salt_bytes: [u8; 16] = rand::random();
+    let salt = SaltString::encode_b64(&salt_bytes).map_err(|e| e.to_string())?;
+    Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
+}
+
+fn verify_password(password: &str, phc: &str) -> bool {
+    PasswordHash::new(phc).is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Login {
+    username: String,
+    password: String,
+}
+
+#[derive(Serialize)]
+pub struct SessionInfo {
+    username: String,
+    role: Role,
+    csrf_token: String,
+}
+
+fn session_cookie(state: &AppState, value: &str, max_age: i64) -> HeaderValue {
+    let secure = if state.secure_cookies { "; Secure" } else { "" };
+    let c = format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
+    HeaderValue::from_str(&c).unwrap_or(HeaderValue::from_static(""))
+}
+
+/// A password hash to verify against when the username does not exist, so both cases take the
+/// same time.
+fn decoy_hash() -> &'static str {
+    static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DECOY.get_or_init(|| hash_password("decoy password").unwrap_or_default())
+}
+
+pub async fn login(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let req: Login = crate::error::decode(&body)?;
+    let client = peer.ip().to_string();
+    let (by_user, by_client): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE username = $1), count(*) FILTER (WHERE client = $2)
+         FROM login_failures WHERE at > now() - make_interval(secs => $3)",
+    )
+    .bind(&req.username)
+    .bind(&client)
+    .bind(THROTTLE_WINDOW_S as f64)
+    .fetch_one(&state.db)
+    .await?;
+    if by_user >= MAX_FAILURES || by_client >= MAX_FAILURES * 4 {
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "login_throttled",
+            "too many failed logins; try again in a few minutes",
+        );
+        e.retry_after = Some(THROTTLE_WINDOW_S as u64 / 3);
+        return Err(e);
+    }
+    let row: Option<(i64, String, String)> =
+        sqlx::query_as("SELECT id, password_hash, role FROM operators WHERE username = $1")
+            .bind(&req.username)
+            .fetch_optional(&state.db)
+            .await?;
+    let phc = row.as_ref().map_or_else(|| decoy_hash().to_owned(), |r| r.1.clone());
+    let password = req.password.clone();
+    let ok = tokio::task::spawn_blocking(move || verify_password(&password, &phc))
+        .await
+        .map_err(|e| ApiError::internal("argon2", e))?;
+    let Some((operator_id, _, role)) = row.filter(|_| ok) else {
+        sqlx::query("INSERT INTO login_failures (username, client) VALUES ($1, $2)")
+            .bind(&req.username)
+            .bind(&client)
+            .execute(&state.db)
+            .await?;
+        tracing::warn!(username = %req.username, client = %client, "failed login");
+        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_credentials", "wrong username or password"));
+    };
+    sqlx::query("DELETE FROM login_failures WHERE username = $1").bind(&req.username).execute(&state.db).await?;
+    let token = crypto::token(32);
+    let csrf = crypto::token(24);
+    sqlx::query(
+        "INSERT INTO sessions (token_digest, operator_id, csrf_token, expires_at)
+         VALUES ($1, $2, $3, now() + make_interval(hours => $4))",
+    )
+    .bind(crypto::digest(&token))
+    .bind(operator_id)
+    .bind(&csrf)
+    .bind(SESSION_HOURS as i32)
+    .execute(&state.db)
+    .await?;
+    let role = Role::parse(&role).ok_or_else(|| ApiError::internal("login", "unknown role"))?;
+    let mut resp = Json(SessionInfo { username: req.username, role, csrf_token: csrf }).into_response();
+    resp.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, &token, SESSION_HOURS * 3600));
+    Ok(resp)
+}
+
+pub async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<Response> {
+    sqlx::query("DELETE FROM sessions WHERE token_digest = $1").bind(&caller.token_digest).execute(&state.db).await?;
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, "", 0));
+    Ok(resp)
+}
+
+pub async fn session(caller: Caller) -> Json<SessionInfo> {
+    Json(SessionInfo { username: caller.username, role: caller.role, csrf_token: caller.csrf })
+}
+
+/// `ax-controlplane admin create`: the first admin (or any operator) from the command line.
+pub async fn create_operator(db: &sqlx::PgPool, username: &str, password: &str, role: Role) -> Result<(), String> {
+    if username.is_empty() || password.chars().count() < 12 {
+        return Err("username must not be empty and the password must have at least 12 characters".to_owned());
+    }
+    let password = password.to_owned();
+    let phc = tokio::task::spawn_blocking(move || hash_password(&password)).await.map_err(|e| e.to_string())??;
+    sqlx::query(
+        "INSERT INTO operators (username, password_hash, role) VALUES ($1, $2, $3)
+         ON CONFLICT (username) DO UPDATE SET password_hash = excluded.password_hash, role = excluded.role",
+    )
+    .bind(username)
+    .bind(phc)
+    .bind(role.as_str())
+    .execute(db)
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok(())
+}

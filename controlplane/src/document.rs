@@ -1,0 +1,192 @@
+//! The configuration as data planes see it: compiled from the tables into one
+//! `ax_protocol::snapshot::Document`, validated by the data plane's own compiler before any change
+//! commits, and versioned (`config_versions`: the document without upstream keys, its hash, the
+//! author). Every mutation runs in one transaction that ends in `commit`, which takes a
+//! transaction-scoped advisory lock so versions are strictly ordered across control-plane replicas,
+//! and NOTIFYs `ax_config` so every replica pushes the new version to its data planes.
+
+use ax_protocol::config::{CandidateSpec, KeySpec, KeyStatus, ModelSpec, RouteSpec, TenantSpec, UpstreamSpec};
+use ax_protocol::snapshot::Document;
+use sha2::{Digest, Sha256};
+use sqlx::PgConnection;
+
+use crate::crypto::MasterKeys;
+use crate::error::{ApiError, ApiResult, FieldError};
+
+/// Serializes all configuration writers (one advisory lock id for the whole config).
+pub const CONFIG_LOCK: i64 = 0x6178_636f_6e66;
+
+/// Reads the tables into a document. With `keys`, upstream API keys are decrypted into it (for
+/// pushing to data planes); without, they are left out (for storage, diffs and the API).
+pub async fn load(conn: &mut PgConnection, keys: Option<&MasterKeys>) -> ApiResult<Document> {
+    let mut doc = Document::default();
+
+    let ups: Vec<(String, serde_json::Value, Option<Vec<u8>>, Option<Vec<u8>>, Option<String>)> =
+        sqlx::query_as("SELECT name, spec, key_ciphertext, key_nonce, key_id FROM upstreams ORDER BY name")
+            .fetch_all(&mut *conn)
+            .await?;
+    let models: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT upstream, spec FROM upstream_models ORDER BY upstream, name")
+            .fetch_all(&mut *conn)
+            .await?;
+    for (name, spec, ct, nonce, key_id) in ups {
+        let mut u: UpstreamSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored upstream", e))?;
+        u.name.clone_from(&name);
+        u.models = models
+            .iter()
+            .filter(|(up, _)| *up == name)
+            .map(|(_, m)| serde_json::from_value::<ModelSpec>(m.clone()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ApiError::internal("stored model", e))?;
+        u.api_key = match (keys, ct, nonce, key_id) {
+            (Some(k), Some(ct), Some(nonce), Some(id)) => {
+                let plain = k.open(&id, &nonce, &ct, &name).map_err(|e| ApiError::internal("upstream key", e))?;
+                Some(String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))?)
+            }
+            _ => None,
+        };
+        doc.upstreams.push(u);
+    }
+
+    let routes: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT alias, spec FROM routes ORDER BY alias").fetch_all(&mut *conn).await?;
+    let cands: Vec<(String, String, String, i32, i32, bool)> = sqlx::query_as(
+        "SELECT alias, upstream, model, weight, priority, enabled FROM route_candidates ORDER BY alias, position",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (alias, spec) in routes {
+        let mut r: RouteSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored route", e))?;
+        r.alias.clone_from(&alias);
+        r.candidates = cands
+            .iter()
+            .filter(|c| c.0 == alias)
+            .map(|c| CandidateSpec {
+                upstream: c.1.clone(),
+                model: c.2.clone(),
+                // A disabled candidate is weight 0: the data plane never picks it.
+                weight: if c.5 { u32::try_from(c.3).unwrap_or(0) } else { 0 },
+                priority: u32::try_from(c.4).unwrap_or(0),
+            })
+            .collect();
+        doc.routes.push(r);
+    }
+
+    let tenants: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT id, spec FROM tenants ORDER BY id").fetch_all(&mut *conn).await?;
+    let api_keys: Vec<(String, String, String, String, Option<String>, Option<serde_json::Value>)> = sqlx::query_as(
+        "SELECT id, tenant_id, digest, status,
+                to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), limits
+         FROM api_keys ORDER BY tenant_id, id",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (id, spec) in tenants {
+        let mut t: TenantSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored tenant", e))?;
+        t.id.clone_from(&id);
+        t.keys = api_keys
+            .iter()
+            .filter(|k| k.1 == id)
+            .map(|k| KeySpec {
+                id: k.0.clone(),
+                sha256: Some(k.2.clone()),
+                key: None,
+                status: if k.3 == "active" { KeyStatus::Active } else { KeyStatus::Revoked },
+                expires_at: k.4.clone(),
+                limits: k.5.clone().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
+            })
+            .collect();
+        doc.tenants.push(t);
+    }
+    Ok(doc)
+}
+
+/// Validates a document with the data plane's compiler: what passes here, every data plane accepts.
+pub fn validate(doc: &Document) -> Result<(), FieldError> {
+    let spec = ax_protocol::config::ConfigSpec {
+        upstreams: doc.upstreams.clone(),
+        routes: doc.routes.clone(),
+        tenants: doc.tenants.clone(),
+        ..Default::default()
+    };
+    // `${NAME}` references are resolved on each data plane; here any name resolves.
+    ax_dataplane::snapshot::build(&spec, 1, &|_| Some("x".to_owned()), None)
+        .map(drop)
+        .map_err(|e| FieldError::new(e.path, e.message))
+}
+
+/// SHA-256 of the document's canonical JSON (struct field order is fixed, maps are sorted).
+pub fn hash(doc: &Document) -> String {
+    hex::encode(Sha256::digest(serde_json::to_vec(doc).unwrap_or_default()))
+}
+
+/// Ends a mutation: validates the whole resulting configuration (422 naming the field if it
+/// would not compile; the caller's transaction is then dropped, so nothing changes), stores a new
+/// version and notifies every control-plane replica. Returns the new version.
+pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str) -> ApiResult<i64> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(CONFIG_LOCK).execute(&mut *conn).await?;
+    let doc = load(conn, None).await?;
+    validate(&doc).map_err(|f| ApiError::invalid(vec![f]))?;
+    let version: i64 = sqlx::query_scalar(
+        "INSERT INTO config_versions (version, content_hash, document, author, summary)
+         SELECT coalesce(max(version), 0) + 1, $1, $2, $3, $4 FROM config_versions RETURNING version",
+    )
+    .bind(hash(&doc))
+    .bind(serde_json::to_value(&doc).map_err(|e| ApiError::internal("document", e))?)
+    .bind(author)
+    .bind(summary)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query("SELECT pg_notify('ax_config', $1)").bind(version.to_string()).execute(&mut *conn).await?;
+    Ok(version)
+}
+
+/// Records who changed what (never a secret: callers pass documents without keys).
+pub async fn audit(
+    conn: &mut PgConnection,
+    operator: &str,
+    action: &str,
+    target: &str,
+    before: Option<serde_json::Value>,
+    after: Option<serde_json::Value>,
+) -> ApiResult<()> {
+    sqlx::query("INSERT INTO audit_log (operator, action, target, before, after) VALUES ($1, $2, $3, $4, $5)")
+        .bind(operator)
+        .bind(action)
+        .bind(target)
+        .bind(before)
+        .bind(after)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Replaces the routing tables with `doc` (rollback). Upstream keys stay as they are.
+pub async fn restore(conn: &mut PgConnection, doc: &Document) -> ApiResult<()> {
+    sqlx::query("DELETE FROM route_candidates").execute(&mut *conn).await?;
+    sqlx::query("DELETE FROM routes").execute(&mut *conn).await?;
+    for r in &doc.routes {
+        crate::admin::write_route(conn, r, &r.candidates.iter().map(|c| (c.clone(), c.weight > 0)).collect::<Vec<_>>())
+            .await?;
+    }
+    sqlx::query("DELETE FROM upstream_models").execute(&mut *conn).await?;
+    for u in &doc.upstreams {
+        crate::admin::write_upstream(conn, u).await?;
+    }
+    sqlx::query("DELETE FROM upstreams WHERE NOT (name = ANY($1))")
+        .bind(doc.upstreams.iter().map(|u| u.name.clone()).collect::<Vec<_>>())
+        .execute(&mut *conn)
+        .await?;
+    for t in &doc.tenants {
+        crate::admin::write_tenant(conn, t).await?;
+        for k in &t.keys {
+            let status = if k.status == KeyStatus::Active { "active" } else { "revoked" };
+            sqlx::query("UPDATE api_keys SET status = $2 WHERE id = $1")
+                .bind(&k.id)
+                .bind(status)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    Ok(())
+}

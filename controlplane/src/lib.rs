@@ -1,0 +1,70 @@
+//! ax control plane: the admin API over Postgres, the snapshot push to data planes, usage
+//! ingestion and cost reports.
+//!
+//! Codemap (a request's path):
+//! - `auth`     — operators, sessions (cookie), CSRF, roles, login throttling.
+//! - `admin`    — `/api/v1/…` handlers: tenants, keys, upstreams, routes (+ preview), versions,
+//!   nodes, audit. Each mutation ends in `document::commit`.
+//! - `document` — tables → `Document`; validation with the data plane's compiler; versions; NOTIFY.
+//! - `push`     — LISTEN → newest version → every connected data plane (websocket), acks per node.
+//! - `usage`    — batched, idempotent ingestion with rollups; reports (JSON/CSV).
+//! - `crypto`   — AES-256-GCM for upstream keys, SHA-256 digests, random tokens.
+//! - `error`    — `ApiError`: one JSON error shape with stable codes and field errors.
+
+#![allow(clippy::type_complexity, reason = "sqlx row tuples mirror their SELECT lists, next to the query")]
+
+pub mod admin;
+pub mod auth;
+pub mod crypto;
+pub mod document;
+pub mod error;
+pub mod push;
+pub mod usage;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post, put};
+use axum::Router;
+
+pub struct State {
+    pub db: sqlx::PgPool,
+    pub keys: crypto::MasterKeys,
+    pub hub: push::Hub,
+    /// `Secure` on the session cookie (off only for plain-http development: `AX_COOKIE_SECURE=0`).
+    pub secure_cookies: bool,
+}
+
+pub type AppState = Arc<State>;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+pub fn router(state: AppState) -> Router {
+    use admin::*;
+    let api = Router::new()
+        .route("/login", post(auth::login))
+        .route("/logout", post(auth::logout))
+        .route("/session", get(auth::session))
+        .route("/tenants", get(list_tenants))
+        .route("/tenants/{id}", put(put_tenant))
+        .route("/tenants/{id}/keys", get(list_keys).post(create_key))
+        .route("/keys/{id}/revoke", post(revoke_key))
+        .route("/upstreams", get(list_upstreams))
+        .route("/upstreams/{name}", put(put_upstream).delete(delete_upstream))
+        .route("/routes", get(list_routes))
+        .route("/routes/{alias}", get(get_route).put(put_route).delete(delete_route))
+        .route("/routes/{alias}/preview", post(preview_route))
+        .route("/versions", get(list_versions))
+        .route("/versions/{version}/rollback", post(rollback))
+        .route("/nodes", get(list_nodes).post(create_node))
+        .route("/nodes/connect", get(push::connect))
+        .route("/audit", get(list_audit))
+        .route("/usage", post(usage::ingest))
+        .route("/reports/cost", get(usage::cost_report))
+        .route("/test/push", post(push::test_push));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(|| async { error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
+        .with_state(state)
+}

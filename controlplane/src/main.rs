@@ -1,0 +1,179 @@
+//! `ax-controlplane`: serve the admin API and the snapshot push, run migrations, create operators
+//! and data-plane tokens, rotate the master key.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use ax_controlplane::{admin, auth, crypto, push, router, usage, State, MIGRATOR};
+
+const USAGE: &str = "usage (DATABASE_URL and AX_MASTER_KEY in the environment):
+  ax-controlplane serve [--listen 127.0.0.1:8090] [--addr-file <path>]
+  ax-controlplane migrate
+  ax-controlplane admin create <username> [--role admin|operator|finance]   (password from AX_ADMIN_PASSWORD or stdin)
+  ax-controlplane node create <id>                                          (prints the node token once)
+  ax-controlplane rotate-master-key            (re-encrypts every upstream key from AX_MASTER_KEY_PREVIOUS to AX_MASTER_KEY)";
+
+fn init_logs() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("AX_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn main() -> ExitCode {
+    init_logs();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            if msg.starts_with("usage") {
+                eprintln!("{USAGE}");
+                return ExitCode::from(2);
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+async fn connect() -> Result<sqlx::PgPool, String> {
+    let url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is not set".to_owned())?;
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect(&url)
+        .await
+        .map_err(|e| format!("cannot connect to the database: {e}"))
+}
+
+async fn migrate(db: &sqlx::PgPool) -> Result<(), String> {
+    MIGRATOR.run(db).await.map_err(|e| format!("migration failed: {e}"))?;
+    usage::ensure_partitions(db).await.map_err(|e| format!("partitions: {e}"))
+}
+
+#[expect(clippy::print_stdout, reason = "command output")]
+async fn run(args: Vec<String>) -> Result<(), String> {
+    match args.first().map(String::as_str) {
+        None | Some("serve") => serve(&args).await,
+        Some("migrate") => {
+            let db = connect().await?;
+            migrate(&db).await?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Some("admin") if args.get(1).map(String::as_str) == Some("create") => {
+            let username = args.get(2).filter(|u| !u.starts_with("--")).ok_or("usage: admin create <username>")?;
+            let role = flag(&args, "--role").unwrap_or_else(|| "admin".to_owned());
+            let role = auth::Role::parse(&role).ok_or("usage: --role is admin, operator or finance")?;
+            let password = match std::env::var("AX_ADMIN_PASSWORD") {
+                Ok(p) => p,
+                Err(_) => {
+                    let mut line = String::new();
+                    std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
+                    line.trim_end_matches(['\r', '\n']).to_owned()
+                }
+            };
+            let db = connect().await?;
+            migrate(&db).await?;
+            auth::create_operator(&db, username, &password, role).await?;
+            println!("operator '{username}' ({}) ready", role.as_str());
+            Ok(())
+        }
+        Some("node") if args.get(1).map(String::as_str) == Some("create") => {
+            let id = args.get(2).ok_or("usage: node create <id>")?;
+            let db = connect().await?;
+            migrate(&db).await?;
+            let token = format!("axn-{}", crypto::token(30));
+            admin::register_node(&db, id, &token).await.map_err(|e| e.message)?;
+            println!("{token}");
+            Ok(())
+        }
+        Some("rotate-master-key") => rotate(&connect().await?).await,
+        Some(other) => Err(format!("usage: unknown command '{other}'")),
+    }
+}
+
+async fn serve(args: &[String]) -> Result<(), String> {
+    let keys = crypto::MasterKeys::from_env()?;
+    let db = connect().await?;
+    migrate(&db).await?;
+    let listen = flag(args, "--listen").unwrap_or_else(|| "127.0.0.1:8090".to_owned());
+    let listener =
+        tokio::net::TcpListener::bind(&listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    if let Some(f) = flag(args, "--addr-file") {
+        std::fs::write(&f, addr.to_string()).map_err(|e| format!("cannot write --addr-file: {e}"))?;
+    }
+    let secure_cookies = std::env::var("AX_COOKIE_SECURE").map_or(true, |v| v != "0");
+    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), secure_cookies });
+    tokio::spawn(push::follow(state.clone()));
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            t.tick().await;
+            if let Err(e) = usage::ensure_partitions(&db).await {
+                tracing::error!(error = %e, "usage partition upkeep failed");
+            }
+            let _ = sqlx::query("DELETE FROM sessions WHERE expires_at < now()").execute(&db).await;
+            let _ = sqlx::query("DELETE FROM login_failures WHERE at < now() - interval '1 day'").execute(&db).await;
+        }
+    });
+    tracing::info!(addr = %addr, "control plane listening");
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Re-encrypts every upstream key under the current master key.
+#[expect(clippy::print_stdout, reason = "command output")]
+async fn rotate(db: &sqlx::PgPool) -> Result<(), String> {
+    let keys = crypto::MasterKeys::from_env()?;
+    let mut tx = db.begin().await.map_err(|e| e.to_string())?;
+    let rows: Vec<(String, Vec<u8>, Vec<u8>, String)> = sqlx::query_as(
+        "SELECT name, key_ciphertext, key_nonce, key_id FROM upstreams WHERE key_ciphertext IS NOT NULL FOR UPDATE",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut n = 0;
+    for (name, ct, nonce, id) in rows {
+        if id == keys.current.id {
+            continue;
+        }
+        let plain = keys.open(&id, &nonce, &ct, &name).map_err(|e| format!("upstream {name}: {e}"))?;
+        let sealed = keys.seal(&plain, &name)?;
+        sqlx::query("UPDATE upstreams SET key_ciphertext = $2, key_nonce = $3, key_id = $4 WHERE name = $1")
+            .bind(&name)
+            .bind(sealed.ciphertext)
+            .bind(sealed.nonce)
+            .bind(sealed.key_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| e.to_string())?;
+        n += 1;
+    }
+    tx.commit().await.map_err(|e| e.to_string())?;
+    println!("re-encrypted {n} upstream key(s) under master key {}", keys.current.id);
+    Ok(())
+}

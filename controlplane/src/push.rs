@@ -1,0 +1,257 @@
+//! Snapshot push: every data plane holds a websocket to a control-plane replica, says which
+//! version it serves, and gets the full current document whenever a newer version exists. It
+//! answers `applied` or `rejected` (recorded per node). Replicas learn of new versions from
+//! Postgres `LISTEN ax_config` (the NOTIFY is sent by the committing transaction), with a
+//! periodic check as a safety net.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ax_protocol::snapshot::{Document, FromNode, ToNode};
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::watch;
+
+use crate::error::ApiError;
+use crate::{crypto, AppState};
+
+/// The latest version, ready to send (serialized once for all nodes).
+pub struct Pushed {
+    pub version: u64,
+    pub message: String,
+}
+
+pub struct Hub {
+    latest: watch::Sender<Option<Arc<Pushed>>>,
+    connected: Mutex<HashSet<String>>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Self { latest: watch::channel(None).0, connected: Mutex::new(HashSet::new()) }
+    }
+}
+
+impl Hub {
+    pub fn latest_version(&self) -> Option<u64> {
+        self.latest.borrow().as_ref().map(|p| p.version)
+    }
+
+    pub fn connected(&self) -> HashSet<String> {
+        self.connected.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
+/// Loads the newest version (if newer than what the hub holds) with upstream keys decrypted.
+pub async fn refresh(state: &AppState) -> Result<(), ApiError> {
+    let row: Option<(i64, String, serde_json::Value)> =
+        sqlx::query_as("SELECT version, content_hash, document FROM config_versions ORDER BY version DESC LIMIT 1")
+            .fetch_optional(&state.db)
+            .await?;
+    let Some((version, hash, stored)) = row else { return Ok(()) };
+    let version = u64::try_from(version).unwrap_or(0);
+    if state.hub.latest_version().is_some_and(|v| v >= version) {
+        return Ok(());
+    }
+    let mut document: Document = serde_json::from_value(stored).map_err(|e| ApiError::internal("stored version", e))?;
+    // Keys are not stored in versions; the current (encrypted) keys go in.
+    let keys: Vec<(String, Vec<u8>, Vec<u8>, String)> = sqlx::query_as(
+        "SELECT name, key_ciphertext, key_nonce, key_id FROM upstreams WHERE key_ciphertext IS NOT NULL",
+    )
+    .fetch_all(&state.db)
+    .await?;
+    for (name, ct, nonce, key_id) in keys {
+        if let Some(u) = document.upstreams.iter_mut().find(|u| u.name == name) {
+            let plain =
+                state.keys.open(&key_id, &nonce, &ct, &name).map_err(|e| ApiError::internal("upstream key", e))?;
+            u.api_key = Some(String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))?);
+        }
+    }
+    let message = serde_json::to_string(&ToNode::Snapshot { version, hash, document })
+        .map_err(|e| ApiError::internal("snapshot", e))?;
+    state.hub.latest.send_if_modified(|cur| {
+        if cur.as_ref().is_some_and(|c| c.version >= version) {
+            return false;
+        }
+        *cur = Some(Arc::new(Pushed { version, message }));
+        true
+    });
+    tracing::info!(version, "new configuration version ready to push");
+    Ok(())
+}
+
+/// Follows `ax_config` notifications (and checks every 5 s) for the life of the process.
+pub async fn follow(state: AppState) {
+    loop {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&state.db).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot LISTEN for configuration changes; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen("ax_config").await {
+            tracing::error!(error = %e, "LISTEN ax_config failed; retrying");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        // Anything committed before LISTEN took effect.
+        if let Err(e) = refresh(&state).await {
+            tracing::error!(error = ?e.message, "loading the configuration failed");
+        }
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), listener.recv()).await {
+                Ok(Ok(_)) | Err(_) => {
+                    if let Err(e) = refresh(&state).await {
+                        tracing::error!(error = ?e.message, "loading the configuration failed");
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "configuration listener lost; reconnecting");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Which registered node a bearer token belongs to.
+pub async fn node_of(state: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
+    let token = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthenticated", "node token required"))?;
+    let id: Option<String> = sqlx::query_scalar("SELECT id FROM data_planes WHERE token_digest = $1")
+        .bind(crypto::digest(token))
+        .fetch_optional(&state.db)
+        .await?;
+    id.ok_or_else(|| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthenticated", "unknown node token"))
+}
+
+/// `GET /api/v1/nodes/connect` (websocket, `Authorization: Bearer <node token>`).
+pub async fn connect(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let node = node_of(&state, &headers).await?;
+    Ok(ws.on_upgrade(move |socket| session(state, node, socket)))
+}
+
+async fn session(state: AppState, node: String, socket: WebSocket) {
+    tracing::info!(node = %node, "data plane connected");
+    if let Ok(mut c) = state.hub.connected.lock() {
+        c.insert(node.clone());
+    }
+    let result = serve_node(&state, &node, socket).await;
+    if let Ok(mut c) = state.hub.connected.lock() {
+        c.remove(&node);
+    }
+    tracing::info!(node = %node, reason = %result.err().unwrap_or_else(|| "closed".to_owned()), "data plane disconnected");
+}
+
+async fn serve_node(state: &AppState, node: &str, socket: WebSocket) -> Result<(), String> {
+    let (mut tx, mut rx) = socket.split();
+    let mut latest = state.hub.latest.subscribe();
+    let mut node_version: Option<u64> = None;
+    let mut sent: u64 = 0;
+    let mut ping = tokio::time::interval(Duration::from_secs(10));
+    let mut last_heard = tokio::time::Instant::now();
+    loop {
+        // Send the newest version once the node said what it has.
+        if let Some(have) = node_version {
+            let next = latest.borrow_and_update().clone();
+            if let Some(p) = next.filter(|p| p.version > have.max(sent)) {
+                tx.send(Message::Text(p.message.clone().into())).await.map_err(|e| e.to_string())?;
+                sent = p.version;
+            }
+        }
+        tokio::select! {
+            changed = latest.changed() => changed.map_err(|e| e.to_string())?,
+            _ = ping.tick() => {
+                if last_heard.elapsed() > Duration::from_secs(35) {
+                    return Err("no answer to pings".to_owned());
+                }
+                tx.send(Message::Ping(Vec::new().into())).await.map_err(|e| e.to_string())?;
+            }
+            msg = rx.next() => {
+                let Some(msg) = msg else { return Ok(()) };
+                let msg = msg.map_err(|e| e.to_string())?;
+                last_heard = tokio::time::Instant::now();
+                match msg {
+                    Message::Text(t) => match serde_json::from_str::<FromNode>(&t) {
+                        Ok(FromNode::Hello { version }) => {
+                            node_version = Some(version);
+                            seen(state, node, None).await;
+                        }
+                        Ok(FromNode::Applied { version }) => {
+                            node_version = Some(version);
+                            seen(state, node, Some((version, None))).await;
+                        }
+                        Ok(FromNode::Rejected { version, error }) => {
+                            tracing::warn!(node, version, error = %error, "data plane refused a version");
+                            seen(state, node, Some((version, Some(error)))).await;
+                        }
+                        Err(e) => return Err(format!("bad message from node: {e}")),
+                    },
+                    Message::Close(_) => return Ok(()),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Records the node's last contact and, when given, the outcome of a version.
+async fn seen(state: &AppState, node: &str, outcome: Option<(u64, Option<String>)>) {
+    let r = match outcome {
+        None => {
+            sqlx::query("UPDATE data_planes SET last_seen = now() WHERE id = $1").bind(node).execute(&state.db).await
+        }
+        Some((v, None)) => {
+            sqlx::query(
+                "UPDATE data_planes SET last_seen = now(), applied_version = $2, last_error = NULL WHERE id = $1",
+            )
+            .bind(node)
+            .bind(i64::try_from(v).unwrap_or(i64::MAX))
+            .execute(&state.db)
+            .await
+        }
+        Some((v, Some(e))) => {
+            sqlx::query("UPDATE data_planes SET last_seen = now(), last_error = $2 WHERE id = $1")
+                .bind(node)
+                .bind(format!("version {v}: {e}"))
+                .execute(&state.db)
+                .await
+        }
+    };
+    if let Err(e) = r {
+        tracing::error!(error = %e, node, "cannot record the node's state");
+    }
+}
+
+/// `POST /api/v1/test/push` (only with `AX_TEST_HOOKS=1`, admin): pushes a document to every
+/// connected node as the next version *without* validating or storing it, so tests can check that a
+/// data plane refuses what does not compile and keeps serving.
+pub async fn test_push(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    caller: crate::auth::Caller,
+    body: axum::body::Bytes,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    caller.require(crate::auth::Role::Admin)?;
+    if std::env::var("AX_TEST_HOOKS").as_deref() != Ok("1") {
+        return Err(ApiError::not_found("this route"));
+    }
+    let document: Document = crate::error::decode(&body)?;
+    let version = state.hub.latest_version().unwrap_or(0) + 1;
+    let message = serde_json::to_string(&ToNode::Snapshot { version, hash: "test".to_owned(), document })
+        .map_err(|e| ApiError::internal("snapshot", e))?;
+    state.hub.latest.send_replace(Some(Arc::new(Pushed { version, message })));
+    Ok(axum::Json(serde_json::json!({ "pushed": version })))
+}

@@ -1,0 +1,310 @@
+//! Usage ingestion and cost reports.
+//!
+//! Data planes POST their spool in batches (`/api/v1/usage`, NDJSON of `UsageRecord`s, node
+//! token). One batch is one statement in one transaction: `unnest` the columns, insert into the
+//! month-partitioned `usage_events` with `ON CONFLICT DO NOTHING` (idempotent by request id), and
+//! fold exactly the rows that were new into `usage_daily`. The 200 is the acknowledgement: only
+//! then does the data plane delete the records from its spool. Reports read the rollups.
+
+use ax_protocol::usage::UsageRecord;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::auth::{Caller, Role};
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+const INGEST: &str = "
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                         $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
+                         $14::bigint[], $15::bigint[], $16::jsonb[])
+        AS t(request_id, started_ms, tenant, key_id, alias, upstream, model, status, error_code,
+             prompt, completion, cached, cache_write, cost, latency, record)
+), ins AS (
+    INSERT INTO usage_events (request_id, started_at, tenant, key_id, alias, upstream, model, status, error_code,
+                              prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd,
+                              latency_ms, record, node)
+    SELECT request_id, to_timestamp(started_ms / 1000.0), tenant, key_id, alias, upstream, model, status, error_code,
+           prompt, completion, cached, cache_write, cost, latency, record, $17
+    FROM input
+    ON CONFLICT DO NOTHING
+    RETURNING started_at, tenant, alias, model, key_id, error_code, prompt_tokens, completion_tokens, cached_tokens,
+              cache_write_tokens, cost_micro_usd
+), rolled AS (
+    INSERT INTO usage_daily AS d (day, tenant, alias, model, key_id, requests, errors, prompt_tokens,
+                                  completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd)
+    SELECT (started_at AT TIME ZONE 'UTC')::date, tenant, alias, model, key_id, count(*),
+           count(*) FILTER (WHERE error_code IS NOT NULL), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint,
+           sum(cached_tokens)::bigint, sum(cache_write_tokens)::bigint, sum(cost_micro_usd)::bigint
+    FROM ins GROUP BY 1, 2, 3, 4, 5
+    ON CONFLICT (day, tenant, alias, model, key_id) DO UPDATE SET
+        requests = d.requests + excluded.requests,
+        errors = d.errors + excluded.errors,
+        prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = d.completion_tokens + excluded.completion_tokens,
+        cached_tokens = d.cached_tokens + excluded.cached_tokens,
+        cache_write_tokens = d.cache_write_tokens + excluded.cache_write_tokens,
+        cost_micro_usd = d.cost_micro_usd + excluded.cost_micro_usd
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins)";
+
+#[derive(Default)]
+struct Columns {
+    request_id: Vec<String>,
+    started_ms: Vec<i64>,
+    tenant: Vec<String>,
+    key_id: Vec<String>,
+    alias: Vec<String>,
+    upstream: Vec<String>,
+    model: Vec<String>,
+    status: Vec<i32>,
+    error_code: Vec<Option<String>>,
+    prompt: Vec<i64>,
+    completion: Vec<i64>,
+    cached: Vec<i64>,
+    cache_write: Vec<i64>,
+    cost: Vec<i64>,
+    latency: Vec<i64>,
+    record: Vec<Value>,
+}
+
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Columns {
+    fn push(&mut self, r: UsageRecord, raw: Value) {
+        self.request_id.push(r.request_id);
+        self.started_ms.push(int(r.started_at_ms));
+        self.tenant.push(r.tenant);
+        self.key_id.push(r.key_id);
+        self.alias.push(r.alias);
+        self.upstream.push(r.upstream);
+        self.model.push(r.model);
+        self.status.push(i32::from(r.status));
+        self.error_code.push(r.error_code);
+        self.prompt.push(int(r.prompt_tokens));
+        self.completion.push(int(r.completion_tokens));
+        self.cached.push(int(r.cached_prompt_tokens));
+        self.cache_write.push(int(r.cache_write_tokens));
+        self.cost.push(int(r.cost_micro_usd.unwrap_or(0)));
+        self.latency.push(int(r.latency_ms));
+        self.record.push(raw);
+    }
+}
+
+/// `POST /api/v1/usage`: one batch from one data plane.
+pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
+    let node = crate::push::node_of(&state, &headers).await?;
+    let mut cols = Columns::default();
+    let mut unreadable = 0usize;
+    for line in body.split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
+        match (serde_json::from_slice::<UsageRecord>(line), serde_json::from_slice::<Value>(line)) {
+            (Ok(r), Ok(raw)) if !r.request_id.is_empty() => cols.push(r, raw),
+            _ => {
+                // Kept in the log in full (usage records hold no secrets) rather than blocking the
+                // node's spool forever on one bad line.
+                unreadable += 1;
+                tracing::error!(node = %node, line = %String::from_utf8_lossy(line), "unreadable usage record");
+            }
+        }
+    }
+    let received = cols.request_id.len();
+    let inserted: i64 = if received == 0 {
+        0
+    } else {
+        let mut tx = state.db.begin().await?;
+        let n = sqlx::query_scalar(INGEST)
+            .bind(cols.request_id)
+            .bind(cols.started_ms)
+            .bind(cols.tenant)
+            .bind(cols.key_id)
+            .bind(cols.alias)
+            .bind(cols.upstream)
+            .bind(cols.model)
+            .bind(cols.status)
+            .bind(cols.error_code)
+            .bind(cols.prompt)
+            .bind(cols.completion)
+            .bind(cols.cached)
+            .bind(cols.cache_write)
+            .bind(cols.cost)
+            .bind(cols.latency)
+            .bind(cols.record)
+            .bind(&node)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        n
+    };
+    Ok(Json(json!({ "received": received, "inserted": inserted, "duplicates": int(received as u64) - inserted,
+                    "unreadable": unreadable })))
+}
+
+/// Creates the monthly partitions around now (last month to two months ahead), so rows land in
+/// their month and old months can be detached or dropped whole.
+pub async fn ensure_partitions(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    for offset in -1..=2i32 {
+        let (name, from, to): (String, String, String) = sqlx::query_as(
+            "SELECT 'usage_events_' || to_char(m, 'YYYY_MM'), to_char(m, 'YYYY-MM-DD'), to_char(m + interval '1 month', 'YYYY-MM-DD')
+             FROM (SELECT date_trunc('month', now() AT TIME ZONE 'UTC') + make_interval(months => $1) AS m) x",
+        )
+        .bind(offset)
+        .fetch_one(db)
+        .await?;
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(&name).fetch_one(db).await?;
+        if !exists {
+            let ddl = format!(
+                "CREATE TABLE IF NOT EXISTS {name} PARTITION OF usage_events FOR VALUES FROM ('{from}') TO ('{to}')"
+            );
+            if let Err(e) = sqlx::query(&ddl).execute(db).await {
+                // Rows of that month already sit in the default partition; they stay readable there.
+                tracing::warn!(error = %e, partition = %name, "cannot create usage partition");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+pub struct ReportQuery {
+    /// Inclusive, `YYYY-MM-DD` (UTC days). Default: the last 30 days.
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    to: Option<String>,
+    /// `day` (default) or `month`.
+    #[serde(default)]
+    period: Option<String>,
+    /// Grouping below the period: `tenant` (default), `alias`, `model`, `key`.
+    #[serde(default)]
+    by: Option<String>,
+    #[serde(default)]
+    tenant: Option<String>,
+    #[serde(default)]
+    alias: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    /// `json` (default) or `csv`.
+    #[serde(default)]
+    format: Option<String>,
+}
+
+fn micro_usd(v: i64) -> String {
+    let sign = if v < 0 { "-" } else { "" };
+    let a = v.unsigned_abs();
+    format!("{sign}{}.{:06}", a / 1_000_000, a % 1_000_000)
+}
+
+/// `GET /api/v1/reports/cost`: cost and tokens per period and tenant (or alias, model, key),
+/// from the daily rollups; `format=csv` downloads the same rows.
+pub async fn cost_report(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<ReportQuery>,
+) -> ApiResult<Response> {
+    caller.require(Role::Finance)?;
+    let period = match q.period.as_deref().unwrap_or("day") {
+        "day" => "day",
+        "month" => "month",
+        _ => return Err(ApiError::field("period", "day or month")),
+    };
+    let by = match q.by.as_deref().unwrap_or("tenant") {
+        "tenant" => "tenant",
+        "alias" => "alias",
+        "model" => "model",
+        "key" => "key_id",
+        _ => return Err(ApiError::field("by", "tenant, alias, model or key")),
+    };
+    for (field, v) in [("from", &q.from), ("to", &q.to)] {
+        if let Some(d) = v {
+            if d.parse::<jiff::civil::Date>().is_err() {
+                return Err(ApiError::field(field, "a date as YYYY-MM-DD"));
+            }
+        }
+    }
+    let sql = format!(
+        "SELECT to_char(date_trunc('{period}', day), 'YYYY-MM-DD'), {by}, sum(requests)::bigint, sum(errors)::bigint,
+                sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, sum(cached_tokens)::bigint,
+                sum(cache_write_tokens)::bigint, sum(cost_micro_usd)::bigint
+         FROM usage_daily
+         WHERE day >= coalesce($1::date, current_date - 30) AND day <= coalesce($2::date, current_date)
+           AND ($3::text IS NULL OR tenant = $3) AND ($4::text IS NULL OR alias = $4) AND ($5::text IS NULL OR model = $5)
+         GROUP BY 1, 2 ORDER BY 1, 2"
+    );
+    #[allow(clippy::type_complexity)]
+    let rows: Vec<(String, String, i64, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(&sql)
+        .bind(&q.from)
+        .bind(&q.to)
+        .bind(&q.tenant)
+        .bind(&q.alias)
+        .bind(&q.model)
+        .fetch_all(&state.db)
+        .await?;
+    let group = if by == "key_id" { "key" } else { by };
+    if q.format.as_deref() == Some("csv") {
+        let mut csv = format!(
+            "period,{group},requests,errors,prompt_tokens,completion_tokens,cached_tokens,cache_write_tokens,cost_usd\n"
+        );
+        for r in &rows {
+            csv.push_str(&format!(
+                "{},{},{},{},{},{},{},{},{}\n",
+                r.0,
+                csv_field(&r.1),
+                r.2,
+                r.3,
+                r.4,
+                r.5,
+                r.6,
+                r.7,
+                micro_usd(r.8)
+            ));
+        }
+        let mut resp = csv.into_response();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
+        resp.headers_mut()
+            .insert(header::CONTENT_DISPOSITION, HeaderValue::from_static("attachment; filename=\"ax-cost.csv\""));
+        return Ok(resp);
+    }
+    let total: i64 = rows.iter().map(|r| r.8).sum();
+    let list: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            json!({ "period": r.0, group: r.1, "requests": r.2, "errors": r.3, "prompt_tokens": r.4,
+                    "completion_tokens": r.5, "cached_tokens": r.6, "cache_write_tokens": r.7,
+                    "cost_micro_usd": r.8, "cost_usd": micro_usd(r.8) })
+        })
+        .collect();
+    Ok(Json(
+        json!({ "period": period, "by": group, "rows": list, "total_micro_usd": total, "total_usd": micro_usd(total) }),
+    )
+    .into_response())
+}
+
+/// Quotes a CSV field when needed (RFC 4180) and defuses spreadsheet formulas.
+fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@']) { format!("'{s}") } else { s.to_owned() };
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn money_and_csv_formatting() {
+        assert_eq!(super::micro_usd(1_234_567), "1.234567");
+        assert_eq!(super::micro_usd(5), "0.000005");
+        assert_eq!(super::csv_field("a,b"), "\"a,b\"");
+        assert_eq!(super::csv_field("=cmd"), "'=cmd");
+    }
+}

@@ -1,0 +1,289 @@
+//! Control-plane mode (`--control-plane <url> --node-token <token>`): the data plane follows the
+//! control plane's versions over a websocket, keeps the last applied one on disk (encrypted) to
+//! start from when the control plane is unreachable, and ships its usage spool to it.
+//!
+//! Rules: a version is applied only if it compiles (`snapshot::build`, the same compiler the
+//! control plane validated it with); an empty document never replaces a non-empty one; a version
+//! not newer than the one served is never applied (no going back). Each outcome is reported
+//! (`applied` / `rejected`). Reconnects back off exponentially (200 ms to 10 s) with jitter.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use ax_protocol::config::ConfigSpec;
+use ax_protocol::snapshot::{Document, FromNode, ToNode};
+use futures_util::{SinkExt, StreamExt};
+use sha2::{Digest, Sha256};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::snapshot::{self, ConfigError, Snapshot};
+use crate::App;
+
+/// Where the control plane is and who this node is.
+#[derive(Clone)]
+pub struct Link {
+    /// `http://host:port` of a control-plane replica.
+    pub url: String,
+    pub token: String,
+    /// Holds `last-known-good.bin` (and the spool, unless the config names one).
+    pub state_dir: PathBuf,
+}
+
+/// The routing part of the config from `doc`, everything else (server, metering) from `base`.
+pub fn compile(
+    base: &ConfigSpec,
+    doc: &Document,
+    version: u64,
+    prev: Option<&Snapshot>,
+) -> Result<Snapshot, ConfigError> {
+    let spec = ConfigSpec {
+        upstreams: doc.upstreams.clone(),
+        routes: doc.routes.clone(),
+        tenants: doc.tenants.clone(),
+        ..base.clone()
+    };
+    snapshot::build(&spec, version, &|name| std::env::var(name).ok(), prev)
+}
+
+// ---------- last known good ----------
+
+const LKG_FILE: &str = "last-known-good.bin";
+const LKG_MAGIC: &[u8] = b"AXLKG1";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Stored {
+    pub version: u64,
+    pub hash: String,
+    pub document: Document,
+}
+
+fn lkg_cipher(token: &str) -> Option<Aes256Gcm> {
+    let key = Sha256::digest(format!("ax-lkg-v1:{token}").as_bytes());
+    Aes256Gcm::new_from_slice(&key).ok()
+}
+
+/// The last applied version, if one is on disk and opens with this node's token.
+pub fn load_last_known_good(link: &Link) -> Option<Stored> {
+    let path = link.state_dir.join(LKG_FILE);
+    let bytes = std::fs::read(&path).ok()?;
+    let body = bytes.strip_prefix(LKG_MAGIC)?;
+    if body.len() < 12 {
+        return None;
+    }
+    let (nonce, ct) = body.split_at(12);
+    let plain = lkg_cipher(&link.token)?.decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad: LKG_MAGIC }).ok();
+    match plain.and_then(|p| serde_json::from_slice::<Stored>(&p).ok()) {
+        Some(s) => Some(s),
+        None => {
+            tracing::error!(path = %path.display(), "last-known-good snapshot does not open with this node token; ignored");
+            None
+        }
+    }
+}
+
+/// Writes the applied version atomically (temp file, fsync, rename), encrypted under a key
+/// derived from the node token: upstream keys never reach the disk in plaintext.
+fn save_last_known_good(link: &Link, stored: &Stored) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(&link.state_dir)?;
+    let plain = serde_json::to_vec(stored).map_err(std::io::Error::other)?;
+    let nonce: [u8; 12] = rand::random();
+    let cipher = lkg_cipher(&link.token).ok_or_else(|| std::io::Error::other("cipher"))?;
+    let ct = cipher
+        .encrypt(Nonce::from_slice(&nonce), Payload { msg: &plain, aad: LKG_MAGIC })
+        .map_err(|_| std::io::Error::other("encryption failed"))?;
+    let tmp = link.state_dir.join(format!("{LKG_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(LKG_MAGIC)?;
+    f.write_all(&nonce)?;
+    f.write_all(&ct)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, link.state_dir.join(LKG_FILE))?;
+    if let Ok(d) = std::fs::File::open(&link.state_dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+// ---------- following versions ----------
+
+/// Runs for the life of the process: connect, follow, reconnect.
+pub async fn follow(app: Arc<App>, link: Link, base: ConfigSpec) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let started = std::time::Instant::now();
+        match session(&app, &link, &base).await {
+            Ok(()) => tracing::warn!("control plane closed the connection"),
+            Err(e) => tracing::warn!(error = %e, "control plane connection failed"),
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(200);
+        }
+        // Full jitter: a restarted control plane is not met by every node at once.
+        let wait = backoff.mul_f64(0.5 + rand::random::<f64>() * 0.5);
+        tokio::time::sleep(wait).await;
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}
+
+fn ws_url(base: &str) -> String {
+    let base = base.trim_end_matches('/');
+    let ws = if let Some(rest) = base.strip_prefix("https://") {
+        format!("wss://{rest}")
+    } else if let Some(rest) = base.strip_prefix("http://") {
+        format!("ws://{rest}")
+    } else {
+        base.to_owned()
+    };
+    format!("{ws}/api/v1/nodes/connect")
+}
+
+async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String> {
+    let mut req = ws_url(&link.url).into_client_request().map_err(|e| e.to_string())?;
+    let auth = format!("Bearer {}", link.token).parse().map_err(|_| "the node token is not a valid header value")?;
+    req.headers_mut().insert(http::header::AUTHORIZATION, auth);
+    let (ws, _) = tokio::time::timeout(Duration::from_secs(5), tokio_tungstenite::connect_async(req))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    if let tokio_tungstenite::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        let _ = s.set_nodelay(true);
+    }
+    let (mut tx, mut rx) = ws.split();
+    let send = |m: FromNode| Message::Text(serde_json::to_string(&m).unwrap_or_default().into());
+    tx.send(send(FromNode::Hello { version: app.store.load().version })).await.map_err(|e| e.to_string())?;
+    tracing::info!(url = %link.url, "connected to the control plane");
+    loop {
+        // The control plane pings every 10 s; silence for 35 s means the link is dead.
+        let msg = match tokio::time::timeout(Duration::from_secs(35), rx.next()).await {
+            Err(_) => return Err("no message or ping for 35 s".to_owned()),
+            Ok(None) => return Ok(()),
+            Ok(Some(m)) => m.map_err(|e| e.to_string())?,
+        };
+        let text = match msg {
+            Message::Text(t) => t,
+            Message::Close(_) => return Ok(()),
+            _ => continue,
+        };
+        let reply = match serde_json::from_str::<ToNode>(&text) {
+            Ok(ToNode::Snapshot { version, hash, document }) => apply(app, link, base, version, hash, document),
+            Err(e) => {
+                tracing::error!(error = %e, "unreadable message from the control plane");
+                continue;
+            }
+        };
+        tx.send(send(reply)).await.map_err(|e| e.to_string())?;
+    }
+}
+
+/// Validates and swaps in one pushed version; the answer for the control plane.
+pub fn apply(app: &App, link: &Link, base: &ConfigSpec, version: u64, hash: String, document: Document) -> FromNode {
+    let current = app.store.load();
+    if version <= current.version {
+        tracing::info!(version, serving = current.version, "pushed version is not newer; kept the current one");
+        return if version == current.version {
+            FromNode::Applied { version }
+        } else {
+            FromNode::Rejected { version, error: format!("older than the version served ({})", current.version) }
+        };
+    }
+    let empty = document.upstreams.is_empty() && document.routes.is_empty() && document.tenants.is_empty();
+    if empty && (!current.routes.is_empty() || !current.tenants.is_empty()) {
+        tracing::error!(version, "refused an empty configuration; the current one keeps serving");
+        return FromNode::Rejected { version, error: "empty configuration refused".to_owned() };
+    }
+    match compile(base, &document, version, Some(&current)) {
+        Ok(snap) => {
+            app.store.swap(snap);
+            tracing::info!(version, hash = %hash, "configuration version applied");
+            if let Err(e) = save_last_known_good(link, &Stored { version, hash, document }) {
+                tracing::error!(error = %e, "cannot store the last-known-good snapshot");
+            }
+            FromNode::Applied { version }
+        }
+        Err(e) => {
+            tracing::error!(version, error = %e, "refused a configuration version; the current one keeps serving");
+            FromNode::Rejected { version, error: e.to_string() }
+        }
+    }
+}
+
+// ---------- usage shipping ----------
+
+/// The spool's sink in control-plane mode: batches POSTed to `/api/v1/usage`; the control
+/// plane's 200 (after its transaction committed) is the acknowledgement.
+pub struct ControlPlaneSink {
+    url: String,
+    token: String,
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    buf: Vec<u8>,
+}
+
+/// A batch is sent once it reaches this size (more records wait for the commit at the pass's end).
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+impl ControlPlaneSink {
+    pub fn new(link: &Link) -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let client = rt
+            .block_on(async { reqwest::Client::builder().timeout(Duration::from_secs(15)).tcp_nodelay(true).build() });
+        let client = client.map_err(std::io::Error::other)?;
+        Ok(Self {
+            url: format!("{}/api/v1/usage", link.url.trim_end_matches('/')),
+            token: link.token.clone(),
+            rt,
+            client,
+            buf: Vec::new(),
+        })
+    }
+
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let body = std::mem::take(&mut self.buf);
+        let req = self
+            .client
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("content-type", "application/x-ndjson")
+            .body(body);
+        // `send` arms its timeout when called, so it must be called inside the runtime.
+        let resp = self.rt.block_on(async { req.send().await }).map_err(std::io::Error::other)?;
+        if !resp.status().is_success() {
+            return Err(std::io::Error::other(format!("control plane answered {} to a usage batch", resp.status())));
+        }
+        Ok(())
+    }
+}
+
+impl crate::spool::Sink for ControlPlaneSink {
+    fn deliver(&mut self, lines: &[&[u8]]) -> std::io::Result<()> {
+        for l in lines {
+            self.buf.extend_from_slice(l);
+            self.buf.push(b'\n');
+        }
+        if self.buf.len() >= BATCH_BYTES {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+
+    fn abort(&mut self) {
+        self.buf.clear();
+    }
+}
+
+/// The spool directory in control-plane mode when the config names none.
+pub fn default_spool(link: &Link) -> PathBuf {
+    link.state_dir.join("spool")
+}

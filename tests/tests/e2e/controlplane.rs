@@ -1,0 +1,411 @@
+//! Control plane against a real Postgres: admin API security, live snapshot push to real
+//! data-plane processes, last-known-good, replicas in step, usage ingestion exactly once.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ax_tests::cp::{create_node, create_operator, Process, Session, TestDb, ADMIN_PASSWORD};
+use serde_json::{json, Value};
+
+struct Stack {
+    db: TestDb,
+    dir: PathBuf,
+    cp: Process,
+    admin: Session,
+}
+
+async fn stack(tag: &str) -> Stack {
+    let db = TestDb::create(tag);
+    create_operator(&db, "root", "admin");
+    let dir = ax_tests::temp_dir(tag);
+    let cp = Process::control_plane(&db, &dir, "cp");
+    let admin = Session::login(&cp.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("admin login"));
+    Stack { db, dir, cp, admin }
+}
+
+fn mock_upstream(latency_ms: u64) -> Value {
+    json!({
+        "provider": "mock",
+        "mock": { "latency_ms": latency_ms, "reply_tokens": 4 },
+        "models": [{ "name": "m", "context_window": 32000, "capabilities": ["chat", "streaming"],
+                     "price_per_mtok": { "input": 1.0, "output": 2.0 } }]
+    })
+}
+
+/// Two mock upstreams, route `chat` at 80/20, tenant `acme` with a key. Returns the key.
+async fn seed(admin: &Session) -> String {
+    admin.ok("PUT", "/api/v1/upstreams/a", Some(&mock_upstream(0))).await;
+    admin.ok("PUT", "/api/v1/upstreams/b", Some(&mock_upstream(0))).await;
+    set_weights(admin, 80, 20).await;
+    admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "allowed_aliases": ["*"] }))).await;
+    let k = admin.ok("POST", "/api/v1/tenants/acme/keys", Some(&json!({}))).await;
+    k["key"].as_str().expect("key").to_owned()
+}
+
+async fn set_weights(admin: &Session, a: i64, b: i64) -> u64 {
+    let r = admin
+        .ok(
+            "PUT",
+            "/api/v1/routes/chat",
+            Some(&json!({ "strategy": "weighted", "candidates": [
+                { "upstream": "a", "model": "m", "weight": a }, { "upstream": "b", "model": "m", "weight": b } ] })),
+        )
+        .await;
+    r["version"].as_u64().expect("version")
+}
+
+/// Polls the node list until `node` applied `version`; the time it took.
+async fn wait_applied(admin: &Session, node: &str, version: u64, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let nodes = admin.ok("GET", "/api/v1/nodes", None).await;
+        let applied = nodes["nodes"]
+            .as_array()
+            .and_then(|l| l.iter().find(|n| n["id"] == node))
+            .and_then(|n| n["applied_version"].as_u64());
+        if applied.is_some_and(|a| a >= version) {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "node {node} did not apply version {version} within {within:?}: {nodes}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn chat(dp: &str, key: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{dp}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&json!({ "model": "chat", "messages": [{ "role": "user", "content": "hi" }] }))
+        .send()
+        .await
+        .expect("request")
+}
+
+/// Requests `n` answers and counts them by upstream.
+async fn split(dp: &str, key: &str, n: usize) -> (usize, usize) {
+    let mut a = 0;
+    for _ in 0..n {
+        let r = chat(dp, key).await;
+        assert_eq!(r.status(), 200, "{:?}", r.text().await);
+        if r.headers()["x-ax-upstream"] == "a" {
+            a += 1;
+        }
+    }
+    (a, n - a)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_routes_need_a_session_the_right_role_and_csrf_and_keys_stay_encrypted() {
+    let s = stack("auth").await;
+    create_operator(&s.db, "fin", "finance");
+    let finance = Session::login(&s.cp.url, "fin", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("finance login"));
+    assert_eq!(finance.role, "finance");
+
+    let mutations: &[(&str, &str, Value)] = &[
+        ("PUT", "/api/v1/tenants/x", json!({})),
+        ("POST", "/api/v1/tenants/acme/keys", json!({})),
+        ("POST", "/api/v1/keys/k/revoke", json!({})),
+        ("PUT", "/api/v1/upstreams/u", mock_upstream(0)),
+        ("DELETE", "/api/v1/upstreams/u", json!({})),
+        ("PUT", "/api/v1/routes/r", json!({ "candidates": [] })),
+        ("DELETE", "/api/v1/routes/r", json!({})),
+        ("POST", "/api/v1/routes/r/preview", json!({ "candidates": [] })),
+        ("POST", "/api/v1/versions/1/rollback", json!({})),
+        ("POST", "/api/v1/nodes", json!({ "id": "n" })),
+        ("POST", "/api/v1/logout", json!({})),
+    ];
+    let reads = [
+        "/api/v1/tenants",
+        "/api/v1/tenants/acme/keys",
+        "/api/v1/upstreams",
+        "/api/v1/routes",
+        "/api/v1/routes/r",
+        "/api/v1/versions",
+        "/api/v1/nodes",
+        "/api/v1/audit",
+        "/api/v1/reports/cost",
+        "/api/v1/session",
+    ];
+    let anon = reqwest::Client::new();
+    for (m, p, body) in mutations {
+        let r = anon.request(m.parse().unwrap(), format!("{}{p}", s.cp.url)).json(body).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{m} {p} without a session");
+    }
+    for p in reads {
+        assert_eq!(
+            anon.get(format!("{}{p}", s.cp.url)).send().await.unwrap().status(),
+            401,
+            "GET {p} without a session"
+        );
+    }
+    for (m, p, body) in mutations.iter().filter(|(_, p, _)| !p.ends_with("logout")) {
+        let r = finance.send(m, p, Some(body)).await;
+        assert_eq!(r.status(), 403, "{m} {p} as finance");
+        let r = s.admin.send_with(m, p, Some(body), false).await;
+        assert_eq!(r.status(), 403, "{m} {p} without CSRF");
+        assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "csrf_failed");
+    }
+    for p in reads.iter().filter(|p| !p.contains("reports") && !p.contains("session")) {
+        assert_eq!(finance.send("GET", p, None).await.status(), 403, "GET {p} as finance");
+    }
+    assert_eq!(finance.send("GET", "/api/v1/reports/cost", None).await.status(), 200);
+
+    // A plaintext upstream key goes in and is never seen again: not in the API, not in the dump.
+    let secret = "sk-live-PLAINTEXT-never-on-disk-4242";
+    let mut up = mock_upstream(0);
+    up["api_key"] = json!(secret);
+    let created = s.admin.ok("PUT", "/api/v1/upstreams/secretive", Some(&up)).await;
+    assert_eq!(created["upstream"]["has_key"], true);
+    assert!(!created.to_string().contains(secret));
+    assert!(!s.admin.ok("GET", "/api/v1/upstreams", None).await.to_string().contains(secret));
+    assert!(!s.admin.ok("GET", "/api/v1/audit", None).await.to_string().contains(secret));
+    let dump = s.db.dump();
+    assert!(dump.contains("secretive"), "the dump holds the upstream");
+    assert!(
+        !dump.contains(secret) && !dump.contains("PLAINTEXT"),
+        "a database dump holds the upstream key in plaintext"
+    );
+    assert!(!s.cp.logs().contains(secret), "the key reached the log");
+
+    // Bad passwords: 401 each, then throttled with 429 and Retry-After.
+    for _ in 0..5 {
+        let r = Session::login(&s.cp.url, "fin", "wrong password!").await.err().expect("refused");
+        assert_eq!(r.status(), 401);
+    }
+    let r = Session::login(&s.cp.url, "fin", ADMIN_PASSWORD).await.err().expect("throttled");
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "login_throttled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_route_input_is_a_field_error_and_changes_nothing() {
+    let s = stack("valid").await;
+    seed(&s.admin).await;
+    let versions = s.admin.ok("GET", "/api/v1/versions", None).await["versions"].as_array().unwrap().len();
+    let cases = [
+        (
+            json!([{ "upstream": "a", "model": "m", "weight": -5 }, { "upstream": "b", "model": "m", "weight": 1 }]),
+            "candidates[0].weight",
+        ),
+        (
+            json!([{ "upstream": "a", "model": "m", "enabled": false }, { "upstream": "b", "model": "m", "weight": 0 }]),
+            "candidates",
+        ),
+        (json!([{ "upstream": "nope", "model": "m" }]), "candidates[0].upstream"),
+    ];
+    for (cands, path) in cases {
+        let r = s.admin.send("PUT", "/api/v1/routes/chat", Some(&json!({ "candidates": cands }))).await;
+        assert_eq!(r.status(), 422);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "validation_failed");
+        assert!(body["error"]["fields"].as_array().unwrap().iter().any(|f| f["path"] == path), "{path}: {body}");
+    }
+    let route = s.admin.ok("GET", "/api/v1/routes/chat", None).await;
+    assert_eq!(route["candidates"][0]["weight"], 80, "unchanged");
+    let after = s.admin.ok("GET", "/api/v1/versions", None).await["versions"].as_array().unwrap().len();
+    assert_eq!(after, versions, "no version was made");
+
+    // The preview shows new shares and commits nothing.
+    let p = s
+        .admin
+        .ok(
+            "POST",
+            "/api/v1/routes/chat/preview",
+            Some(&json!({ "candidates": [
+            { "upstream": "a", "model": "m", "weight": 20 }, { "upstream": "b", "model": "m", "weight": 80 } ] })),
+        )
+        .await;
+    assert_eq!(p["shares_before"][0]["share_pct"], 80.0);
+    assert_eq!(p["shares_after"][1]["share_pct"], 80.0);
+    assert_eq!(s.admin.ok("GET", "/api/v1/routes/chat", None).await["candidates"][0]["weight"], 80);
+}
+
+/// A weight change reaches a running data plane within 1 s and traffic follows; the node's applied
+/// version is visible; an invalid pushed snapshot is refused, reported, and the old one keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weight_change_is_applied_within_a_second_and_traffic_follows() {
+    let s = stack("push").await;
+    let key = seed(&s.admin).await;
+    let token = create_node(&s.db, "dp-1");
+    let dp = Process::data_plane(&s.cp.url, &token, &s.dir.join("dp1"), "dp");
+    let v = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", v, Duration::from_secs(5)).await;
+    let (a, _) = split(&dp.url, &key, 300).await;
+    assert!((210..=270).contains(&a), "80/20 split: {a} of 300 to a");
+
+    let v2 = set_weights(&s.admin, 20, 80).await;
+    let took = wait_applied(&s.admin, "dp-1", v2, Duration::from_secs(1)).await;
+    let (a, _) = split(&dp.url, &key, 300).await;
+    assert!((30..=90).contains(&a), "20/80 split after the change: {a} of 300 to a");
+    eprintln!("weight change applied in {took:?}");
+
+    // Forced through the test hook: a route naming an unknown upstream.
+    let bad = json!({ "upstreams": [], "routes": [{ "alias": "x", "candidates": [{ "upstream": "ghost", "model": "m" }] }], "tenants": [] });
+    s.admin.ok("POST", "/api/v1/test/push", Some(&bad)).await;
+    let start = Instant::now();
+    loop {
+        let nodes = s.admin.ok("GET", "/api/v1/nodes", None).await;
+        let err = nodes["nodes"][0]["last_error"].as_str().unwrap_or_default().to_owned();
+        if err.contains("ghost") {
+            assert_eq!(nodes["nodes"][0]["applied_version"].as_u64(), Some(v2), "still on the good version");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(3), "refusal not reported: {nodes}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(chat(&dp.url, &key).await.status(), 200, "the old snapshot keeps serving");
+}
+
+/// Control plane down: the data plane keeps serving, restarts from its last-known-good snapshot
+/// (encrypted on disk), and catches up when the control plane returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_plane_serves_through_a_control_plane_outage() {
+    let mut s = stack("lkg").await;
+    let key = seed(&s.admin).await;
+    let token = create_node(&s.db, "dp-1");
+    let state = s.dir.join("dp1");
+    let mut dp = Process::data_plane(&s.cp.url, &token, &state, "dp");
+    let v = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", v, Duration::from_secs(5)).await;
+    let lkg = std::fs::read(state.join("last-known-good.bin")).expect("last-known-good stored");
+    assert!(!lkg.windows(key.len()).any(|w| w == key.as_bytes()));
+    assert!(!String::from_utf8_lossy(&lkg).contains("chat"), "the stored snapshot is encrypted");
+
+    let cp_url = s.cp.url.clone();
+    s.cp.kill();
+    assert_eq!(chat(&dp.url, &key).await.status(), 200, "serving with the control plane down");
+    dp.kill();
+    let dp = Process::data_plane(&cp_url, &token, &state, "dp");
+    assert_eq!(chat(&dp.url, &key).await.status(), 200, "restarted from last-known-good");
+
+    // The control plane returns on the same address; the node reconnects and catches up.
+    let port = cp_url.rsplit(':').next().unwrap().to_owned();
+    let mut cmd_cp = None;
+    for _ in 0..50 {
+        let c = std::process::Command::new(ax_tests::built("ax-controlplane"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .env("DATABASE_URL", &s.db.url)
+            .env("AX_MASTER_KEY", ax_tests::cp::MASTER_KEY)
+            .env("AX_COOKIE_SECURE", "0")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        cmd_cp = Some(c);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if reqwest::get(format!("{cp_url}/healthz")).await.is_ok() {
+            break;
+        }
+    }
+    let mut cp2 = cmd_cp.expect("control plane restarted");
+    let admin = Session::login(&cp_url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    let v2 = set_weights(&admin, 0, 1).await;
+    wait_applied(&admin, "dp-1", v2, Duration::from_secs(15)).await;
+    let (a, _) = split(&dp.url, &key, 20).await;
+    assert_eq!(a, 0, "the caught-up version routes everything to b");
+    let _ = cp2.kill();
+    let _ = cp2.wait();
+}
+
+/// A change made through one control-plane replica reaches a data plane connected to the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_control_plane_replicas_stay_in_step() {
+    let s = stack("replicas").await;
+    let key = seed(&s.admin).await;
+    let other = Process::control_plane(&s.db, &s.dir, "cp2");
+    let token = create_node(&s.db, "dp-1");
+    let dp = Process::data_plane(&other.url, &token, &s.dir.join("dp1"), "dp");
+    let v = set_weights(&s.admin, 1, 0).await;
+    let took = wait_applied(&s.admin, "dp-1", v, Duration::from_secs(1)).await;
+    eprintln!("applied through the other replica in {took:?}");
+    let (a, _) = split(&dp.url, &key, 20).await;
+    assert_eq!(a, 20);
+}
+
+/// 10,000 requests through a data plane → exactly 10,000 usage rows; with a kill -9 in the middle
+/// no answered request is lost and none is counted twice; report totals equal the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_reaches_postgres_exactly_once_through_a_kill_9() {
+    let s = stack("usage").await;
+    let key = seed(&s.admin).await;
+    let token = create_node(&s.db, "dp-1");
+    let state = s.dir.join("dp1");
+    let mut dp = Process::data_plane(&s.cp.url, &token, &state, "dp");
+    let v = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", v, Duration::from_secs(5)).await;
+
+    const N: usize = 10_000;
+    let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let url = std::sync::Arc::new(tokio::sync::RwLock::new(dp.url.clone()));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let (answered, url, sent, key) = (answered.clone(), url.clone(), sent.clone(), key.clone());
+        workers.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            while sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < N {
+                loop {
+                    let u = url.read().await.clone();
+                    let r = client
+                        .post(format!("{u}/v1/chat/completions"))
+                        .bearer_auth(&key)
+                        .json(&json!({ "model": "chat", "messages": [{ "role": "user", "content": "hi" }] }))
+                        .send()
+                        .await;
+                    if let Ok(r) = r {
+                        if r.status() == 200 {
+                            let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+                            if r.bytes().await.is_ok() {
+                                answered.lock().unwrap().push(id);
+                                break;
+                            }
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }));
+    }
+    // kill -9 in the middle, then restart on the same state directory (and spool).
+    while answered.lock().unwrap().len() < N / 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    dp.kill();
+    let dp2 = Process::data_plane(&s.cp.url, &token, &state, "dp");
+    *url.write().await = dp2.url.clone();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert_eq!(answered.len(), N);
+
+    let start = Instant::now();
+    loop {
+        let rows: usize = s.db.query("SELECT count(*) FROM usage_events WHERE status = 200").parse().unwrap();
+        if rows >= N {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "only {rows} usage rows after 20 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ids: std::collections::HashSet<String> =
+        s.db.query("SELECT request_id FROM usage_events").lines().map(str::to_owned).collect();
+    let rows: usize = s.db.query("SELECT count(*) FROM usage_events").parse().unwrap();
+    assert_eq!(ids.len(), rows, "a request id is in two rows");
+    let missing = answered.iter().filter(|id| !ids.contains(*id)).count();
+    assert_eq!(missing, 0, "answered requests without a usage row");
+    let served: usize = s.db.query("SELECT count(*) FROM usage_events WHERE status = 200").parse().unwrap();
+    // Requests cut by the kill may have rows of their own (status 200 with incomplete, or errors);
+    // every answered one is there exactly once.
+    assert!(served >= N, "{served}");
+
+    let sum: i64 = s.db.query("SELECT coalesce(sum(cost_micro_usd), 0) FROM usage_events").parse().unwrap();
+    let report = s.admin.ok("GET", "/api/v1/reports/cost?period=month", None).await;
+    assert_eq!(report["total_micro_usd"].as_i64(), Some(sum), "report total equals the rows");
+    let rolled: i64 = s.db.query("SELECT sum(requests) FROM usage_daily").parse().unwrap();
+    assert_eq!(rolled as usize, rows, "rollups count every row once");
+    let csv = s.admin.send("GET", "/api/v1/reports/cost?period=month&format=csv", None).await.text().await.unwrap();
+    assert!(csv.starts_with("period,tenant,requests"), "{csv}");
+    assert!(csv.contains("acme"));
+}
