@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use sqlx::PgConnection;
 
 use crate::auth::{Caller, Role};
-use crate::document::{self, audit, commit};
+use crate::document::{self, audit, commit, Focus};
 use crate::error::{decode, ApiError, ApiResult, FieldError};
 use crate::{crypto, AppState};
 
@@ -119,29 +119,9 @@ pub async fn put_tenant(State(s): State<AppState>, caller: Caller, Path(id): Pat
         after.clone(),
     )
     .await?;
-    let version = commit_tenant(&mut tx, &caller, &id).await?;
+    let version = commit(&mut tx, &caller.username, &format!("tenant {id}"), Focus::Tenant(&id)).await?;
     tx.commit().await?;
     Ok(Json(json!({ "tenant": after, "version": version })))
-}
-
-/// Commits, re-basing field paths of the edited tenant onto the request body.
-async fn commit_tenant(conn: &mut PgConnection, caller: &Caller, id: &str) -> ApiResult<i64> {
-    let doc_index = document::load(conn, None).await?.tenants.iter().position(|t| t.id == id);
-    commit(conn, &caller.username, &format!("tenant {id}"))
-        .await
-        .map_err(|e| rebase(e, doc_index.map(|i| format!("tenants[{i}]"))))
-}
-
-/// Makes `prefix.x.y` field paths relative to the edited entity (`x.y`).
-fn rebase(mut e: ApiError, prefix: Option<String>) -> ApiError {
-    if let Some(p) = prefix {
-        for f in &mut e.fields {
-            if let Some(rest) = f.path.strip_prefix(&p) {
-                f.path = rest.trim_start_matches('.').to_owned();
-            }
-        }
-    }
-    e
 }
 
 // ---------- keys ----------
@@ -192,7 +172,7 @@ pub async fn create_key(State(s): State<AppState>, caller: Caller, Path(tenant):
     }
     let after = json!({ "id": id, "tenant": tenant, "prefix": prefix, "expires_at": k.expires_at });
     audit(&mut tx, &caller.username, "key.create", &id, None, Some(after.clone())).await?;
-    let version = commit(&mut tx, &caller.username, &format!("key {id}")).await?;
+    let version = commit(&mut tx, &caller.username, &format!("key {id}"), Focus::None).await?;
     tx.commit().await?;
     Ok(Json(json!({ "id": id, "key": key, "prefix": prefix, "tenant": tenant, "version": version,
         "note": "the key is shown once; only its SHA-256 is stored" })))
@@ -225,7 +205,7 @@ pub async fn revoke_key(State(s): State<AppState>, caller: Caller, Path(id): Pat
         return Err(ApiError::not_found(format!("key '{id}'")));
     }
     audit(&mut tx, &caller.username, "key.revoke", &id, None, Some(json!({ "status": "revoked" }))).await?;
-    let version = commit(&mut tx, &caller.username, &format!("revoke key {id}")).await?;
+    let version = commit(&mut tx, &caller.username, &format!("revoke key {id}"), Focus::None).await?;
     tx.commit().await?;
     Ok(Json(json!({ "id": id, "status": "revoked", "version": version })))
 }
@@ -319,10 +299,7 @@ pub async fn put_upstream(State(s): State<AppState>, caller: Caller, Path(name):
         (Some(_), false) => "upstream.update",
     };
     audit(&mut tx, &caller.username, action, &name, before, after.clone()).await?;
-    let index = document::load(&mut tx, None).await?.upstreams.iter().position(|x| x.name == name);
-    let version = commit(&mut tx, &caller.username, &format!("upstream {name}"))
-        .await
-        .map_err(|e| rebase(e, index.map(|i| format!("upstreams[{i}]"))))?;
+    let version = commit(&mut tx, &caller.username, &format!("upstream {name}"), Focus::Upstream(&name)).await?;
     tx.commit().await?;
     Ok(Json(json!({ "upstream": after, "version": version })))
 }
@@ -334,7 +311,7 @@ pub async fn delete_upstream(State(s): State<AppState>, caller: Caller, Path(nam
         upstream_view(&mut tx, &name).await?.ok_or_else(|| ApiError::not_found(format!("upstream '{name}'")))?;
     sqlx::query("DELETE FROM upstreams WHERE name = $1").bind(&name).execute(&mut *tx).await?;
     audit(&mut tx, &caller.username, "upstream.delete", &name, Some(before), None).await?;
-    let version = commit(&mut tx, &caller.username, &format!("delete upstream {name}")).await?;
+    let version = commit(&mut tx, &caller.username, &format!("delete upstream {name}"), Focus::None).await?;
     tx.commit().await?;
     Ok(Json(json!({ "deleted": name, "version": version })))
 }
@@ -542,10 +519,7 @@ pub async fn put_route(State(s): State<AppState>, caller: Caller, Path(alias): P
         after.clone(),
     )
     .await?;
-    let index = document::load(&mut tx, None).await?.routes.iter().position(|x| x.alias == alias);
-    let version = commit(&mut tx, &caller.username, &format!("route {alias}"))
-        .await
-        .map_err(|e| rebase(e, index.map(|i| format!("routes[{i}]"))))?;
+    let version = commit(&mut tx, &caller.username, &format!("route {alias}"), Focus::Route(&alias)).await?;
     tx.commit().await?;
     Ok(Json(json!({ "route": after, "version": version })))
 }
@@ -556,7 +530,7 @@ pub async fn delete_route(State(s): State<AppState>, caller: Caller, Path(alias)
     let before = route_view(&mut tx, &alias).await?.ok_or_else(|| ApiError::not_found(format!("route '{alias}'")))?;
     sqlx::query("DELETE FROM routes WHERE alias = $1").bind(&alias).execute(&mut *tx).await?;
     audit(&mut tx, &caller.username, "route.delete", &alias, Some(before), None).await?;
-    let version = commit(&mut tx, &caller.username, &format!("delete route {alias}")).await?;
+    let version = commit(&mut tx, &caller.username, &format!("delete route {alias}"), Focus::None).await?;
     tx.commit().await?;
     Ok(Json(json!({ "deleted": alias, "version": version })))
 }
@@ -572,8 +546,7 @@ pub async fn preview_route(State(s): State<AppState>, caller: Caller, Path(alias
     let live = document::load(&mut tx, None).await?;
     write_route(&mut tx, &route_spec(&alias, &r, &candidates), &candidates).await?;
     let mut doc = document::load(&mut tx, None).await?;
-    let index = doc.routes.iter().position(|x| x.alias == alias);
-    document::validate(&doc).map_err(|f| rebase(ApiError::invalid(vec![f]), index.map(|i| format!("routes[{i}]"))))?;
+    document::validate(&doc).map_err(|f| ApiError::invalid(vec![Focus::Route(&alias).rebase(&doc, f)]))?;
     let after = route_view(&mut tx, &alias).await?;
     tx.rollback().await?;
     let shares = |d: &ax_protocol::snapshot::Document| -> Value {
@@ -647,7 +620,7 @@ pub async fn rollback(State(s): State<AppState>, caller: Caller, Path(version): 
         serde_json::from_value(stored).map_err(|e| ApiError::internal("stored version", e))?;
     document::restore(&mut tx, &doc).await?;
     audit(&mut tx, &caller.username, "config.rollback", &format!("version {version}"), None, None).await?;
-    let new = commit(&mut tx, &caller.username, &format!("rollback to version {version}")).await?;
+    let new = commit(&mut tx, &caller.username, &format!("rollback to version {version}"), Focus::None).await?;
     tx.commit().await?;
     Ok(Json(json!({ "restored": version, "version": new })))
 }

@@ -29,12 +29,14 @@ pub async fn load(conn: &mut PgConnection, keys: Option<&MasterKeys>) -> ApiResu
         sqlx::query_as("SELECT upstream, spec FROM upstream_models ORDER BY upstream, name")
             .fetch_all(&mut *conn)
             .await?;
+    let models = group(models, |m| m.0.clone());
     for (name, spec, ct, nonce, key_id) in ups {
         let mut u: UpstreamSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored upstream", e))?;
         u.name.clone_from(&name);
         u.models = models
-            .iter()
-            .filter(|(up, _)| *up == name)
+            .get(&name)
+            .into_iter()
+            .flatten()
             .map(|(_, m)| serde_json::from_value::<ModelSpec>(m.clone()))
             .collect::<Result<_, _>>()
             .map_err(|e| ApiError::internal("stored model", e))?;
@@ -55,12 +57,14 @@ pub async fn load(conn: &mut PgConnection, keys: Option<&MasterKeys>) -> ApiResu
     )
     .fetch_all(&mut *conn)
     .await?;
+    let cands = group(cands, |c| c.0.clone());
     for (alias, spec) in routes {
         let mut r: RouteSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored route", e))?;
         r.alias.clone_from(&alias);
         r.candidates = cands
-            .iter()
-            .filter(|c| c.0 == alias)
+            .get(&alias)
+            .into_iter()
+            .flatten()
             .map(|c| CandidateSpec {
                 upstream: c.1.clone(),
                 model: c.2.clone(),
@@ -81,12 +85,14 @@ pub async fn load(conn: &mut PgConnection, keys: Option<&MasterKeys>) -> ApiResu
     )
     .fetch_all(&mut *conn)
     .await?;
+    let api_keys = group(api_keys, |k| k.1.clone());
     for (id, spec) in tenants {
         let mut t: TenantSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored tenant", e))?;
         t.id.clone_from(&id);
         t.keys = api_keys
-            .iter()
-            .filter(|k| k.1 == id)
+            .get(&id)
+            .into_iter()
+            .flatten()
             .map(|k| KeySpec {
                 id: k.0.clone(),
                 sha256: Some(k.2.clone()),
@@ -99,6 +105,15 @@ pub async fn load(conn: &mut PgConnection, keys: Option<&MasterKeys>) -> ApiResu
         doc.tenants.push(t);
     }
     Ok(doc)
+}
+
+/// Rows grouped by a key, in their original order (one pass, not a scan per parent).
+fn group<T>(rows: Vec<T>, key: impl Fn(&T) -> String) -> std::collections::HashMap<String, Vec<T>> {
+    let mut map: std::collections::HashMap<String, Vec<T>> = std::collections::HashMap::new();
+    for r in rows {
+        map.entry(key(&r)).or_default().push(r);
+    }
+    map
 }
 
 /// Validates a document with the data plane's compiler: what passes here, every data plane accepts.
@@ -123,10 +138,10 @@ pub fn hash(doc: &Document) -> String {
 /// Ends a mutation: validates the whole resulting configuration (422 naming the field if it
 /// would not compile; the caller's transaction is then dropped, so nothing changes), stores a new
 /// version and notifies every control-plane replica. Returns the new version.
-pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str) -> ApiResult<i64> {
+pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str, focus: Focus<'_>) -> ApiResult<i64> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(CONFIG_LOCK).execute(&mut *conn).await?;
     let doc = load(conn, None).await?;
-    validate(&doc).map_err(|f| ApiError::invalid(vec![f]))?;
+    validate(&doc).map_err(|f| ApiError::invalid(vec![focus.rebase(&doc, f)]))?;
     let version: i64 = sqlx::query_scalar(
         "INSERT INTO config_versions (version, content_hash, document, author, summary)
          SELECT coalesce(max(version), 0) + 1, $1, $2, $3, $4 FROM config_versions RETURNING version",
@@ -139,6 +154,31 @@ pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str) -> Api
     .await?;
     sqlx::query("SELECT pg_notify('ax_config', $1)").bind(version.to_string()).execute(&mut *conn).await?;
     Ok(version)
+}
+
+/// The entity a mutation edited: validation errors inside it get paths relative to the request
+/// body (`candidates[0].weight`, not `routes[412].candidates[0].weight`).
+#[derive(Clone, Copy)]
+pub enum Focus<'a> {
+    None,
+    Route(&'a str),
+    Upstream(&'a str),
+    Tenant(&'a str),
+}
+
+impl Focus<'_> {
+    pub fn rebase(self, doc: &Document, mut f: FieldError) -> FieldError {
+        let prefix = match self {
+            Focus::None => None,
+            Focus::Route(a) => doc.routes.iter().position(|r| r.alias == a).map(|i| format!("routes[{i}]")),
+            Focus::Upstream(n) => doc.upstreams.iter().position(|u| u.name == n).map(|i| format!("upstreams[{i}]")),
+            Focus::Tenant(t) => doc.tenants.iter().position(|x| x.id == t).map(|i| format!("tenants[{i}]")),
+        };
+        if let Some(rest) = prefix.as_deref().and_then(|p| f.path.strip_prefix(p)) {
+            f.path = rest.trim_start_matches('.').to_owned();
+        }
+        f
+    }
 }
 
 /// Records who changed what (never a secret: callers pass documents without keys).

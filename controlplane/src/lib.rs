@@ -63,8 +63,39 @@ pub fn router(state: AppState) -> Router {
         .route("/test/push", post(push::test_push));
     Router::new()
         .nest("/api/v1", api)
+        .route("/api/openapi.json", get(openapi))
         .route("/healthz", get(|| async { "ok" }))
         .fallback(|| async { error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(state)
+}
+
+/// The admin API's OpenAPI document (hand-written next to the router; a test checks that every
+/// route is in it).
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+async fn openapi() -> impl axum::response::IntoResponse {
+    ([(http::header::CONTENT_TYPE, "application/json")], OPENAPI)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every `.route("…")` under `/api/v1` in `router` is documented in `openapi.json`, and
+    /// every documented path is routed.
+    #[test]
+    fn openapi_documents_every_route() {
+        let doc: serde_json::Value = serde_json::from_str(super::OPENAPI).expect("openapi.json parses");
+        let documented: std::collections::BTreeSet<String> =
+            doc["paths"].as_object().expect("paths").keys().cloned().collect();
+        let source = include_str!("lib.rs");
+        let router =
+            &source[source.find("let api = Router::new()").expect("router")..source.find(".nest(").expect("nest")];
+        let routed: std::collections::BTreeSet<String> = router
+            .split(".route(\"")
+            .skip(1)
+            .filter_map(|s| s.split('"').next())
+            .map(|p| format!("/api/v1{p}"))
+            .collect();
+        assert_eq!(routed, documented);
+    }
 }

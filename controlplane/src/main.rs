@@ -11,7 +11,7 @@ const USAGE: &str = "usage (DATABASE_URL and AX_MASTER_KEY in the environment):
   ax-controlplane serve [--listen 127.0.0.1:8090] [--addr-file <path>]
   ax-controlplane migrate
   ax-controlplane admin create <username> [--role admin|operator|finance]   (password from AX_ADMIN_PASSWORD or stdin)
-  ax-controlplane node create <id>                                          (prints the node token once)
+  ax-controlplane node create <id>           (prints the node token once; AX_NODE_TOKEN registers a chosen one)
   ax-controlplane rotate-master-key            (re-encrypts every upstream key from AX_MASTER_KEY_PREVIOUS to AX_MASTER_KEY)";
 
 fn init_logs() {
@@ -94,7 +94,11 @@ async fn run(args: Vec<String>) -> Result<(), String> {
             let id = args.get(2).ok_or("usage: node create <id>")?;
             let db = connect().await?;
             migrate(&db).await?;
-            let token = format!("axn-{}", crypto::token(30));
+            // A token chosen by the deployment (a secret shared with the node) or a fresh one.
+            let token = std::env::var("AX_NODE_TOKEN").unwrap_or_else(|_| format!("axn-{}", crypto::token(30)));
+            if token.len() < 24 {
+                return Err("AX_NODE_TOKEN must have at least 24 characters".to_owned());
+            }
             admin::register_node(&db, id, &token).await.map_err(|e| e.message)?;
             println!("{token}");
             Ok(())

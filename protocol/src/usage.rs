@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Fields missing when read (a record from an older data plane) take their defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct UsageRecord {
     /// Unique per request; sinks deduplicate on it.
     pub request_id: String,

@@ -389,6 +389,10 @@ pub fn binary_path() -> PathBuf {
 pub fn built(bin: &str) -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let dir = BUILT.get_or_init(|| {
+        // Benchmarks point this at prebuilt release binaries.
+        if let Some(d) = std::env::var_os("AX_BIN_DIR") {
+            return PathBuf::from(d);
+        }
         let exe = std::env::current_exe().expect("current exe");
         let dir = exe.parent().and_then(Path::parent).expect("target dir");
         let release = dir.file_name().is_some_and(|n| n == "release");

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One-command local stack: Postgres (the running one on 127.0.0.1:5432, else a private cluster
+# under .ax-local/pg), migrations, a demo seed (admin login, a tenant with a key, mock upstreams,
+# routes), the control plane and one data plane. Ctrl-C stops what it started.
+#   bash deploy/local.sh            (ports: control plane 8090, data plane 8080)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STATE="$ROOT/.ax-local"
+mkdir -p "$STATE"
+cd "$ROOT"
+CP_PORT=${CP_PORT:-8090}
+DP_PORT=${DP_PORT:-8080}
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+
+echo "==> building (release)"
+cargo build --release --quiet -p ax-dataplane -p ax-controlplane
+BIN="$ROOT/target/release"
+
+echo "==> PostgreSQL"
+if psql -h 127.0.0.1 -p 5432 -U postgres -d postgres -tAc 'select 1' >/dev/null 2>&1; then
+  PGURL_BASE="postgres://postgres@127.0.0.1:5432"
+  psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1 from pg_database where datname = 'ax_local'" | grep -q 1 ||
+    psql -h 127.0.0.1 -U postgres -d postgres -qc 'create database ax_local'
+else
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$PGBIN" ]; then
+    echo "    installing Debian's postgresql package"; (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null
+    PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  fi
+  RUNAS=(); [ "$(id -u)" = 0 ] && RUNAS=(runuser -u postgres --)
+  if [ ! -f "$STATE/pg/PG_VERSION" ]; then
+    mkdir -p "$STATE/pg"; [ "$(id -u)" = 0 ] && chown postgres "$STATE/pg"
+    "${RUNAS[@]}" "$PGBIN/initdb" -D "$STATE/pg" -U postgres --auth=trust >/dev/null
+  fi
+  "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$STATE/pg" -o "-p 5433 -k /tmp -c listen_addresses=127.0.0.1" -l "$STATE/pg.log" -w start >/dev/null
+  PIDS+=("$(head -1 "$STATE/pg/postmaster.pid")")
+  psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -tAc "select 1 from pg_database where datname = 'ax_local'" | grep -q 1 ||
+    psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -qc 'create database ax_local'
+  PGURL_BASE="postgres://postgres@127.0.0.1:5433"
+fi
+export DATABASE_URL="$PGURL_BASE/ax_local"
+
+# A development master key, kept beside the stack (production: a secret store).
+[ -f "$STATE/master.key" ] || (umask 077; head -c 32 /dev/urandom | base64 > "$STATE/master.key")
+export AX_MASTER_KEY=$(cat "$STATE/master.key")
+export AX_COOKIE_SECURE=0
+
+echo "==> migrations, admin login"
+"$BIN/ax-controlplane" migrate
+[ -f "$STATE/admin.password" ] || (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$STATE/admin.password")
+AX_ADMIN_PASSWORD=$(cat "$STATE/admin.password") "$BIN/ax-controlplane" admin create admin --role admin >/dev/null
+
+echo "==> control plane on 127.0.0.1:$CP_PORT"
+AX_LOG=${AX_LOG:-warn} "$BIN/ax-controlplane" serve --listen "127.0.0.1:$CP_PORT" 2>"$STATE/controlplane.log" &
+PIDS+=($!)
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$CP_PORT/healthz" >/dev/null && break; sleep 0.1; done
+
+echo "==> demo seed (idempotent)"
+JAR="$STATE/cookies"; rm -f "$JAR"
+CSRF=$(curl -sf -c "$JAR" "http://127.0.0.1:$CP_PORT/api/v1/login" -H 'content-type: application/json' \
+  -d "{\"username\":\"admin\",\"password\":\"$(cat "$STATE/admin.password")\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["csrf_token"])')
+api() { curl -sf -b "$JAR" -H "x-csrf-token: $CSRF" -H 'content-type: application/json' -X "$1" "http://127.0.0.1:$CP_PORT/api/v1$2" ${3:+-d "$3"}; }
+MODEL='"models":[{"name":"MODEL","context_window":32000,"capabilities":["chat","streaming","tools","json"],"price_per_mtok":{"input":PIN,"output":POUT}}]'
+api PUT /upstreams/mock-fast "{\"provider\":\"mock\",\"mock\":{\"latency_ms\":20,\"reply_tokens\":24},$(echo "$MODEL" | sed 's/MODEL/mock-small/;s/PIN/0.10/;s/POUT/0.40/')}" >/dev/null
+api PUT /upstreams/mock-large "{\"provider\":\"mock\",\"mock\":{\"latency_ms\":60,\"reply_tokens\":40},$(echo "$MODEL" | sed 's/MODEL/mock-large/;s/PIN/3.00/;s/POUT/15.00/')}" >/dev/null
+api PUT /routes/chat-default '{"strategy":"weighted","candidates":[{"upstream":"mock-fast","model":"mock-small","weight":80},{"upstream":"mock-large","model":"mock-large","weight":20}]}' >/dev/null
+api PUT /tenants/demo '{"allowed_aliases":["*"],"budgets":[{"window":"day","usd":5.0}]}' >/dev/null
+if [ ! -f "$STATE/demo.key" ]; then
+  api POST /tenants/demo/keys '{}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])' > "$STATE/demo.key"
+fi
+[ -f "$STATE/node.token" ] || "$BIN/ax-controlplane" node create local-1 > "$STATE/node.token"
+
+echo "==> data plane on 127.0.0.1:$DP_PORT"
+AX_NODE_TOKEN=$(cat "$STATE/node.token") AX_LOG=${AX_LOG:-warn} "$BIN/ax-dataplane" --control-plane "http://127.0.0.1:$CP_PORT" \
+  --state-dir "$STATE/dataplane" --listen "127.0.0.1:$DP_PORT" 2>"$STATE/dataplane.log" &
+PIDS+=($!)
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$DP_PORT/v1/models" -H "authorization: Bearer $(cat "$STATE/demo.key")" | grep -q chat-default && break
+  sleep 0.1
+done
+
+cat <<MSG
+
+ax is running.
+  Admin API (and UI):  http://127.0.0.1:$CP_PORT/        login: admin / $(cat "$STATE/admin.password")
+  Data plane:          http://127.0.0.1:$DP_PORT/v1      key:   $(cat "$STATE/demo.key")
+  Logs:                $STATE/*.log
+
+  curl -s http://127.0.0.1:$DP_PORT/v1/chat/completions -H 'authorization: Bearer $(cat "$STATE/demo.key")' \\
+       -H 'content-type: application/json' -d '{"model":"chat-default","messages":[{"role":"user","content":"Hello!"}]}'
+
+Ctrl-C stops it.
+MSG
+wait
