@@ -553,14 +553,67 @@ pub async fn preview_route(State(s): State<AppState>, caller: Caller, Path(alias
         d.routes.iter().find(|x| x.alias == alias).map_or(json!([]), share_list)
     };
     let new_shares = shares(&doc);
+    let old_shares = shares(&live);
+    let history = usage_history(&s.db, &alias).await?;
+    let cost_before = projected_daily_cost(&live, &old_shares, &history);
+    let cost_after = projected_daily_cost(&doc, &new_shares, &history);
     doc.routes.clear();
     Ok(Json(json!({
         "alias": alias,
         "before": before,
         "after": after,
-        "shares_before": shares(&live),
+        "shares_before": old_shares,
         "shares_after": new_shares,
+        "usage_last_7_days": { "requests_per_day": history.requests_per_day, "avg_prompt_tokens": history.avg_prompt,
+                               "avg_completion_tokens": history.avg_completion },
+        "projected_daily_cost_usd_before": cost_before,
+        "projected_daily_cost_usd_after": cost_after,
     })))
+}
+
+/// The alias's traffic over the last 7 days (from the rollups).
+struct History {
+    requests_per_day: f64,
+    avg_prompt: f64,
+    avg_completion: f64,
+}
+
+async fn usage_history(db: &sqlx::PgPool, alias: &str) -> ApiResult<History> {
+    let (requests, prompt, completion): (i64, i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(requests), 0)::bigint, coalesce(sum(prompt_tokens), 0)::bigint,
+                coalesce(sum(completion_tokens), 0)::bigint
+         FROM usage_daily WHERE alias = $1 AND day > current_date - 7",
+    )
+    .bind(alias)
+    .fetch_one(db)
+    .await?;
+    let n = requests.max(1) as f64;
+    Ok(History {
+        requests_per_day: requests as f64 / 7.0,
+        avg_prompt: prompt as f64 / n,
+        avg_completion: completion as f64 / n,
+    })
+}
+
+/// Requests per day × each candidate's share × its model's price for the average request. An
+/// estimate for the preview (money that is billed is always integer micro-USD); `None` without
+/// usage history or when a candidate's model has no price.
+fn projected_daily_cost(doc: &ax_protocol::snapshot::Document, shares: &Value, h: &History) -> Option<String> {
+    if h.requests_per_day == 0.0 {
+        return None;
+    }
+    let mut total = 0.0;
+    for s in shares.as_array()? {
+        let share = s["share_pct"].as_f64()? / 100.0;
+        if share == 0.0 {
+            continue;
+        }
+        let up = doc.upstreams.iter().find(|u| s["upstream"] == u.name.as_str())?;
+        let model = up.models.iter().find(|m| s["model"] == m.name.as_str())?;
+        let p = model.price_per_mtok.as_ref()?;
+        total += share * h.requests_per_day * (h.avg_prompt * p.input + h.avg_completion * p.output) / 1e6;
+    }
+    Some(format!("{total:.4}"))
 }
 
 /// Each candidate's share of traffic in percent (weighted: weight / total; priority: all to the

@@ -60,6 +60,8 @@ pub fn router(state: AppState) -> Router {
         .route("/audit", get(list_audit))
         .route("/usage", post(usage::ingest))
         .route("/reports/cost", get(usage::cost_report))
+        .route("/reports/top", get(usage::top_spenders))
+        .route("/reports/budgets", get(usage::budget_burn))
         .route("/test/push", post(push::test_push));
     Router::new()
         .nest("/api/v1", api)

@@ -48,6 +48,7 @@ impl Hub {
 
 /// Loads the newest version (if newer than what the hub holds) with upstream keys decrypted.
 pub async fn refresh(state: &AppState) -> Result<(), ApiError> {
+    let started = std::time::Instant::now();
     let row: Option<(i64, String, serde_json::Value)> =
         sqlx::query_as("SELECT version, content_hash, document FROM config_versions ORDER BY version DESC LIMIT 1")
             .fetch_optional(&state.db)
@@ -80,7 +81,13 @@ pub async fn refresh(state: &AppState) -> Result<(), ApiError> {
         *cur = Some(Arc::new(Pushed { version, message }));
         true
     });
-    tracing::info!(version, "new configuration version ready to push");
+    let bytes = state.hub.latest.borrow().as_ref().map_or(0, |p| p.message.len());
+    tracing::info!(
+        version,
+        bytes,
+        prepare_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "new configuration version ready to push"
+    );
     Ok(())
 }
 

@@ -288,6 +288,83 @@ pub async fn cost_report(
     .into_response())
 }
 
+#[derive(Deserialize)]
+pub struct TopQuery {
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    to: Option<String>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+/// `GET /api/v1/reports/top`: the tenants that spent most in the range (default: last 30 days).
+pub async fn top_spenders(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<TopQuery>,
+) -> ApiResult<Json<Value>> {
+    caller.require(Role::Finance)?;
+    for (field, v) in [("from", &q.from), ("to", &q.to)] {
+        if v.as_ref().is_some_and(|d| d.parse::<jiff::civil::Date>().is_err()) {
+            return Err(ApiError::field(field, "a date as YYYY-MM-DD"));
+        }
+    }
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT tenant, sum(requests)::bigint, sum(prompt_tokens + completion_tokens)::bigint, sum(cost_micro_usd)::bigint
+         FROM usage_daily
+         WHERE day >= coalesce($1::date, current_date - 30) AND day <= coalesce($2::date, current_date)
+         GROUP BY tenant ORDER BY 4 DESC, 1 LIMIT $3",
+    )
+    .bind(&q.from)
+    .bind(&q.to)
+    .bind(q.limit.unwrap_or(10).clamp(1, 1000))
+    .fetch_all(&state.db)
+    .await?;
+    let list: Vec<Value> = rows
+        .into_iter()
+        .map(|(t, req, tok, cost)| json!({ "tenant": t, "requests": req, "tokens": tok, "cost_micro_usd": cost, "cost_usd": micro_usd(cost) }))
+        .collect();
+    Ok(Json(json!({ "tenants": list })))
+}
+
+/// `GET /api/v1/reports/budgets`: every tenant budget against what the tenant spent in the
+/// current window (UTC day or month, from the rollups).
+pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Value>> {
+    caller.require(Role::Finance)?;
+    let tenants: Vec<(String, Value)> =
+        sqlx::query_as("SELECT id, spec FROM tenants ORDER BY id").fetch_all(&state.db).await?;
+    let spent: Vec<(String, String, i64, i64)> = sqlx::query_as(
+        "SELECT tenant, alias,
+                coalesce(sum(cost_micro_usd) FILTER (WHERE day = (now() AT TIME ZONE 'UTC')::date), 0)::bigint,
+                coalesce(sum(cost_micro_usd), 0)::bigint
+         FROM usage_daily WHERE day >= date_trunc('month', now() AT TIME ZONE 'UTC')::date
+         GROUP BY tenant, alias",
+    )
+    .fetch_all(&state.db)
+    .await?;
+    let mut out = Vec::new();
+    for (tenant, spec) in tenants {
+        let Ok(t) = serde_json::from_value::<ax_protocol::config::TenantSpec>(spec) else { continue };
+        for b in &t.budgets {
+            let month = b.window == ax_protocol::config::BudgetWindow::Month;
+            let used: i64 = spent
+                .iter()
+                .filter(|r| r.0 == tenant && b.alias.as_ref().is_none_or(|a| *a == r.1))
+                .map(|r| if month { r.3 } else { r.2 })
+                .sum();
+            let cap = (b.usd * 1_000_000.0).round() as i64;
+            out.push(json!({
+                "tenant": tenant, "window": if month { "month" } else { "day" }, "alias": b.alias,
+                "cap_usd": micro_usd(cap), "spent_usd": micro_usd(used), "spent_micro_usd": used,
+                "used_pct": if cap > 0 { (used as f64 * 1000.0 / cap as f64).round() / 10.0 } else { 0.0 },
+                "action": b.action, "warn_at": b.warn_at,
+            }));
+        }
+    }
+    Ok(Json(json!({ "budgets": out, "timezone": "UTC" })))
+}
+
 /// Quotes a CSV field when needed (RFC 4180) and defuses spreadsheet formulas.
 fn csv_field(s: &str) -> String {
     let s = if s.starts_with(['=', '+', '-', '@']) { format!("'{s}") } else { s.to_owned() };

@@ -169,8 +169,20 @@ async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String
             Message::Close(_) => return Ok(()),
             _ => continue,
         };
+        let received = std::time::Instant::now();
         let reply = match serde_json::from_str::<ToNode>(&text) {
-            Ok(ToNode::Snapshot { version, hash, document }) => apply(app, link, base, version, hash, document),
+            Ok(ToNode::Snapshot { version, hash, document }) => {
+                let decode_ms = received.elapsed().as_secs_f64() * 1000.0;
+                let reply = apply(app, link, base, version, hash, document);
+                tracing::info!(
+                    version,
+                    bytes = text.len(),
+                    decode_ms,
+                    total_ms = received.elapsed().as_secs_f64() * 1000.0,
+                    "snapshot message handled"
+                );
+                reply
+            }
             Err(e) => {
                 tracing::error!(error = %e, "unreadable message from the control plane");
                 continue;
@@ -196,10 +208,12 @@ pub fn apply(app: &App, link: &Link, base: &ConfigSpec, version: u64, hash: Stri
         tracing::error!(version, "refused an empty configuration; the current one keeps serving");
         return FromNode::Rejected { version, error: "empty configuration refused".to_owned() };
     }
+    let started = std::time::Instant::now();
     match compile(base, &document, version, Some(&current)) {
         Ok(snap) => {
             app.store.swap(snap);
-            tracing::info!(version, hash = %hash, "configuration version applied");
+            let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
+            tracing::info!(version, hash = %hash, compile_ms, "configuration version applied");
             if let Err(e) = save_last_known_good(link, &Stored { version, hash, document }) {
                 tracing::error!(error = %e, "cannot store the last-known-good snapshot");
             }

@@ -408,4 +408,28 @@ async fn usage_reaches_postgres_exactly_once_through_a_kill_9() {
     let csv = s.admin.send("GET", "/api/v1/reports/cost?period=month&format=csv", None).await.text().await.unwrap();
     assert!(csv.starts_with("period,tenant,requests"), "{csv}");
     assert!(csv.contains("acme"));
+
+    // Top spenders, budget burn-down and the preview's projection read the same rollups.
+    let top = s.admin.ok("GET", "/api/v1/reports/top", None).await;
+    assert_eq!(top["tenants"][0]["tenant"], "acme");
+    assert_eq!(top["tenants"][0]["cost_micro_usd"].as_i64(), Some(sum));
+    s.admin
+        .ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "budgets": [{ "window": "month", "usd": 1000.0 }] })))
+        .await;
+    let burn = s.admin.ok("GET", "/api/v1/reports/budgets", None).await;
+    assert_eq!(burn["budgets"][0]["spent_micro_usd"].as_i64(), Some(sum), "{burn}");
+    let p = s
+        .admin
+        .ok(
+            "POST",
+            "/api/v1/routes/chat/preview",
+            Some(&json!({ "candidates": [
+            { "upstream": "a", "model": "m", "weight": 50 }, { "upstream": "b", "model": "m", "weight": 50 } ] })),
+        )
+        .await;
+    let per_day = p["usage_last_7_days"]["requests_per_day"].as_f64().unwrap();
+    assert!((per_day - rows as f64 / 7.0).abs() < 0.01, "{p}");
+    let projected: f64 = p["projected_daily_cost_usd_after"].as_str().unwrap().parse().unwrap();
+    let expected = sum as f64 / 1e6 / 7.0; // same prices on both upstreams: the average request's cost
+    assert!((projected - expected).abs() <= expected * 0.01 + 0.0001, "projected {projected} vs {expected}");
 }
