@@ -8,6 +8,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE="$ROOT/.ax-local"
 mkdir -p "$STATE"
 cd "$ROOT"
+export AX_LOG=${AX_LOG:-warn}
 CP_PORT=${CP_PORT:-8090}
 DP_PORT=${DP_PORT:-8080}
 PIDS=()
@@ -53,7 +54,7 @@ echo "==> migrations, admin login"
 AX_ADMIN_PASSWORD=$(cat "$STATE/admin.password") "$BIN/ax-controlplane" admin create admin --role admin >/dev/null
 
 echo "==> control plane on 127.0.0.1:$CP_PORT"
-AX_LOG=${AX_LOG:-warn} "$BIN/ax-controlplane" serve --listen "127.0.0.1:$CP_PORT" 2>"$STATE/controlplane.log" &
+"$BIN/ax-controlplane" serve --listen "127.0.0.1:$CP_PORT" 2>"$STATE/controlplane.log" &
 PIDS+=($!)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$CP_PORT/healthz" >/dev/null && break; sleep 0.1; done
 
@@ -73,7 +74,7 @@ fi
 [ -f "$STATE/node.token" ] || "$BIN/ax-controlplane" node create local-1 > "$STATE/node.token"
 
 echo "==> data plane on 127.0.0.1:$DP_PORT"
-AX_NODE_TOKEN=$(cat "$STATE/node.token") AX_LOG=${AX_LOG:-warn} "$BIN/ax-dataplane" --control-plane "http://127.0.0.1:$CP_PORT" \
+AX_NODE_TOKEN=$(cat "$STATE/node.token") "$BIN/ax-dataplane" --control-plane "http://127.0.0.1:$CP_PORT" \
   --state-dir "$STATE/dataplane" --listen "127.0.0.1:$DP_PORT" 2>"$STATE/dataplane.log" &
 PIDS+=($!)
 for _ in $(seq 100); do
@@ -84,9 +85,9 @@ done
 cat <<MSG
 
 ax is running.
-  Admin API (and UI):  http://127.0.0.1:$CP_PORT/        login: admin / $(cat "$STATE/admin.password")
-  Data plane:          http://127.0.0.1:$DP_PORT/v1      key:   $(cat "$STATE/demo.key")
-  Logs:                $STATE/*.log
+  Admin API:   http://127.0.0.1:$CP_PORT/api/v1   (OpenAPI: /api/openapi.json)   login: admin / $(cat "$STATE/admin.password")
+  Data plane:  http://127.0.0.1:$DP_PORT/v1      key: $(cat "$STATE/demo.key")
+  Logs:        $STATE/*.log
 
   curl -s http://127.0.0.1:$DP_PORT/v1/chat/completions -H 'authorization: Bearer $(cat "$STATE/demo.key")' \\
        -H 'content-type: application/json' -d '{"model":"chat-default","messages":[{"role":"user","content":"Hello!"}]}'
