@@ -130,11 +130,6 @@ pub fn validate(doc: &Document) -> Result<(), FieldError> {
         .map_err(|e| FieldError::new(e.path, e.message))
 }
 
-/// SHA-256 of the document's canonical JSON (struct field order is fixed, maps are sorted).
-pub fn hash(doc: &Document) -> String {
-    hex::encode(Sha256::digest(serde_json::to_vec(doc).unwrap_or_default()))
-}
-
 /// Ends a mutation: validates the whole resulting configuration (422 naming the field if it
 /// would not compile; the caller's transaction is then dropped, so nothing changes), stores a new
 /// version and notifies every control-plane replica. Returns the new version.
@@ -142,12 +137,13 @@ pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str, focus:
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(CONFIG_LOCK).execute(&mut *conn).await?;
     let doc = load(conn, None).await?;
     validate(&doc).map_err(|f| ApiError::invalid(vec![focus.rebase(&doc, f)]))?;
+    let text = serde_json::to_string(&doc).map_err(|e| ApiError::internal("document", e))?;
     let version: i64 = sqlx::query_scalar(
-        "INSERT INTO config_versions (version, content_hash, document, author, summary)
-         SELECT coalesce(max(version), 0) + 1, $1, $2, $3, $4 FROM config_versions RETURNING version",
+        "INSERT INTO config_versions (version, content_hash, document, document_json, author, summary)
+         SELECT coalesce(max(version), 0) + 1, $1, $2::jsonb, $2, $3, $4 FROM config_versions RETURNING version",
     )
-    .bind(hash(&doc))
-    .bind(serde_json::to_value(&doc).map_err(|e| ApiError::internal("document", e))?)
+    .bind(hex::encode(Sha256::digest(text.as_bytes())))
+    .bind(&text)
     .bind(author)
     .bind(summary)
     .fetch_one(&mut *conn)

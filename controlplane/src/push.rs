@@ -49,31 +49,34 @@ impl Hub {
 /// Loads the newest version (if newer than what the hub holds) with upstream keys decrypted.
 pub async fn refresh(state: &AppState) -> Result<(), ApiError> {
     let started = std::time::Instant::now();
-    let row: Option<(i64, String, serde_json::Value)> =
-        sqlx::query_as("SELECT version, content_hash, document FROM config_versions ORDER BY version DESC LIMIT 1")
-            .fetch_optional(&state.db)
-            .await?;
-    let Some((version, hash, stored)) = row else { return Ok(()) };
+    let row: Option<(i64, String, String)> = sqlx::query_as(
+        "SELECT version, content_hash, coalesce(document_json, document::text) FROM config_versions
+         ORDER BY version DESC LIMIT 1",
+    )
+    .fetch_optional(&state.db)
+    .await?;
+    let Some((version, hash, document)) = row else { return Ok(()) };
     let version = u64::try_from(version).unwrap_or(0);
     if state.hub.latest_version().is_some_and(|v| v >= version) {
         return Ok(());
     }
-    let mut document: Document = serde_json::from_value(stored).map_err(|e| ApiError::internal("stored version", e))?;
-    // Keys are not stored in versions; the current (encrypted) keys go in.
-    let keys: Vec<(String, Vec<u8>, Vec<u8>, String)> = sqlx::query_as(
+    // Versions hold no keys; the current (encrypted) ones travel beside the document.
+    let sealed: Vec<(String, Vec<u8>, Vec<u8>, String)> = sqlx::query_as(
         "SELECT name, key_ciphertext, key_nonce, key_id FROM upstreams WHERE key_ciphertext IS NOT NULL",
     )
     .fetch_all(&state.db)
     .await?;
-    for (name, ct, nonce, key_id) in keys {
-        if let Some(u) = document.upstreams.iter_mut().find(|u| u.name == name) {
-            let plain =
-                state.keys.open(&key_id, &nonce, &ct, &name).map_err(|e| ApiError::internal("upstream key", e))?;
-            u.api_key = Some(String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))?);
-        }
+    let mut keys = std::collections::BTreeMap::new();
+    for (name, ct, nonce, key_id) in sealed {
+        let plain = state.keys.open(&key_id, &nonce, &ct, &name).map_err(|e| ApiError::internal("upstream key", e))?;
+        keys.insert(name, String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))?);
     }
-    let message = serde_json::to_string(&ToNode::Snapshot { version, hash, document })
-        .map_err(|e| ApiError::internal("snapshot", e))?;
+    // The stored text is sent as it is: no decode and re-encode of a large document.
+    let message = format!(
+        r#"{{"type":"snapshot","version":{version},"hash":{},"keys":{},"document":{document}}}"#,
+        serde_json::to_string(&hash).map_err(|e| ApiError::internal("snapshot", e))?,
+        serde_json::to_string(&keys).map_err(|e| ApiError::internal("snapshot", e))?,
+    );
     state.hub.latest.send_if_modified(|cur| {
         if cur.as_ref().is_some_and(|c| c.version >= version) {
             return false;
@@ -257,8 +260,13 @@ pub async fn test_push(
     }
     let document: Document = crate::error::decode(&body)?;
     let version = state.hub.latest_version().unwrap_or(0) + 1;
-    let message = serde_json::to_string(&ToNode::Snapshot { version, hash: "test".to_owned(), document })
-        .map_err(|e| ApiError::internal("snapshot", e))?;
+    let message = serde_json::to_string(&ToNode::Snapshot {
+        version,
+        hash: "test".to_owned(),
+        keys: Default::default(),
+        document,
+    })
+    .map_err(|e| ApiError::internal("snapshot", e))?;
     state.hub.latest.send_replace(Some(Arc::new(Pushed { version, message })));
     Ok(axum::Json(serde_json::json!({ "pushed": version })))
 }

@@ -171,7 +171,12 @@ async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String
         };
         let received = std::time::Instant::now();
         let reply = match serde_json::from_str::<ToNode>(&text) {
-            Ok(ToNode::Snapshot { version, hash, document }) => {
+            Ok(ToNode::Snapshot { version, hash, keys, mut document }) => {
+                for u in &mut document.upstreams {
+                    if let Some(k) = keys.get(&u.name) {
+                        u.api_key = Some(k.clone());
+                    }
+                }
                 let decode_ms = received.elapsed().as_secs_f64() * 1000.0;
                 let reply = apply(app, link, base, version, hash, document);
                 tracing::info!(

@@ -23,9 +23,16 @@ pub struct Document {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToNode {
-    /// The full current configuration. Upstream keys are in it (the connection is authenticated
-    /// by the node token; run it over TLS outside loopback).
-    Snapshot { version: u64, hash: String, document: Document },
+    /// The full current configuration. Upstream API keys travel beside the document (`keys`:
+    /// upstream name → key), so the control plane can send the stored document text as it is; the
+    /// connection is authenticated by the node token (run it over TLS outside loopback).
+    Snapshot {
+        version: u64,
+        hash: String,
+        #[serde(default)]
+        keys: std::collections::BTreeMap<String, String>,
+        document: Document,
+    },
 }
 
 /// Data plane → control plane.

@@ -433,3 +433,47 @@ async fn usage_reaches_postgres_exactly_once_through_a_kill_9() {
     let expected = sum as f64 / 1e6 / 7.0; // same prices on both upstreams: the average request's cost
     assert!((projected - expected).abs() <= expected * 0.01 + 0.0001, "projected {projected} vs {expected}");
 }
+
+/// An upstream key set through the admin API reaches the provider (and only the provider): it is
+/// in the data plane's upstream request, and a replaced key takes over within a push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_keys_travel_to_the_data_plane_and_rotate() {
+    use ax_tests::{wire, FakeUpstream, Reply};
+    let s = stack("keys").await;
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let spec = |key: &str| {
+        json!({ "provider": "openai", "base_url": up.url(), "api_key": key,
+                "models": [{ "name": "gpt", "context_window": 32000, "capabilities": ["chat"] }] })
+    };
+    s.admin.ok("PUT", "/api/v1/upstreams/openai", Some(&spec("sk-first-key-1111"))).await;
+    s.admin
+        .ok("PUT", "/api/v1/routes/chat", Some(&json!({ "candidates": [{ "upstream": "openai", "model": "gpt" }] })))
+        .await;
+    s.admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({}))).await;
+    let key =
+        s.admin.ok("POST", "/api/v1/tenants/acme/keys", Some(&json!({}))).await["key"].as_str().unwrap().to_owned();
+    let token = create_node(&s.db, "dp-1");
+    let dp = Process::data_plane(&s.cp.url, &token, &s.dir.join("dp1"), "dp");
+    let v = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", v, Duration::from_secs(5)).await;
+    assert_eq!(chat(&dp.url, &key).await.status(), 200);
+    assert_eq!(up.last().header("authorization"), Some("Bearer sk-first-key-1111"));
+
+    let r = s.admin.ok("PUT", "/api/v1/upstreams/openai", Some(&spec("sk-second-key-2222"))).await;
+    wait_applied(&s.admin, "dp-1", r["version"].as_u64().unwrap(), Duration::from_secs(1)).await;
+    assert_eq!(chat(&dp.url, &key).await.status(), 200);
+    assert_eq!(up.last().header("authorization"), Some("Bearer sk-second-key-2222"));
+    // Leaving api_key out keeps the stored one.
+    let mut keep = spec("");
+    keep.as_object_mut().unwrap().remove("api_key");
+    keep["max_concurrency"] = json!(64);
+    let r = s.admin.ok("PUT", "/api/v1/upstreams/openai", Some(&keep)).await;
+    assert_eq!(r["upstream"]["has_key"], true);
+    wait_applied(&s.admin, "dp-1", r["version"].as_u64().unwrap(), Duration::from_secs(1)).await;
+    assert_eq!(chat(&dp.url, &key).await.status(), 200);
+    assert_eq!(up.last().header("authorization"), Some("Bearer sk-second-key-2222"));
+    for log in [dp.logs(), s.cp.logs()] {
+        assert!(!log.contains("sk-first-key") && !log.contains("sk-second-key"), "an upstream key reached a log");
+    }
+    assert!(!s.db.dump().contains("sk-second-key"));
+}
