@@ -225,8 +225,18 @@ pub fn spawn_drain(dir: PathBuf, mut sink: Box<dyn Sink>) -> std::io::Result<std
         let mut next = std::time::Instant::now() + TICK;
         loop {
             std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
-            if let Err(e) = drain_once(&dir, sink.as_mut(), &mut offsets) {
-                tracing::error!(error = %e, "usage spool drain failed; retrying");
+            // A panic in a sink must not end metering for the rest of the process: the pass is
+            // dropped (nothing advanced) and tried again next tick.
+            let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                drain_once(&dir, sink.as_mut(), &mut offsets)
+            }));
+            match pass {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "usage spool drain failed; retrying"),
+                Err(_) => {
+                    sink.abort();
+                    tracing::error!("usage spool drain panicked; retrying next tick");
+                }
             }
             next = (next + TICK).max(std::time::Instant::now());
         }
