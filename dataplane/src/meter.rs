@@ -31,6 +31,14 @@ pub fn prometheus() -> Option<PrometheusHandle> {
             metrics::describe_histogram!("ax_time_to_first_token_seconds", "Time from request to first streamed token");
             metrics::describe_counter!("ax_tokens_total", "Tokens by alias, upstream and direction");
             metrics::describe_counter!("ax_upstream_attempts_total", "Upstream attempts by upstream and outcome");
+            metrics::describe_gauge!(
+                "ax_spool_last_commit_timestamp_seconds",
+                "Unix time of the usage spool drain's last acknowledged pass"
+            );
+            metrics::describe_counter!(
+                "ax_spool_drain_failures_total",
+                "Usage spool drain passes that failed (retried)"
+            );
             Some(handle)
         })
         .clone()

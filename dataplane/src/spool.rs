@@ -231,9 +231,18 @@ pub fn spawn_drain(dir: PathBuf, mut sink: Box<dyn Sink>) -> std::io::Result<std
                 drain_once(&dir, sink.as_mut(), &mut offsets)
             }));
             match pass {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "usage spool drain failed; retrying"),
+                Ok(Ok(())) => {
+                    // Alert on `time() - ax_spool_last_commit_timestamp_seconds`: a drain that
+                    // stopped delivering shows here before a disk fills.
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    metrics::gauge!("ax_spool_last_commit_timestamp_seconds").set(now.as_secs_f64());
+                }
+                Ok(Err(e)) => {
+                    metrics::counter!("ax_spool_drain_failures_total").increment(1);
+                    tracing::error!(error = %e, "usage spool drain failed; retrying");
+                }
                 Err(_) => {
+                    metrics::counter!("ax_spool_drain_failures_total").increment(1);
                     sink.abort();
                     tracing::error!("usage spool drain panicked; retrying next tick");
                 }

@@ -136,6 +136,16 @@ async fn metering_survives_kill_9_without_loss_or_duplicates() {
     for id in &answered {
         assert_eq!(count.get(id), Some(&1), "answered request {id} has no usage record");
     }
+    // The drain reports its last acknowledged pass, for alerting on a stuck spool.
+    let metrics = reqwest::get(format!("{}/metrics", bin.url)).await.unwrap().text().await.unwrap();
+    let last_commit: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ax_spool_last_commit_timestamp_seconds "))
+        .expect("spool gauge in /metrics")
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!((now - last_commit).abs() < 5.0, "last commit {last_commit} vs now {now}");
     // Keys never reach logs.
     let logs = format!("{logs_before}{}", bin.logs());
     assert!(!logs.contains(KEY), "a caller key leaked into the logs");
