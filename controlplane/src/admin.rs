@@ -238,31 +238,27 @@ pub async fn write_upstream(conn: &mut PgConnection, u: &UpstreamSpec) -> ApiRes
     Ok(())
 }
 
+/// Upstreams as the API shows them (all, or the one named): no key, `has_key` instead.
+async fn upstream_views(conn: &mut PgConnection, only: Option<&str>) -> ApiResult<Vec<Value>> {
+    Ok(document::load_upstreams(conn, only)
+        .await?
+        .into_iter()
+        .map(|(mut u, has_key)| {
+            u.api_key = None;
+            let mut v = serde_json::to_value(u).unwrap_or_default();
+            v["has_key"] = json!(has_key);
+            v
+        })
+        .collect())
+}
+
 async fn upstream_view(conn: &mut PgConnection, name: &str) -> ApiResult<Option<Value>> {
-    let doc = document::load(conn, None).await?;
-    let key: Option<(Option<String>,)> =
-        sqlx::query_as("SELECT key_id FROM upstreams WHERE name = $1").bind(name).fetch_optional(&mut *conn).await?;
-    Ok(doc.upstreams.into_iter().find(|u| u.name == name).map(|u| {
-        let mut v = serde_json::to_value(u).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("api_key");
-            o.insert("has_key".to_owned(), json!(key.as_ref().is_some_and(|k| k.0.is_some())));
-        }
-        v
-    }))
+    Ok(upstream_views(conn, Some(name)).await?.pop())
 }
 
 pub async fn list_upstreams(State(s): State<AppState>, caller: Caller) -> Reply {
     caller.require(Role::Operator)?;
-    let mut conn = s.db.acquire().await?;
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM upstreams ORDER BY name").fetch_all(&mut *conn).await?;
-    let mut list = Vec::new();
-    for n in names {
-        if let Some(v) = upstream_view(&mut conn, &n).await? {
-            list.push(v);
-        }
-    }
+    let list = upstream_views(&mut *s.db.acquire().await?, None).await?;
     Ok(Json(json!({ "upstreams": list })))
 }
 
@@ -284,13 +280,7 @@ pub async fn put_upstream(State(s): State<AppState>, caller: Caller, Path(name):
     write_upstream(&mut tx, &u).await?;
     if let Some(key) = u.api_key.as_deref().filter(|k| !k.is_empty()) {
         let sealed = s.keys.seal(key.as_bytes(), &name).map_err(|e| ApiError::internal("seal", e))?;
-        sqlx::query("UPDATE upstreams SET key_ciphertext = $2, key_nonce = $3, key_id = $4 WHERE name = $1")
-            .bind(&name)
-            .bind(sealed.ciphertext)
-            .bind(sealed.nonce)
-            .bind(sealed.key_id)
-            .execute(&mut *tx)
-            .await?;
+        document::store_key(&mut tx, &name, sealed).await?;
     }
     let after = upstream_view(&mut tx, &name).await?;
     let action = match (&before, u.api_key.is_some()) {
@@ -438,38 +428,36 @@ pub async fn write_route(
     Ok(())
 }
 
-/// A route as the API shows it: candidates with their `enabled` flag and real weights.
-async fn route_view(conn: &mut PgConnection, alias: &str) -> ApiResult<Option<Value>> {
-    let spec: Option<Value> =
-        sqlx::query_scalar("SELECT spec FROM routes WHERE alias = $1").bind(alias).fetch_optional(&mut *conn).await?;
-    let Some(mut spec) = spec else { return Ok(None) };
-    let cands: Vec<(String, String, i32, i32, bool)> = sqlx::query_as(
-        "SELECT upstream, model, weight, priority, enabled FROM route_candidates WHERE alias = $1 ORDER BY position",
-    )
-    .bind(alias)
-    .fetch_all(&mut *conn)
-    .await?;
-    spec["alias"] = json!(alias);
-    spec["candidates"] = cands
+/// Routes as the API shows them (all, or the one named): candidates with their configured
+/// weights and `enabled` flags.
+async fn route_views(conn: &mut PgConnection, only: Option<&str>) -> ApiResult<Vec<Value>> {
+    Ok(document::load_routes(conn, only)
+        .await?
         .into_iter()
-        .map(|(upstream, model, weight, priority, enabled)| {
-            json!({ "upstream": upstream, "model": model, "weight": weight, "priority": priority, "enabled": enabled })
+        .map(|r| {
+            let candidates: Vec<Value> = r
+                .spec
+                .candidates
+                .iter()
+                .zip(&r.enabled)
+                .map(|(c, on)| {
+                    json!({ "upstream": c.upstream, "model": c.model, "weight": c.weight, "priority": c.priority, "enabled": on })
+                })
+                .collect();
+            let mut v = serde_json::to_value(&r.spec).unwrap_or_default();
+            v["candidates"] = Value::Array(candidates);
+            v
         })
-        .collect();
-    Ok(Some(spec))
+        .collect())
+}
+
+async fn route_view(conn: &mut PgConnection, alias: &str) -> ApiResult<Option<Value>> {
+    Ok(route_views(conn, Some(alias)).await?.pop())
 }
 
 pub async fn list_routes(State(s): State<AppState>, caller: Caller) -> Reply {
     caller.require(Role::Operator)?;
-    let mut conn = s.db.acquire().await?;
-    let aliases: Vec<String> =
-        sqlx::query_scalar("SELECT alias FROM routes ORDER BY alias").fetch_all(&mut *conn).await?;
-    let mut list = Vec::new();
-    for a in aliases {
-        if let Some(v) = route_view(&mut conn, &a).await? {
-            list.push(v);
-        }
-    }
+    let list = route_views(&mut *s.db.acquire().await?, None).await?;
     Ok(Json(json!({ "routes": list })))
 }
 
@@ -543,9 +531,9 @@ pub async fn preview_route(State(s): State<AppState>, caller: Caller, Path(alias
     let candidates = r.check().map_err(ApiError::invalid)?;
     let mut tx = s.db.begin().await?;
     let before = route_view(&mut tx, &alias).await?;
-    let live = document::load(&mut tx, None).await?;
+    let live = document::load(&mut tx).await?;
     write_route(&mut tx, &route_spec(&alias, &r, &candidates), &candidates).await?;
-    let mut doc = document::load(&mut tx, None).await?;
+    let mut doc = document::load(&mut tx).await?;
     document::validate(&doc).map_err(|f| ApiError::invalid(vec![Focus::Route(&alias).rebase(&doc, f)]))?;
     let after = route_view(&mut tx, &alias).await?;
     tx.rollback().await?;

@@ -10,72 +10,32 @@ use ax_protocol::snapshot::Document;
 use sha2::{Digest, Sha256};
 use sqlx::PgConnection;
 
-use crate::crypto::MasterKeys;
+use std::collections::BTreeMap;
+
+use crate::crypto::{MasterKeys, Sealed};
 use crate::error::{ApiError, ApiResult, FieldError};
 
 /// Serializes all configuration writers (one advisory lock id for the whole config).
 pub const CONFIG_LOCK: i64 = 0x6178_636f_6e66;
 
-/// Reads the tables into a document. With `keys`, upstream API keys are decrypted into it (for
-/// pushing to data planes); without, they are left out (for storage, diffs and the API).
-pub async fn load(conn: &mut PgConnection, keys: Option<&MasterKeys>) -> ApiResult<Document> {
-    let mut doc = Document::default();
-
-    let ups: Vec<(String, serde_json::Value, Option<Vec<u8>>, Option<Vec<u8>>, Option<String>)> =
-        sqlx::query_as("SELECT name, spec, key_ciphertext, key_nonce, key_id FROM upstreams ORDER BY name")
-            .fetch_all(&mut *conn)
-            .await?;
-    let models: Vec<(String, serde_json::Value)> =
-        sqlx::query_as("SELECT upstream, spec FROM upstream_models ORDER BY upstream, name")
-            .fetch_all(&mut *conn)
-            .await?;
-    let models = group(models, |m| m.0.clone());
-    for (name, spec, ct, nonce, key_id) in ups {
-        let mut u: UpstreamSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored upstream", e))?;
-        u.name.clone_from(&name);
-        u.models = models
-            .get(&name)
-            .into_iter()
-            .flatten()
-            .map(|(_, m)| serde_json::from_value::<ModelSpec>(m.clone()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| ApiError::internal("stored model", e))?;
-        u.api_key = match (keys, ct, nonce, key_id) {
-            (Some(k), Some(ct), Some(nonce), Some(id)) => {
-                let plain = k.open(&id, &nonce, &ct, &name).map_err(|e| ApiError::internal("upstream key", e))?;
-                Some(String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))?)
-            }
-            _ => None,
-        };
-        doc.upstreams.push(u);
-    }
-
-    let routes: Vec<(String, serde_json::Value)> =
-        sqlx::query_as("SELECT alias, spec FROM routes ORDER BY alias").fetch_all(&mut *conn).await?;
-    let cands: Vec<(String, String, String, i32, i32, bool)> = sqlx::query_as(
-        "SELECT alias, upstream, model, weight, priority, enabled FROM route_candidates ORDER BY alias, position",
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    let cands = group(cands, |c| c.0.clone());
-    for (alias, spec) in routes {
-        let mut r: RouteSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored route", e))?;
-        r.alias.clone_from(&alias);
-        r.candidates = cands
-            .get(&alias)
-            .into_iter()
-            .flatten()
-            .map(|c| CandidateSpec {
-                upstream: c.1.clone(),
-                model: c.2.clone(),
+/// Reads the tables into a document, without upstream keys (they travel beside it: `upstream_keys`).
+pub async fn load(conn: &mut PgConnection) -> ApiResult<Document> {
+    let upstreams = load_upstreams(conn, None).await?.into_iter().map(|(u, _)| u).collect();
+    let routes = load_routes(conn, None)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let mut spec = r.spec;
+            for (c, on) in spec.candidates.iter_mut().zip(r.enabled) {
                 // A disabled candidate is weight 0: the data plane never picks it.
-                weight: if c.5 { u32::try_from(c.3).unwrap_or(0) } else { 0 },
-                priority: u32::try_from(c.4).unwrap_or(0),
-            })
-            .collect();
-        doc.routes.push(r);
-    }
-
+                if !on {
+                    c.weight = 0;
+                }
+            }
+            spec
+        })
+        .collect();
+    let mut doc = Document { upstreams, routes, tenants: Vec::new() };
     let tenants: Vec<(String, serde_json::Value)> =
         sqlx::query_as("SELECT id, spec FROM tenants ORDER BY id").fetch_all(&mut *conn).await?;
     let api_keys: Vec<(String, String, String, String, Option<String>, Option<serde_json::Value>)> = sqlx::query_as(
@@ -107,6 +67,110 @@ pub async fn load(conn: &mut PgConnection, keys: Option<&MasterKeys>) -> ApiResu
     Ok(doc)
 }
 
+/// Upstreams (all, or the one named) with their models, and whether each has a stored key.
+pub async fn load_upstreams(conn: &mut PgConnection, only: Option<&str>) -> ApiResult<Vec<(UpstreamSpec, bool)>> {
+    let ups: Vec<(String, serde_json::Value, bool)> = sqlx::query_as(
+        "SELECT name, spec, key_ciphertext IS NOT NULL FROM upstreams WHERE $1::text IS NULL OR name = $1 ORDER BY name",
+    )
+    .bind(only)
+    .fetch_all(&mut *conn)
+    .await?;
+    let models: Vec<(String, serde_json::Value)> = sqlx::query_as(
+        "SELECT upstream, spec FROM upstream_models WHERE $1::text IS NULL OR upstream = $1 ORDER BY upstream, name",
+    )
+    .bind(only)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut models = group(models, |m| m.0.clone());
+    let mut out = Vec::with_capacity(ups.len());
+    for (name, spec, has_key) in ups {
+        let mut u: UpstreamSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored upstream", e))?;
+        u.models = models
+            .remove(&name)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(_, m)| serde_json::from_value::<ModelSpec>(m))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ApiError::internal("stored model", e))?;
+        u.name = name;
+        out.push((u, has_key));
+    }
+    Ok(out)
+}
+
+/// A route as stored: candidates keep their configured weights; `enabled` is per candidate.
+pub struct StoredRoute {
+    pub spec: RouteSpec,
+    pub enabled: Vec<bool>,
+}
+
+/// Routes (all, or the one named) with their candidates.
+pub async fn load_routes(conn: &mut PgConnection, only: Option<&str>) -> ApiResult<Vec<StoredRoute>> {
+    let routes: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT alias, spec FROM routes WHERE $1::text IS NULL OR alias = $1 ORDER BY alias")
+            .bind(only)
+            .fetch_all(&mut *conn)
+            .await?;
+    let cands: Vec<(String, String, String, i32, i32, bool)> = sqlx::query_as(
+        "SELECT alias, upstream, model, weight, priority, enabled FROM route_candidates
+         WHERE $1::text IS NULL OR alias = $1 ORDER BY alias, position",
+    )
+    .bind(only)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut cands = group(cands, |c| c.0.clone());
+    let mut out = Vec::with_capacity(routes.len());
+    for (alias, spec) in routes {
+        let mut spec: RouteSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("stored route", e))?;
+        let rows = cands.remove(&alias).unwrap_or_default();
+        spec.candidates = rows
+            .iter()
+            .map(|c| CandidateSpec {
+                upstream: c.1.clone(),
+                model: c.2.clone(),
+                weight: u32::try_from(c.3).unwrap_or(0),
+                priority: u32::try_from(c.4).unwrap_or(0),
+            })
+            .collect();
+        spec.alias = alias;
+        out.push(StoredRoute { spec, enabled: rows.iter().map(|c| c.5).collect() });
+    }
+    Ok(out)
+}
+
+/// Upstream keys as stored: (upstream, ciphertext, nonce, master key id). `for_update` locks the
+/// rows for the rest of the transaction (rotation).
+pub async fn sealed_keys(
+    conn: &mut PgConnection,
+    for_update: bool,
+) -> Result<Vec<(String, Vec<u8>, Vec<u8>, String)>, sqlx::Error> {
+    const READ: &str = "SELECT name, key_ciphertext, key_nonce, key_id FROM upstreams WHERE key_ciphertext IS NOT NULL";
+    let sql = if for_update { format!("{READ} ORDER BY name FOR UPDATE") } else { format!("{READ} ORDER BY name") };
+    sqlx::query_as(&sql).fetch_all(&mut *conn).await
+}
+
+/// Every stored upstream key, decrypted: upstream name → key (what data planes receive).
+pub async fn upstream_keys(conn: &mut PgConnection, keys: &MasterKeys) -> ApiResult<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (name, ct, nonce, key_id) in sealed_keys(conn, false).await? {
+        let plain = keys.open(&key_id, &nonce, &ct, &name).map_err(|e| ApiError::internal("upstream key", e))?;
+        out.insert(name, String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))?);
+    }
+    Ok(out)
+}
+
+/// Stores an upstream's key, sealed under the current master key.
+pub async fn store_key(conn: &mut PgConnection, name: &str, sealed: Sealed) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE upstreams SET key_ciphertext = $2, key_nonce = $3, key_id = $4 WHERE name = $1")
+        .bind(name)
+        .bind(sealed.ciphertext)
+        .bind(sealed.nonce)
+        .bind(sealed.key_id)
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+}
+
 /// Rows grouped by a key, in their original order (one pass, not a scan per parent).
 fn group<T>(rows: Vec<T>, key: impl Fn(&T) -> String) -> std::collections::HashMap<String, Vec<T>> {
     let mut map: std::collections::HashMap<String, Vec<T>> = std::collections::HashMap::new();
@@ -135,7 +199,7 @@ pub fn validate(doc: &Document) -> Result<(), FieldError> {
 /// version and notifies every control-plane replica. Returns the new version.
 pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str, focus: Focus<'_>) -> ApiResult<i64> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(CONFIG_LOCK).execute(&mut *conn).await?;
-    let doc = load(conn, None).await?;
+    let doc = load(conn).await?;
     validate(&doc).map_err(|f| ApiError::invalid(vec![focus.rebase(&doc, f)]))?;
     let text = serde_json::to_string(&doc).map_err(|e| ApiError::internal("document", e))?;
     let version: i64 = sqlx::query_scalar(

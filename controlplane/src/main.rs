@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ax_controlplane::{admin, auth, crypto, push, router, usage, State, MIGRATOR};
+use ax_controlplane::{admin, auth, crypto, document, push, router, usage, State, MIGRATOR};
 
 const USAGE: &str = "usage (DATABASE_URL and AX_MASTER_KEY in the environment):
   ax-controlplane serve [--listen 127.0.0.1:8090] [--addr-file <path>]
@@ -154,27 +154,14 @@ async fn serve(args: &[String]) -> Result<(), String> {
 async fn rotate(db: &sqlx::PgPool) -> Result<(), String> {
     let keys = crypto::MasterKeys::from_env()?;
     let mut tx = db.begin().await.map_err(|e| e.to_string())?;
-    let rows: Vec<(String, Vec<u8>, Vec<u8>, String)> = sqlx::query_as(
-        "SELECT name, key_ciphertext, key_nonce, key_id FROM upstreams WHERE key_ciphertext IS NOT NULL FOR UPDATE",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(|e| e.to_string())?;
+    let rows = document::sealed_keys(&mut tx, true).await.map_err(|e| e.to_string())?;
     let mut n = 0;
     for (name, ct, nonce, id) in rows {
         if id == keys.current.id {
             continue;
         }
         let plain = keys.open(&id, &nonce, &ct, &name).map_err(|e| format!("upstream {name}: {e}"))?;
-        let sealed = keys.seal(&plain, &name)?;
-        sqlx::query("UPDATE upstreams SET key_ciphertext = $2, key_nonce = $3, key_id = $4 WHERE name = $1")
-            .bind(&name)
-            .bind(sealed.ciphertext)
-            .bind(sealed.nonce)
-            .bind(sealed.key_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| e.to_string())?;
+        document::store_key(&mut tx, &name, keys.seal(&plain, &name)?).await.map_err(|e| e.to_string())?;
         n += 1;
     }
     tx.commit().await.map_err(|e| e.to_string())?;

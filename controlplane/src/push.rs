@@ -61,16 +61,7 @@ pub async fn refresh(state: &AppState) -> Result<(), ApiError> {
         return Ok(());
     }
     // Versions hold no keys; the current (encrypted) ones travel beside the document.
-    let sealed: Vec<(String, Vec<u8>, Vec<u8>, String)> = sqlx::query_as(
-        "SELECT name, key_ciphertext, key_nonce, key_id FROM upstreams WHERE key_ciphertext IS NOT NULL",
-    )
-    .fetch_all(&state.db)
-    .await?;
-    let mut keys = std::collections::BTreeMap::new();
-    for (name, ct, nonce, key_id) in sealed {
-        let plain = state.keys.open(&key_id, &nonce, &ct, &name).map_err(|e| ApiError::internal("upstream key", e))?;
-        keys.insert(name, String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))?);
-    }
+    let keys = crate::document::upstream_keys(&mut *state.db.acquire().await?, &state.keys).await?;
     // The stored text is sent as it is: no decode and re-encode of a large document.
     let message = format!(
         r#"{{"type":"snapshot","version":{version},"hash":{},"keys":{},"document":{document}}}"#,

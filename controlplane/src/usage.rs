@@ -106,8 +106,12 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Byt
     let mut cols = Columns::default();
     let mut unreadable = 0usize;
     for line in body.split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
-        match (serde_json::from_slice::<UsageRecord>(line), serde_json::from_slice::<Value>(line)) {
-            (Ok(r), Ok(raw)) if !r.request_id.is_empty() => cols.push(r, raw),
+        // One parse: the typed record is read out of the kept JSON value.
+        let parsed = serde_json::from_slice::<Value>(line)
+            .ok()
+            .and_then(|raw| UsageRecord::deserialize(&raw).ok().map(|r| (r, raw)));
+        match parsed {
+            Some((r, raw)) if !r.request_id.is_empty() => cols.push(r, raw),
             _ => {
                 // Kept in the log in full (usage records hold no secrets) rather than blocking the
                 // node's spool forever on one bad line.

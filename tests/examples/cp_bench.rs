@@ -9,7 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use ax_tests::cp::{create_node, create_operator, Process, Session, TestDb, ADMIN_PASSWORD};
+use ax_tests::cp::{create_node, create_operator, Session, TestDb, ADMIN_PASSWORD};
+use ax_tests::Process;
 use serde_json::{json, Value};
 
 fn pct(v: &mut [f64], p: f64) -> f64 {

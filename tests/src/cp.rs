@@ -1,11 +1,12 @@
 //! Control-plane test kit: a private Postgres database per test, the real `ax-controlplane` and
 //! `ax-dataplane` binaries, and an operator session (cookie + CSRF) for the admin API.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
+use std::process::Command;
 
 use serde_json::Value;
+
+use crate::Process;
 
 pub const MASTER_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="; // base64 of 32 ASCII bytes
 pub const ADMIN_PASSWORD: &str = "correct horse battery";
@@ -80,39 +81,7 @@ pub fn create_node(db: &TestDb, id: &str) -> String {
     cp_command(db, &["node", "create", id], &[])
 }
 
-/// A process started with `--listen 127.0.0.1:0 --addr-file`, killed on drop.
-pub struct Process {
-    pub url: String,
-    child: Child,
-    pub log: PathBuf,
-}
-
 impl Process {
-    fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Self {
-        std::fs::create_dir_all(dir).expect("dir");
-        let addr_file = dir.join(format!("{name}.addr"));
-        let log = dir.join(format!("{name}.log"));
-        let _ = std::fs::remove_file(&addr_file);
-        cmd.args(["--listen", "127.0.0.1:0", "--addr-file"]).arg(&addr_file);
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log"))
-            .spawn()
-            .expect("spawn");
-        for _ in 0..400 {
-            if let Ok(a) = std::fs::read_to_string(&addr_file) {
-                if !a.is_empty() {
-                    return Self { url: format!("http://{a}"), child, log };
-                }
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        let mut child = child;
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("{name} did not start within 10 s; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-    }
-
     pub fn control_plane(db: &TestDb, dir: &Path, name: &str) -> Self {
         let mut cmd = Command::new(crate::built("ax-controlplane"));
         cmd.arg("serve")
@@ -127,26 +96,6 @@ impl Process {
         let mut cmd = Command::new(crate::built("ax-dataplane"));
         cmd.args(["--control-plane", cp_url, "--state-dir"]).arg(state_dir).env("AX_NODE_TOKEN", token);
         Self::spawn(cmd, state_dir, name)
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGKILL now.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -326,28 +326,28 @@ impl Gateway {
     }
 }
 
-/// The real `ax-dataplane` binary, started on port 0; killed on drop.
-pub struct Binary {
+/// A process started with `--listen 127.0.0.1:0 --addr-file`, killed on drop.
+pub struct Process {
     pub url: String,
     child: Child,
     pub log: PathBuf,
 }
 
-impl Binary {
-    pub fn start(config: &Path, dir: &Path) -> Self {
-        let addr_file = dir.join("addr");
-        let log = dir.join("ax.log");
+impl Process {
+    /// Starts `cmd` with `--listen 127.0.0.1:0 --addr-file <dir>/<name>.addr`, logging to
+    /// `<dir>/<name>.log` (appended: a restarted process adds to the same log).
+    pub fn spawn(mut cmd: Command, dir: &Path, name: &str) -> Self {
+        std::fs::create_dir_all(dir).expect("dir");
+        let addr_file = dir.join(format!("{name}.addr"));
+        let log = dir.join(format!("{name}.log"));
         let _ = std::fs::remove_file(&addr_file);
-        let child = Command::new(binary_path())
-            .args(["--config"])
-            .arg(config)
-            .args(["--listen", "127.0.0.1:0", "--addr-file"])
-            .arg(&addr_file)
+        cmd.args(["--listen", "127.0.0.1:0", "--addr-file"]).arg(&addr_file);
+        let child = cmd
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log"))
             .spawn()
-            .expect("start ax-dataplane");
-        for _ in 0..200 {
+            .expect("spawn");
+        for _ in 0..400 {
             if let Ok(a) = std::fs::read_to_string(&addr_file) {
                 if !a.is_empty() {
                     return Self { url: format!("http://{a}"), child, log };
@@ -358,8 +358,15 @@ impl Binary {
         let mut child = child;
         let _ = child.kill();
         let _ = child.wait();
-        let logs = std::fs::read_to_string(&log).unwrap_or_default();
-        panic!("ax-dataplane did not start within 5 s; log:\n{logs}");
+        panic!("{name} did not start within 10 s; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+    }
+
+    /// The real `ax-dataplane` binary from a config file (fresh log `<dir>/ax.log`).
+    pub fn start(config: &Path, dir: &Path) -> Self {
+        let _ = std::fs::remove_file(dir.join("ax.log"));
+        let mut cmd = Command::new(binary_path());
+        cmd.arg("--config").arg(config);
+        Self::spawn(cmd, dir, "ax")
     }
 
     pub fn pid(&self) -> u32 {
@@ -369,14 +376,22 @@ impl Binary {
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
 
-impl Drop for Binary {
-    fn drop(&mut self) {
+    /// SIGKILL now.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The standalone data plane (`Process::start`), as the older tests name it.
+pub type Binary = Process;
 
 /// `target/<profile>/ax-dataplane`, next to the test executable's `deps/` folder. Built (or
 /// confirmed up to date) once per test process, so black-box tests never run a stale binary.

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ax_tests::cp::{create_node, create_operator, Process, Session, TestDb, ADMIN_PASSWORD};
+use ax_tests::cp::{create_node, create_operator, Session, TestDb, ADMIN_PASSWORD};
+use ax_tests::Process;
 use serde_json::{json, Value};
 
 struct Stack {
@@ -42,15 +43,14 @@ async fn seed(admin: &Session) -> String {
     k["key"].as_str().expect("key").to_owned()
 }
 
+/// The route `chat` over upstreams `a` and `b` at these weights.
+fn chat_route(a: i64, b: i64) -> Value {
+    json!({ "strategy": "weighted", "candidates": [
+        { "upstream": "a", "model": "m", "weight": a }, { "upstream": "b", "model": "m", "weight": b } ] })
+}
+
 async fn set_weights(admin: &Session, a: i64, b: i64) -> u64 {
-    let r = admin
-        .ok(
-            "PUT",
-            "/api/v1/routes/chat",
-            Some(&json!({ "strategy": "weighted", "candidates": [
-                { "upstream": "a", "model": "m", "weight": a }, { "upstream": "b", "model": "m", "weight": b } ] })),
-        )
-        .await;
+    let r = admin.ok("PUT", "/api/v1/routes/chat", Some(&chat_route(a, b))).await;
     r["version"].as_u64().expect("version")
 }
 
@@ -207,15 +207,7 @@ async fn bad_route_input_is_a_field_error_and_changes_nothing() {
     assert_eq!(after, versions, "no version was made");
 
     // The preview shows new shares and commits nothing.
-    let p = s
-        .admin
-        .ok(
-            "POST",
-            "/api/v1/routes/chat/preview",
-            Some(&json!({ "candidates": [
-            { "upstream": "a", "model": "m", "weight": 20 }, { "upstream": "b", "model": "m", "weight": 80 } ] })),
-        )
-        .await;
+    let p = s.admin.ok("POST", "/api/v1/routes/chat/preview", Some(&chat_route(20, 80))).await;
     assert_eq!(p["shares_before"][0]["share_pct"], 80.0);
     assert_eq!(p["shares_after"][1]["share_pct"], 80.0);
     assert_eq!(s.admin.ok("GET", "/api/v1/routes/chat", None).await["candidates"][0]["weight"], 80);
@@ -418,15 +410,7 @@ async fn usage_reaches_postgres_exactly_once_through_a_kill_9() {
         .await;
     let burn = s.admin.ok("GET", "/api/v1/reports/budgets", None).await;
     assert_eq!(burn["budgets"][0]["spent_micro_usd"].as_i64(), Some(sum), "{burn}");
-    let p = s
-        .admin
-        .ok(
-            "POST",
-            "/api/v1/routes/chat/preview",
-            Some(&json!({ "candidates": [
-            { "upstream": "a", "model": "m", "weight": 50 }, { "upstream": "b", "model": "m", "weight": 50 } ] })),
-        )
-        .await;
+    let p = s.admin.ok("POST", "/api/v1/routes/chat/preview", Some(&chat_route(50, 50))).await;
     let per_day = p["usage_last_7_days"]["requests_per_day"].as_f64().unwrap();
     assert!((per_day - rows as f64 / 7.0).abs() < 0.01, "{p}");
     let projected: f64 = p["projected_daily_cost_usd_after"].as_str().unwrap().parse().unwrap();
