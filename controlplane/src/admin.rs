@@ -172,7 +172,7 @@ pub async fn create_key(State(s): State<AppState>, caller: Caller, Path(tenant):
     }
     let after = json!({ "id": id, "tenant": tenant, "prefix": prefix, "expires_at": k.expires_at });
     audit(&mut tx, &caller.username, "key.create", &id, None, Some(after.clone())).await?;
-    let version = commit(&mut tx, &caller.username, &format!("key {id}"), Focus::None).await?;
+    let version = commit(&mut tx, &caller.username, &format!("key {id}"), Focus::Tenant(&tenant)).await?;
     tx.commit().await?;
     Ok(Json(json!({ "id": id, "key": key, "prefix": prefix, "tenant": tenant, "version": version,
         "note": "the key is shown once; only its SHA-256 is stored" })))
@@ -200,12 +200,14 @@ pub async fn list_keys(State(s): State<AppState>, caller: Caller, Path(tenant): 
 pub async fn revoke_key(State(s): State<AppState>, caller: Caller, Path(id): Path<String>) -> Reply {
     caller.require(Role::Admin)?;
     let mut tx = s.db.begin().await?;
-    let n = sqlx::query("UPDATE api_keys SET status = 'revoked' WHERE id = $1").bind(&id).execute(&mut *tx).await?;
-    if n.rows_affected() == 0 {
-        return Err(ApiError::not_found(format!("key '{id}'")));
-    }
+    let tenant: Option<String> =
+        sqlx::query_scalar("UPDATE api_keys SET status = 'revoked' WHERE id = $1 RETURNING tenant_id")
+            .bind(&id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let tenant = tenant.ok_or_else(|| ApiError::not_found(format!("key '{id}'")))?;
     audit(&mut tx, &caller.username, "key.revoke", &id, None, Some(json!({ "status": "revoked" }))).await?;
-    let version = commit(&mut tx, &caller.username, &format!("revoke key {id}"), Focus::None).await?;
+    let version = commit(&mut tx, &caller.username, &format!("revoke key {id}"), Focus::Tenant(&tenant)).await?;
     tx.commit().await?;
     Ok(Json(json!({ "id": id, "status": "revoked", "version": version })))
 }
@@ -518,7 +520,7 @@ pub async fn delete_route(State(s): State<AppState>, caller: Caller, Path(alias)
     let before = route_view(&mut tx, &alias).await?.ok_or_else(|| ApiError::not_found(format!("route '{alias}'")))?;
     sqlx::query("DELETE FROM routes WHERE alias = $1").bind(&alias).execute(&mut *tx).await?;
     audit(&mut tx, &caller.username, "route.delete", &alias, Some(before), None).await?;
-    let version = commit(&mut tx, &caller.username, &format!("delete route {alias}"), Focus::None).await?;
+    let version = commit(&mut tx, &caller.username, &format!("delete route {alias}"), Focus::Route(&alias)).await?;
     tx.commit().await?;
     Ok(Json(json!({ "deleted": alias, "version": version })))
 }
@@ -531,10 +533,12 @@ pub async fn preview_route(State(s): State<AppState>, caller: Caller, Path(alias
     let candidates = r.check().map_err(ApiError::invalid)?;
     let mut tx = s.db.begin().await?;
     let before = route_view(&mut tx, &alias).await?;
-    let live = document::load(&mut tx).await?;
+    let live = document::live(&mut tx).await?;
     write_route(&mut tx, &route_spec(&alias, &r, &candidates), &candidates).await?;
-    let mut doc = document::load(&mut tx).await?;
-    document::validate(&doc).map_err(|f| ApiError::invalid(vec![Focus::Route(&alias).rebase(&doc, f)]))?;
+    let mut next = live.clone();
+    document::refresh(&mut tx, &mut next, Focus::Route(&alias)).await?;
+    let (valid, mut doc) = document::validate(next);
+    valid.map_err(|f| ApiError::invalid(vec![Focus::Route(&alias).rebase(&doc, f)]))?;
     let after = route_view(&mut tx, &alias).await?;
     tx.rollback().await?;
     let shares = |d: &ax_protocol::snapshot::Document| -> Value {
@@ -652,13 +656,14 @@ pub async fn list_versions(State(s): State<AppState>, caller: Caller) -> Reply {
 pub async fn rollback(State(s): State<AppState>, caller: Caller, Path(version): Path<i64>) -> Reply {
     caller.require(Role::Operator)?;
     let mut tx = s.db.begin().await?;
-    let stored: Option<Value> = sqlx::query_scalar("SELECT document FROM config_versions WHERE version = $1")
-        .bind(version)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT coalesce(document_json, document::text) FROM config_versions WHERE version = $1")
+            .bind(version)
+            .fetch_optional(&mut *tx)
+            .await?;
     let stored = stored.ok_or_else(|| ApiError::not_found(format!("version {version}")))?;
     let doc: ax_protocol::snapshot::Document =
-        serde_json::from_value(stored).map_err(|e| ApiError::internal("stored version", e))?;
+        serde_json::from_str(&stored).map_err(|e| ApiError::internal("stored version", e))?;
     document::restore(&mut tx, &doc).await?;
     audit(&mut tx, &caller.username, "config.rollback", &format!("version {version}"), None, None).await?;
     let new = commit(&mut tx, &caller.username, &format!("rollback to version {version}"), Focus::None).await?;

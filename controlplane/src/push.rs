@@ -199,6 +199,7 @@ async fn serve_node(state: &AppState, node: &str, socket: WebSocket) -> Result<(
                             tracing::warn!(node, version, error = %error, "data plane refused a version");
                             seen(state, node, Some((version, Some(error)))).await;
                         }
+                        Ok(FromNode::Health { health }) => record_health(state, node, &health).await,
                         Err(e) => return Err(format!("bad message from node: {e}")),
                     },
                     Message::Close(_) => return Ok(()),
@@ -234,6 +235,18 @@ async fn seen(state: &AppState, node: &str, outcome: Option<(u64, Option<String>
     };
     if let Err(e) = r {
         tracing::error!(error = %e, node, "cannot record the node's state");
+    }
+}
+
+/// Stores the node's latest health table (its summary in `GET /api/v1/nodes`).
+async fn record_health(state: &AppState, node: &str, health: &ax_protocol::health::NodeHealth) {
+    let r = sqlx::query("UPDATE data_planes SET last_seen = now(), health = $2 WHERE id = $1")
+        .bind(node)
+        .bind(sqlx::types::Json(health))
+        .execute(&state.db)
+        .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, node, "cannot record the node's health");
     }
 }
 

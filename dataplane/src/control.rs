@@ -34,19 +34,19 @@ pub struct Link {
 }
 
 /// The routing part of the config from `doc`, everything else (server, metering) from `base`.
+/// The document is moved in and handed back (it is what the node stores as last-known-good):
+/// a 10,000-alias document is not copied.
 pub fn compile(
     base: &ConfigSpec,
-    doc: &Document,
+    doc: Document,
     version: u64,
     prev: Option<&Snapshot>,
-) -> Result<Snapshot, ConfigError> {
-    let spec = ConfigSpec {
-        upstreams: doc.upstreams.clone(),
-        routes: doc.routes.clone(),
-        tenants: doc.tenants.clone(),
-        ..base.clone()
-    };
-    snapshot::build(&spec, version, &|name| std::env::var(name).ok(), prev)
+) -> (Result<Snapshot, ConfigError>, Document) {
+    let Document { upstreams, routes, tenants } = doc;
+    let spec = ConfigSpec { upstreams, routes, tenants, server: base.server.clone(), metering: base.metering.clone() };
+    let snap = snapshot::build(&spec, version, &|name| std::env::var(name).ok(), prev);
+    let ConfigSpec { upstreams, routes, tenants, .. } = spec;
+    (snap, Document { upstreams, routes, tenants })
 }
 
 // ---------- last known good ----------
@@ -142,6 +142,9 @@ fn ws_url(base: &str) -> String {
     format!("{ws}/api/v1/nodes/connect")
 }
 
+/// How often the node sends its health table.
+const HEALTH_EVERY: Duration = Duration::from_secs(5);
+
 async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String> {
     let mut req = ws_url(&link.url).into_client_request().map_err(|e| e.to_string())?;
     let auth = format!("Bearer {}", link.token).parse().map_err(|_| "the node token is not a valid header value")?;
@@ -157,12 +160,21 @@ async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String
     let send = |m: FromNode| Message::Text(serde_json::to_string(&m).unwrap_or_default().into());
     tx.send(send(FromNode::Hello { version: app.store.load().version })).await.map_err(|e| e.to_string())?;
     tracing::info!(url = %link.url, "connected to the control plane");
+    let mut health = tokio::time::interval(HEALTH_EVERY);
     loop {
         // The control plane pings every 10 s; silence for 35 s means the link is dead.
-        let msg = match tokio::time::timeout(Duration::from_secs(35), rx.next()).await {
-            Err(_) => return Err("no message or ping for 35 s".to_owned()),
-            Ok(None) => return Ok(()),
-            Ok(Some(m)) => m.map_err(|e| e.to_string())?,
+        let next = tokio::time::timeout(Duration::from_secs(35), rx.next());
+        let msg = tokio::select! {
+            m = next => match m {
+                Err(_) => return Err("no message or ping for 35 s".to_owned()),
+                Ok(None) => return Ok(()),
+                Ok(Some(m)) => m.map_err(|e| e.to_string())?,
+            },
+            _ = health.tick() => {
+                let table = crate::meter::health_table(&app.store.load());
+                tx.send(send(FromNode::Health { health: table })).await.map_err(|e| e.to_string())?;
+                continue;
+            }
         };
         let text = match msg {
             Message::Text(t) => t,
@@ -214,7 +226,8 @@ pub fn apply(app: &App, link: &Link, base: &ConfigSpec, version: u64, hash: Stri
         return FromNode::Rejected { version, error: "empty configuration refused".to_owned() };
     }
     let started = std::time::Instant::now();
-    match compile(base, &document, version, Some(&current)) {
+    let (snap, document) = compile(base, document, version, Some(&current));
+    match snap {
         Ok(snap) => {
             app.store.swap(snap);
             let compile_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -109,13 +109,7 @@ pub enum Admission {
     Reject { reopens_in: Duration },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BreakerState {
-    Closed,
-    Open,
-    HalfOpen,
-}
+pub use ax_protocol::health::{BreakerState, ModelStatus};
 
 /// A per-upstream-instance circuit breaker: a small state machine fed classified outcomes.
 ///
@@ -404,11 +398,13 @@ impl ModelHealth {
         (bits != 0).then(|| Duration::from_secs_f64(f64::from_bits(bits) / 1e6))
     }
 
-    pub fn snapshot(&self, window_ms: u64) -> ModelStats {
+    /// The row of the health table for this model (`model` left for the caller to fill).
+    pub fn snapshot(&self, window_ms: u64) -> ModelStatus {
         let now = ms_since(self.base);
         let (f, ok) = self.window.totals(now, window_ms);
         let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
-        ModelStats {
+        ModelStatus {
+            model: String::new(),
             requests: f + ok,
             success_rate: (f + ok > 0).then(|| f64::from(ok) / f64::from(f + ok)),
             latency_p50_ms: ms(self.latency.quantile(now, 0.5)),
@@ -418,18 +414,6 @@ impl ModelHealth {
             ttft_ewma_ms: ms(self.ewma()),
         }
     }
-}
-
-/// One row of the health table.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ModelStats {
-    pub requests: u32,
-    pub success_rate: Option<f64>,
-    pub latency_p50_ms: Option<f64>,
-    pub latency_p95_ms: Option<f64>,
-    pub ttft_p50_ms: Option<f64>,
-    pub ttft_p95_ms: Option<f64>,
-    pub ttft_ewma_ms: Option<f64>,
 }
 
 #[cfg(test)]

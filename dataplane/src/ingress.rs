@@ -529,10 +529,17 @@ async fn healthz() -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], r#"{"status":"ok"}"#).into_response()
 }
 
+/// Ready once a configuration is served: version 0 is a control-plane node that has neither heard
+/// from its control plane nor a last-known-good snapshot (503, so a load balancer skips it).
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     let snap = app.store.load();
-    let body = format!(r#"{{"status":"ready","config_version":{}}}"#, snap.version);
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let (status, word) = if snap.version == 0 {
+        (StatusCode::SERVICE_UNAVAILABLE, "no_configuration")
+    } else {
+        (StatusCode::OK, "ready")
+    };
+    let body = format!(r#"{{"status":"{word}","config_version":{}}}"#, snap.version);
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {

@@ -347,7 +347,7 @@ fn control_plane_start(
     base.routes.clear();
     base.tenants.clear();
     if let Some(stored) = control::load_last_known_good(link) {
-        match control::compile(&base, &stored.document, stored.version, None) {
+        match control::compile(&base, stored.document, stored.version, None).0 {
             Ok(snap) => {
                 tracing::info!(
                     version = stored.version,
@@ -358,7 +358,6 @@ fn control_plane_start(
             Err(e) => tracing::error!(error = %e, "the last-known-good configuration does not compile; starting empty"),
         }
     }
-    let empty = ax_protocol::snapshot::Document::default();
-    let snap = control::compile(&base, &empty, 0, None).map_err(|e| e.to_string())?;
+    let snap = control::compile(&base, Default::default(), 0, None).0.map_err(|e| e.to_string())?;
     Ok((base, snap))
 }

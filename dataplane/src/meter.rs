@@ -285,33 +285,38 @@ pub fn attempt_id(request_id: &str, n: u32) -> String {
     format!("{request_id}#{n}")
 }
 
-/// The health table served at `/admin/health`.
-pub fn health_table(snap: &crate::snapshot::Snapshot) -> serde_json::Value {
-    let upstreams: Vec<serde_json::Value> = snap
+/// The health table served at `/admin/health` and sent to the control plane.
+pub fn health_table(snap: &crate::snapshot::Snapshot) -> ax_protocol::health::NodeHealth {
+    use ax_protocol::health::{BreakerStatus, NodeHealth, UpstreamStatus};
+    let upstreams = snap
         .upstreams
         .iter()
         .map(|u| {
             let (state, reopens_in) = u.health.breaker.state();
-            let models: Vec<serde_json::Value> = u
+            let models = u
                 .models
                 .iter()
                 .map(|m| {
-                    let mut row = serde_json::to_value(m.health.snapshot(u.breaker.window_ms)).unwrap_or_default();
-                    row["model"] = serde_json::Value::from(m.name.as_str());
+                    let mut row = m.health.snapshot(u.breaker.window_ms);
+                    row.model.clone_from(&m.name);
                     row
                 })
                 .collect();
-            serde_json::json!({
-                "upstream": u.name,
-                "provider": u.kind.as_str(),
-                "in_flight": u.health.in_flight(),
-                "max_concurrency": u.max_concurrency,
-                "breaker": { "state": state, "reopens_in_ms": reopens_in.map(|d| d.as_millis() as u64) },
-                "models": models,
-            })
+            UpstreamStatus {
+                upstream: u.name.clone(),
+                provider: u.kind.as_str().to_owned(),
+                in_flight: u.health.in_flight(),
+                max_concurrency: u.max_concurrency,
+                breaker: BreakerStatus {
+                    state,
+                    reopens_in_ms: reopens_in.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                },
+                window_ms: u.breaker.window_ms,
+                models,
+            }
         })
         .collect();
-    serde_json::json!({ "config_version": snap.version, "upstreams": upstreams })
+    NodeHealth { config_version: snap.version, upstreams }
 }
 
 /// Sets the health gauges from the live table; called when `/metrics` is scraped, never per request.

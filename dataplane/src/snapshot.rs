@@ -223,9 +223,13 @@ pub struct ConfigError {
 
 /// A limiter for `spec`, keeping the live counters of `prev` (the same subject in the previous
 /// snapshot) so a reload does not reset anyone's window.
-fn limiter(spec: &ax_protocol::config::LimitsSpec, prev: Option<&Limiter>, path: &str) -> Result<Limiter, ConfigError> {
+fn limiter(
+    spec: &ax_protocol::config::LimitsSpec,
+    prev: Option<&Limiter>,
+    path: impl Fn() -> String,
+) -> Result<Limiter, ConfigError> {
     if [spec.rpm, spec.tpm, spec.concurrency].contains(&Some(0)) {
-        return Err(err(format!("{path}.limits"), "a limit of 0 would refuse everything; remove it or use >= 1"));
+        return Err(err(format!("{}.limits", path()), "a limit of 0 would refuse everything; remove it or use >= 1"));
     }
     Ok(Limiter {
         rpm: spec.rpm,
@@ -272,33 +276,36 @@ pub fn build(
 
     let mut routes = HashMap::with_capacity(spec.routes.len());
     for (i, r) in spec.routes.iter().enumerate() {
-        let path = format!("routes[{i}]");
         if r.alias.is_empty() {
-            return Err(err(format!("{path}.alias"), "must not be empty"));
+            return Err(err(format!("routes[{i}].alias"), "must not be empty"));
         }
         if r.candidates.is_empty() {
-            return Err(err(format!("{path}.candidates"), "a route needs at least one candidate"));
+            return Err(err(format!("routes[{i}].candidates"), "a route needs at least one candidate"));
         }
-        let mut candidates = Vec::with_capacity(r.candidates.len());
-        let mut seen = HashSet::new();
+        let mut candidates: Vec<Candidate> = Vec::with_capacity(r.candidates.len());
         for (j, c) in r.candidates.iter().enumerate() {
-            let cpath = format!("{path}.candidates[{j}]");
-            let &ui = upstream_index
-                .get(&c.upstream)
-                .ok_or_else(|| err(format!("{cpath}.upstream"), format!("unknown upstream '{}'", c.upstream)))?;
-            let mi = upstreams[ui].models.iter().position(|m: &Model| m.name == c.model).ok_or_else(|| {
-                err(format!("{cpath}.model"), format!("upstream '{}' has no model '{}'", c.upstream, c.model))
+            let &ui = upstream_index.get(&c.upstream).ok_or_else(|| {
+                err(format!("routes[{i}].candidates[{j}].upstream"), format!("unknown upstream '{}'", c.upstream))
             })?;
-            if !seen.insert((ui, mi)) {
-                return Err(err(cpath, format!("candidate {}/{} is listed twice", c.upstream, c.model)));
+            let mi = upstreams[ui].models.iter().position(|m: &Model| m.name == c.model).ok_or_else(|| {
+                err(
+                    format!("routes[{i}].candidates[{j}].model"),
+                    format!("upstream '{}' has no model '{}'", c.upstream, c.model),
+                )
+            })?;
+            if candidates.iter().any(|p| p.upstream == ui && p.model == mi) {
+                return Err(err(
+                    format!("routes[{i}].candidates[{j}]"),
+                    format!("candidate {}/{} is listed twice", c.upstream, c.model),
+                ));
             }
             candidates.push(Candidate { upstream: ui, model: mi, weight: c.weight, priority: c.priority });
         }
         if candidates.iter().all(|c| c.weight == 0) {
-            return Err(err(format!("{path}.candidates"), "at least one candidate needs a weight above 0"));
+            return Err(err(format!("routes[{i}].candidates"), "at least one candidate needs a weight above 0"));
         }
         if r.failover.max_attempts == 0 {
-            return Err(err(format!("{path}.failover.max_attempts"), "must be at least 1"));
+            return Err(err(format!("routes[{i}].failover.max_attempts"), "must be at least 1"));
         }
         let route = Route {
             alias: r.alias.clone(),
@@ -309,10 +316,12 @@ pub fn build(
             failover: r.failover.clone(),
             max_prompt_tokens: r.max_prompt_tokens,
             long_context_alias: r.long_context_alias.clone(),
-            limiter: limiter(&r.limits, prev.and_then(|p| p.routes.get(&r.alias)).map(|r| &r.limiter), &path)?,
+            limiter: limiter(&r.limits, prev.and_then(|p| p.routes.get(&r.alias)).map(|r| &r.limiter), || {
+                format!("routes[{i}]")
+            })?,
         };
         if routes.insert(r.alias.clone(), route).is_some() {
-            return Err(err(format!("{path}.alias"), format!("duplicate alias '{}'", r.alias)));
+            return Err(err(format!("routes[{i}].alias"), format!("duplicate alias '{}'", r.alias)));
         }
     }
 
@@ -329,55 +338,60 @@ pub fn build(
         }
     }
 
+    // The previous snapshot's tenants and keys by id: their counters carry over.
+    let prev_tenants: HashMap<&str, &Tenant> =
+        prev.map(|p| p.tenants.iter().map(|t| (t.id.as_str(), t)).collect()).unwrap_or_default();
+    let prev_keys: HashMap<&str, &KeyRef> =
+        prev.map(|p| p.keys.values().map(|k| (k.key_id.as_str(), k)).collect()).unwrap_or_default();
     let mut tenants = Vec::with_capacity(spec.tenants.len());
-    let mut keys = HashMap::new();
+    let mut keys = HashMap::with_capacity(spec.tenants.len());
     let mut tenant_ids = HashSet::new();
     let mut key_ids = HashSet::new();
     for (i, t) in spec.tenants.iter().enumerate() {
-        let path = format!("tenants[{i}]");
         if !tenant_ids.insert(t.id.as_str()) {
-            return Err(err(format!("{path}.id"), format!("duplicate tenant '{}'", t.id)));
+            return Err(err(format!("tenants[{i}].id"), format!("duplicate tenant '{}'", t.id)));
         }
         let allowed = if t.allowed_aliases.iter().any(|a| a == "*") {
             Allowed::All
         } else {
             for (j, a) in t.allowed_aliases.iter().enumerate() {
                 if !routes.contains_key(a) {
-                    return Err(err(format!("{path}.allowed_aliases[{j}]"), format!("unknown alias '{a}'")));
+                    return Err(err(format!("tenants[{i}].allowed_aliases[{j}]"), format!("unknown alias '{a}'")));
                 }
             }
             Allowed::Some(t.allowed_aliases.iter().cloned().collect())
         };
         for (j, k) in t.keys.iter().enumerate() {
-            let kpath = format!("{path}.keys[{j}]");
             if !key_ids.insert(k.id.as_str()) {
-                return Err(err(format!("{kpath}.id"), format!("duplicate key id '{}'", k.id)));
+                return Err(err(format!("tenants[{i}].keys[{j}].id"), format!("duplicate key id '{}'", k.id)));
             }
-            let digest = key_digest(k.sha256.as_deref(), k.key.as_deref(), &kpath, env)?;
+            let digest = key_digest(k.sha256.as_deref(), k.key.as_deref(), || format!("tenants[{i}].keys[{j}]"), env)?;
             let expires_at = match &k.expires_at {
                 Some(t) => Some(
                     t.parse::<jiff::Timestamp>()
-                        .map_err(|e| err(format!("{kpath}.expires_at"), format!("not an RFC 3339 time: {e}")))?
+                        .map_err(|e| {
+                            err(format!("tenants[{i}].keys[{j}].expires_at"), format!("not an RFC 3339 time: {e}"))
+                        })?
                         .as_second(),
                 ),
                 None => None,
             };
-            let prev_key = prev.and_then(|p| p.keys.values().find(|pk| pk.key_id == k.id)).map(|pk| &pk.limiter);
+            let prev_key = prev_keys.get(k.id.as_str()).map(|pk| &pk.limiter);
             let key = KeyRef {
                 tenant: i,
                 key_id: k.id.clone(),
                 revoked: k.status == ax_protocol::config::KeyStatus::Revoked,
                 expires_at,
-                limiter: limiter(&k.limits, prev_key, &kpath)?,
+                limiter: limiter(&k.limits, prev_key, || format!("tenants[{i}].keys[{j}]"))?,
             };
             if keys.insert(digest, key).is_some() {
-                return Err(err(kpath, "the same key is configured twice"));
+                return Err(err(format!("tenants[{i}].keys[{j}]"), "the same key is configured twice"));
             }
         }
-        let prev_tenant = prev.and_then(|p| p.tenants.iter().find(|pt| pt.id == t.id));
+        let prev_tenant = prev_tenants.get(t.id.as_str()).copied();
         let mut budgets = Vec::with_capacity(t.budgets.len());
         for (j, b) in t.budgets.iter().enumerate() {
-            let bpath = format!("{path}.budgets[{j}]");
+            let bpath = format!("tenants[{i}].budgets[{j}]");
             let limit = crate::cost::Prices::from_spec(&ax_protocol::config::PriceSpec {
                 input: b.usd,
                 output: 0.0,
@@ -419,7 +433,7 @@ pub fn build(
         tenants.push(Tenant {
             id: t.id.clone(),
             allowed,
-            limiter: limiter(&t.limits, prev_tenant.map(|pt| &pt.limiter), &path)?,
+            limiter: limiter(&t.limits, prev_tenant.map(|pt| &pt.limiter), || format!("tenants[{i}]"))?,
             budgets,
         });
     }
@@ -463,27 +477,27 @@ pub fn build(
 fn key_digest(
     sha256: Option<&str>,
     key: Option<&str>,
-    path: &str,
+    path: impl Fn() -> String,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<[u8; 32], ConfigError> {
     match (sha256, key) {
         (Some(hexd), None) => {
             let mut out = [0u8; 32];
             hex::decode_to_slice(hexd.trim(), &mut out)
-                .map_err(|_| err(format!("{path}.sha256"), "must be 64 hex characters (a SHA-256 digest)"))?;
+                .map_err(|_| err(format!("{}.sha256", path()), "must be 64 hex characters (a SHA-256 digest)"))?;
             Ok(out)
         }
         (None, Some(k)) => {
             if !(k.starts_with("${") && k.ends_with('}')) {
                 return Err(err(
-                    format!("{path}.key"),
+                    format!("{}.key", path()),
                     "keys are never stored in plaintext: give 'sha256' or a '${ENV}' reference",
                 ));
             }
-            let value = Secret::new(expand(&format!("{path}.key"), k, env)?);
+            let value = Secret::new(expand(&format!("{}.key", path()), k, env)?);
             Ok(Sha256::digest(value.expose().as_bytes()).into())
         }
-        _ => Err(err(path, "give exactly one of 'sha256' or 'key'")),
+        _ => Err(err(path(), "give exactly one of 'sha256' or 'key'")),
     }
 }
 
@@ -651,7 +665,7 @@ fn build_upstream(
             if u.limits.concurrency.is_some() {
                 return Err(err(format!("{path}.limits.concurrency"), "use max_concurrency for upstreams"));
             }
-            limiter(&u.limits, prev_upstream.map(|p| &p.limiter), path)?
+            limiter(&u.limits, prev_upstream.map(|p| &p.limiter), || path.to_owned())?
         },
         models,
         mock,

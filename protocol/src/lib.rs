@@ -2,9 +2,11 @@
 //!
 //! `config` is the snapshot schema: what a data plane reads from its YAML file in standalone
 //! mode and what the control plane pushes to it later. `usage` is the per-call usage record.
+//! `health` is a data plane's health table (its `/admin/health`, and its summary to the control plane).
 //! These types only describe data; validation and compilation into runtime structures happen in
 //! the data plane (`ax_dataplane::snapshot`).
 
 pub mod config;
+pub mod health;
 pub mod snapshot;
 pub mod usage;

@@ -82,13 +82,19 @@ pub fn create_node(db: &TestDb, id: &str) -> String {
 }
 
 impl Process {
+    /// A control plane with the test hooks on; every commit also checks that its incremental
+    /// document equals a full read of the tables (`AX_VERIFY_DOCUMENTS`).
     pub fn control_plane(db: &TestDb, dir: &Path, name: &str) -> Self {
+        Self::control_plane_with(db, dir, name, &[("AX_TEST_HOOKS", "1"), ("AX_VERIFY_DOCUMENTS", "1")])
+    }
+
+    pub fn control_plane_with(db: &TestDb, dir: &Path, name: &str, env: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(crate::built("ax-controlplane"));
         cmd.arg("serve")
             .env("DATABASE_URL", &db.url)
             .env("AX_MASTER_KEY", MASTER_KEY)
             .env("AX_COOKIE_SECURE", "0")
-            .env("AX_TEST_HOOKS", "1");
+            .envs(env.iter().copied());
         Self::spawn(cmd, dir, name)
     }
 

@@ -232,6 +232,27 @@ async fn weight_change_is_applied_within_a_second_and_traffic_follows() {
     assert!((30..=90).contains(&a), "20/80 split after the change: {a} of 300 to a");
     eprintln!("weight change applied in {took:?}");
 
+    // The node's health summary (sent every 5 s) counts the requests it served, per upstream.
+    let start = Instant::now();
+    loop {
+        let nodes = s.admin.ok("GET", "/api/v1/nodes", None).await;
+        let health = &nodes["nodes"][0]["health"];
+        let served: u64 = health["upstreams"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|u| u["models"].as_array().into_iter().flatten())
+            .filter_map(|m| m["requests"].as_u64())
+            .sum();
+        if served >= 300 {
+            assert_eq!(health["upstreams"][0]["breaker"]["state"], "closed", "{health}");
+            assert!(health["upstreams"][0]["models"][0]["latency_p95_ms"].as_f64().is_some(), "{health}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(12), "no health summary with the requests served: {nodes}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // Forced through the test hook: a route naming an unknown upstream.
     let bad = json!({ "upstreams": [], "routes": [{ "alias": "x", "candidates": [{ "upstream": "ghost", "model": "m" }] }], "tenants": [] });
     s.admin.ok("POST", "/api/v1/test/push", Some(&bad)).await;
@@ -270,6 +291,13 @@ async fn data_plane_serves_through_a_control_plane_outage() {
     dp.kill();
     let dp = Process::data_plane(&cp_url, &token, &state, "dp");
     assert_eq!(chat(&dp.url, &key).await.status(), 200, "restarted from last-known-good");
+    // A node with neither its control plane nor a stored version is not ready (503).
+    let blank = Process::data_plane(&cp_url, &token, &s.dir.join("blank"), "blank");
+    let r = reqwest::get(format!("{}/readyz", blank.url)).await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "no_configuration");
+    assert_eq!(reqwest::get(format!("{}/readyz", dp.url)).await.unwrap().status(), 200);
+    drop(blank);
 
     // The control plane returns on the same address; the node reconnects and catches up.
     let port = cp_url.rsplit(':').next().unwrap().to_owned();
@@ -297,6 +325,76 @@ async fn data_plane_serves_through_a_control_plane_outage() {
     assert_eq!(a, 0, "the caught-up version routes everything to b");
     let _ = cp2.kill();
     let _ = cp2.wait();
+}
+
+/// Every change is a version, built from the previous one plus the changed route or tenant (the
+/// control plane checks each against a full read of the tables: `AX_VERIFY_DOCUMENTS`), and any
+/// version can be restored: the restored document is byte for byte the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_follow_every_change_and_roll_back() {
+    let s = stack("versions").await;
+    let key = seed(&s.admin).await;
+    let token = create_node(&s.db, "dp-1");
+    let dp = Process::data_plane(&s.cp.url, &token, &s.dir.join("dp1"), "dp");
+    let route = chat_route(1, 1);
+    // Names whose order differs between byte order and a locale's collation.
+    for alias in ["beta_1", "Zeta", "beta-1", "alpha.2", "alpha", "ALPHA"] {
+        s.admin.ok("PUT", &format!("/api/v1/routes/{alias}"), Some(&route)).await;
+    }
+    let versions = s.admin.ok("GET", "/api/v1/versions", None).await;
+    let (saved, saved_hash) =
+        (versions["versions"][0]["version"].as_u64().unwrap(), versions["versions"][0]["hash"].clone());
+
+    s.admin.ok("DELETE", "/api/v1/routes/beta-1", None).await;
+    s.admin.ok("PUT", "/api/v1/routes/Zeta", Some(&chat_route(0, 5))).await;
+    s.admin.ok("PUT", "/api/v1/routes/gamma", Some(&route)).await;
+    s.admin.ok("PUT", "/api/v1/tenants/zed", Some(&json!({ "allowed_aliases": ["chat"] }))).await;
+    let routes = s.admin.ok("GET", "/api/v1/routes", None).await;
+    let names: Vec<&str> = routes["routes"].as_array().unwrap().iter().filter_map(|r| r["alias"].as_str()).collect();
+    assert!(names.contains(&"gamma") && !names.contains(&"beta-1"), "{names:?}");
+
+    // A revoked key is refused by the data plane as soon as the version is applied.
+    let k = s.admin.ok("POST", "/api/v1/tenants/acme/keys", Some(&json!({ "id": "acme-2" }))).await;
+    let second = k["key"].as_str().unwrap().to_owned();
+    let v = s.admin.ok("POST", "/api/v1/keys/acme-2/revoke", None).await["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", v, Duration::from_secs(5)).await;
+    let r = chat(&dp.url, &second).await;
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "api_key_revoked");
+    assert_eq!(chat(&dp.url, &key).await.status(), 200, "the other key still works");
+
+    // Roll back to the saved version: its routes (gamma goes, beta-1 returns, Zeta's weights too).
+    // Tenants and keys made later stay as they are (the second key stays revoked).
+    let r = s.admin.ok("POST", &format!("/api/v1/versions/{saved}/rollback"), None).await;
+    let restored = r["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", restored, Duration::from_secs(5)).await;
+    let routes = s.admin.ok("GET", "/api/v1/routes", None).await;
+    let mut names: Vec<&str> =
+        routes["routes"].as_array().unwrap().iter().filter_map(|r| r["alias"].as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["ALPHA", "Zeta", "alpha", "alpha.2", "beta-1", "beta_1", "chat"]);
+    assert_eq!(s.admin.ok("GET", "/api/v1/routes/Zeta", None).await["candidates"][0]["weight"], 1);
+    assert_eq!(chat(&dp.url, &second).await.status(), 401);
+    assert_eq!(chat(&dp.url, &key).await.status(), 200);
+
+    // Change routes again and roll back to the restored version: byte for byte the same document.
+    s.admin.ok("PUT", "/api/v1/routes/alpha", Some(&chat_route(3, 1))).await;
+    s.admin.ok("DELETE", "/api/v1/routes/ALPHA", None).await;
+    let again = s.admin.ok("POST", &format!("/api/v1/versions/{restored}/rollback"), None).await;
+    let list = s.admin.ok("GET", "/api/v1/versions", None).await;
+    let hash_of =
+        |v: u64| list["versions"].as_array().unwrap().iter().find(|x| x["version"] == v).unwrap()["hash"].clone();
+    assert_eq!(hash_of(again["version"].as_u64().unwrap()), hash_of(restored));
+    assert_ne!(hash_of(restored), saved_hash, "the saved version had no tenant zed and no second key");
+
+    // A rollback that would leave a reference dangling is refused with the field, and changes nothing.
+    s.admin.ok("PUT", "/api/v1/routes/omega", Some(&route)).await;
+    s.admin.ok("PUT", "/api/v1/tenants/zed", Some(&json!({ "allowed_aliases": ["omega"] }))).await;
+    let r = s.admin.send("POST", &format!("/api/v1/versions/{saved}/rollback"), None).await;
+    assert_eq!(r.status(), 422);
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"]["fields"][0]["path"].as_str().unwrap().contains("allowed_aliases"), "{body}");
+    assert!(s.admin.ok("GET", "/api/v1/routes/omega", None).await["alias"] == "omega");
 }
 
 /// A change made through one control-plane replica reaches a data plane connected to the other.
