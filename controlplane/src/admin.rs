@@ -54,29 +54,32 @@ fn all_aliases() -> Vec<String> {
 
 pub async fn write_tenant(conn: &mut PgConnection, t: &TenantSpec) -> ApiResult<()> {
     let spec = json!({ "id": t.id, "keys": [], "allowed_aliases": t.allowed_aliases, "limits": t.limits, "budgets": t.budgets });
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO tenants (id, spec) VALUES ($1, $2)
          ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, updated_at = now()",
+        t.id,
+        spec,
     )
-    .bind(&t.id)
-    .bind(spec)
     .execute(&mut *conn)
     .await?;
     Ok(())
 }
 
 async fn tenant_json(conn: &mut PgConnection, id: &str) -> ApiResult<Option<Value>> {
-    Ok(sqlx::query_scalar("SELECT spec FROM tenants WHERE id = $1").bind(id).fetch_optional(&mut *conn).await?)
+    Ok(sqlx::query_scalar!("SELECT spec FROM tenants WHERE id = $1", id).fetch_optional(&mut *conn).await?)
 }
 
 pub async fn list_tenants(State(s): State<AppState>, caller: Caller) -> Reply {
     caller.require(Role::Operator)?;
-    let rows: Vec<(Value, i64, i64)> = sqlx::query_as(
-        "SELECT t.spec, count(k.id) FILTER (WHERE k.status = 'active'), count(k.id)
-         FROM tenants t LEFT JOIN api_keys k ON k.tenant_id = t.id GROUP BY t.id, t.spec ORDER BY t.id",
+    let rows: Vec<(Value, i64, i64)> = sqlx::query!(
+        r#"SELECT t.spec, count(k.id) FILTER (WHERE k.status = 'active') AS "active!", count(k.id) AS "all!"
+         FROM tenants t LEFT JOIN api_keys k ON k.tenant_id = t.id GROUP BY t.id, t.spec ORDER BY t.id"#
     )
     .fetch_all(&s.db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.spec, r.active, r.all))
+    .collect();
     let list: Vec<Value> = rows
         .into_iter()
         .map(|(mut spec, active, all)| {
@@ -155,16 +158,16 @@ pub async fn create_key(State(s): State<AppState>, caller: Caller, Path(tenant):
     }
     let key = format!("ax-{}", crypto::token(30));
     let prefix: String = key.chars().take(8).collect();
-    let inserted = sqlx::query(
+    let inserted = sqlx::query!(
         "INSERT INTO api_keys (id, tenant_id, digest, prefix, status, expires_at, limits)
-         VALUES ($1, $2, $3, $4, 'active', $5::timestamptz, $6) ON CONFLICT (id) DO NOTHING",
+         VALUES ($1, $2, $3, $4, 'active', $5::text::timestamptz, $6) ON CONFLICT (id) DO NOTHING",
+        id,
+        tenant,
+        crypto::digest(&key),
+        prefix,
+        k.expires_at,
+        k.limits.map(|l| json!(l)),
     )
-    .bind(&id)
-    .bind(&tenant)
-    .bind(crypto::digest(&key))
-    .bind(&prefix)
-    .bind(&k.expires_at)
-    .bind(k.limits.map(|l| json!(l)))
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -180,14 +183,17 @@ pub async fn create_key(State(s): State<AppState>, caller: Caller, Path(tenant):
 
 pub async fn list_keys(State(s): State<AppState>, caller: Caller, Path(tenant): Path<String>) -> Reply {
     caller.require(Role::Operator)?;
-    let rows: Vec<(String, String, String, Option<String>, String)> = sqlx::query_as(
-        "SELECT id, prefix, status, to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
-                to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')
-         FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id",
+    let rows: Vec<(String, String, String, Option<String>, String)> = sqlx::query!(
+        r#"SELECT id, prefix, status, to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires_at,
+                  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "created_at!"
+           FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id"#,
+        tenant,
     )
-    .bind(&tenant)
     .fetch_all(&s.db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.id, r.prefix, r.status, r.expires_at, r.created_at))
+    .collect();
     let keys: Vec<Value> = rows
         .into_iter()
         .map(|(id, prefix, status, expires_at, created_at)| {
@@ -201,8 +207,7 @@ pub async fn revoke_key(State(s): State<AppState>, caller: Caller, Path(id): Pat
     caller.require(Role::Admin)?;
     let mut tx = s.db.begin().await?;
     let tenant: Option<String> =
-        sqlx::query_scalar("UPDATE api_keys SET status = 'revoked' WHERE id = $1 RETURNING tenant_id")
-            .bind(&id)
+        sqlx::query_scalar!("UPDATE api_keys SET status = 'revoked' WHERE id = $1 RETURNING tenant_id", id)
             .fetch_optional(&mut *tx)
             .await?;
     let tenant = tenant.ok_or_else(|| ApiError::not_found(format!("key '{id}'")))?;
@@ -220,20 +225,18 @@ pub async fn write_upstream(conn: &mut PgConnection, u: &UpstreamSpec) -> ApiRes
         o.remove("api_key");
         o.insert("models".to_owned(), json!([]));
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO upstreams (name, spec) VALUES ($1, $2)
          ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, updated_at = now()",
+        u.name,
+        spec,
     )
-    .bind(&u.name)
-    .bind(spec)
     .execute(&mut *conn)
     .await?;
-    sqlx::query("DELETE FROM upstream_models WHERE upstream = $1").bind(&u.name).execute(&mut *conn).await?;
+    sqlx::query!("DELETE FROM upstream_models WHERE upstream = $1", u.name).execute(&mut *conn).await?;
     for m in &u.models {
-        sqlx::query("INSERT INTO upstream_models (upstream, name, spec) VALUES ($1, $2, $3)")
-            .bind(&u.name)
-            .bind(&m.name)
-            .bind(serde_json::to_value(m).map_err(|e| ApiError::internal("model", e))?)
+        let spec = serde_json::to_value(m).map_err(|e| ApiError::internal("model", e))?;
+        sqlx::query!("INSERT INTO upstream_models (upstream, name, spec) VALUES ($1, $2, $3)", u.name, m.name, spec)
             .execute(&mut *conn)
             .await?;
     }
@@ -301,7 +304,7 @@ pub async fn delete_upstream(State(s): State<AppState>, caller: Caller, Path(nam
     let mut tx = s.db.begin().await?;
     let before =
         upstream_view(&mut tx, &name).await?.ok_or_else(|| ApiError::not_found(format!("upstream '{name}'")))?;
-    sqlx::query("DELETE FROM upstreams WHERE name = $1").bind(&name).execute(&mut *tx).await?;
+    sqlx::query!("DELETE FROM upstreams WHERE name = $1", name).execute(&mut *tx).await?;
     audit(&mut tx, &caller.username, "upstream.delete", &name, Some(before), None).await?;
     let version = commit(&mut tx, &caller.username, &format!("delete upstream {name}"), Focus::None).await?;
     tx.commit().await?;
@@ -403,27 +406,27 @@ pub async fn write_route(
     if let Some(o) = spec.as_object_mut() {
         o.insert("candidates".to_owned(), json!([]));
     }
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO routes (alias, spec) VALUES ($1, $2)
          ON CONFLICT (alias) DO UPDATE SET spec = excluded.spec, updated_at = now()",
+        r.alias,
+        spec,
     )
-    .bind(&r.alias)
-    .bind(spec)
     .execute(&mut *conn)
     .await?;
-    sqlx::query("DELETE FROM route_candidates WHERE alias = $1").bind(&r.alias).execute(&mut *conn).await?;
+    sqlx::query!("DELETE FROM route_candidates WHERE alias = $1", r.alias).execute(&mut *conn).await?;
     for (i, (c, enabled)) in candidates.iter().enumerate() {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO route_candidates (alias, position, upstream, model, weight, priority, enabled)
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            r.alias,
+            i32::try_from(i).unwrap_or(i32::MAX),
+            c.upstream,
+            c.model,
+            i32::try_from(c.weight).unwrap_or(i32::MAX),
+            i32::try_from(c.priority).unwrap_or(i32::MAX),
+            enabled,
         )
-        .bind(&r.alias)
-        .bind(i32::try_from(i).unwrap_or(i32::MAX))
-        .bind(&c.upstream)
-        .bind(&c.model)
-        .bind(i32::try_from(c.weight).unwrap_or(i32::MAX))
-        .bind(i32::try_from(c.priority).unwrap_or(i32::MAX))
-        .bind(enabled)
         .execute(&mut *conn)
         .await?;
     }
@@ -518,7 +521,7 @@ pub async fn delete_route(State(s): State<AppState>, caller: Caller, Path(alias)
     caller.require(Role::Operator)?;
     let mut tx = s.db.begin().await?;
     let before = route_view(&mut tx, &alias).await?.ok_or_else(|| ApiError::not_found(format!("route '{alias}'")))?;
-    sqlx::query("DELETE FROM routes WHERE alias = $1").bind(&alias).execute(&mut *tx).await?;
+    sqlx::query!("DELETE FROM routes WHERE alias = $1", alias).execute(&mut *tx).await?;
     audit(&mut tx, &caller.username, "route.delete", &alias, Some(before), None).await?;
     let version = commit(&mut tx, &caller.username, &format!("delete route {alias}"), Focus::Route(&alias)).await?;
     tx.commit().await?;
@@ -571,14 +574,15 @@ struct History {
 }
 
 async fn usage_history(db: &sqlx::PgPool, alias: &str) -> ApiResult<History> {
-    let (requests, prompt, completion): (i64, i64, i64) = sqlx::query_as(
-        "SELECT coalesce(sum(requests), 0)::bigint, coalesce(sum(prompt_tokens), 0)::bigint,
-                coalesce(sum(completion_tokens), 0)::bigint
-         FROM usage_daily WHERE alias = $1 AND day > current_date - 7",
+    let r = sqlx::query!(
+        r#"SELECT coalesce(sum(requests), 0)::bigint AS "requests!", coalesce(sum(prompt_tokens), 0)::bigint AS "prompt!",
+                  coalesce(sum(completion_tokens), 0)::bigint AS "completion!"
+           FROM usage_daily WHERE alias = $1 AND day > current_date - 7"#,
+        alias,
     )
-    .bind(alias)
     .fetch_one(db)
     .await?;
+    let (requests, prompt, completion) = (r.requests, r.prompt, r.completion);
     let n = requests.max(1) as f64;
     Ok(History {
         requests_per_day: requests as f64 / 7.0,
@@ -639,12 +643,15 @@ fn share_list(route: &RouteSpec) -> Value {
 
 pub async fn list_versions(State(s): State<AppState>, caller: Caller) -> Reply {
     caller.require(Role::Operator)?;
-    let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(
-        "SELECT version, content_hash, author, summary, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
-         FROM config_versions ORDER BY version DESC LIMIT 200",
+    let rows: Vec<(i64, String, String, String, String)> = sqlx::query!(
+        r#"SELECT version, content_hash, author, summary, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS "created_at!"
+           FROM config_versions ORDER BY version DESC LIMIT 200"#
     )
     .fetch_all(&s.db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.version, r.content_hash, r.author, r.summary, r.created_at))
+    .collect();
     let list: Vec<Value> = rows
         .into_iter()
         .map(|(v, h, a, sm, at)| json!({ "version": v, "hash": h, "author": a, "summary": sm, "created_at": at }))
@@ -656,11 +663,12 @@ pub async fn list_versions(State(s): State<AppState>, caller: Caller) -> Reply {
 pub async fn rollback(State(s): State<AppState>, caller: Caller, Path(version): Path<i64>) -> Reply {
     caller.require(Role::Operator)?;
     let mut tx = s.db.begin().await?;
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT coalesce(document_json, document::text) FROM config_versions WHERE version = $1")
-            .bind(version)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let stored: Option<String> = sqlx::query_scalar!(
+        r#"SELECT coalesce(document_json, document::text) AS "document!" FROM config_versions WHERE version = $1"#,
+        version,
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
     let stored = stored.ok_or_else(|| ApiError::not_found(format!("version {version}")))?;
     let doc: ax_protocol::snapshot::Document =
         serde_json::from_str(&stored).map_err(|e| ApiError::internal("stored version", e))?;
@@ -697,12 +705,12 @@ pub async fn create_node(
 
 /// Also used by `ax-controlplane node create`.
 pub async fn register_node(db: &sqlx::PgPool, id: &str, token: &str) -> ApiResult<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO data_planes (id, token_digest) VALUES ($1, $2)
          ON CONFLICT (id) DO UPDATE SET token_digest = excluded.token_digest",
+        id,
+        crypto::digest(token),
     )
-    .bind(id)
-    .bind(crypto::digest(token))
     .execute(db)
     .await?;
     Ok(())
@@ -710,13 +718,15 @@ pub async fn register_node(db: &sqlx::PgPool, id: &str, token: &str) -> ApiResul
 
 pub async fn list_nodes(State(s): State<AppState>, caller: Caller) -> Reply {
     caller.require(Role::Operator)?;
-    let rows: Vec<(String, Option<i64>, Option<String>, Option<String>, Option<Value>)> = sqlx::query_as(
-        "SELECT id, applied_version, last_error,
-                to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), health
-         FROM data_planes ORDER BY id",
+    let rows: Vec<(String, Option<i64>, Option<String>, Option<String>, Option<Value>)> = sqlx::query!(
+        r#"SELECT id, applied_version, last_error, to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS last_seen, health
+           FROM data_planes ORDER BY id"#
     )
     .fetch_all(&s.db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.id, r.applied_version, r.last_error, r.last_seen, r.health))
+    .collect();
     let latest = s.hub.latest_version();
     let connected = s.hub.connected();
     let list: Vec<Value> = rows
@@ -743,16 +753,19 @@ pub struct AuditQuery {
 
 pub async fn list_audit(State(s): State<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> Reply {
     caller.require(Role::Operator)?;
-    let rows: Vec<(i64, String, String, String, Option<Value>, Option<Value>, String)> = sqlx::query_as(
-        "SELECT id, operator, action, target, before, after, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
-         FROM audit_log WHERE ($1::text IS NULL OR operator = $1) AND ($2::text IS NULL OR target = $2)
-         ORDER BY id DESC LIMIT $3",
+    let rows: Vec<(i64, String, String, String, Option<Value>, Option<Value>, String)> = sqlx::query!(
+        r#"SELECT id, operator, action, target, before, after, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS "at!"
+           FROM audit_log WHERE ($1::text IS NULL OR operator = $1) AND ($2::text IS NULL OR target = $2)
+           ORDER BY id DESC LIMIT $3"#,
+        q.operator,
+        q.target,
+        q.limit.unwrap_or(100).clamp(1, 1000),
     )
-    .bind(q.operator)
-    .bind(q.target)
-    .bind(q.limit.unwrap_or(100).clamp(1, 1000))
     .fetch_all(&s.db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.id, r.operator, r.action, r.target, r.before, r.after, r.at))
+    .collect();
     let list: Vec<Value> = rows
         .into_iter()
         .map(|(id, op, action, target, before, after, at)| {

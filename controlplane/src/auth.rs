@@ -100,14 +100,15 @@ impl FromRequestParts<AppState> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let token = cookie_value(&parts.headers, COOKIE).ok_or_else(ApiError::unauthorized)?;
         let token_digest = crypto::digest(&token);
-        let row: Option<(i64, String, String, String)> = sqlx::query_as(
+        let row = sqlx::query!(
             "SELECT o.id, o.username, o.role, s.csrf_token FROM sessions s JOIN operators o ON o.id = s.operator_id
              WHERE s.token_digest = $1 AND s.expires_at > now()",
+            token_digest,
         )
-        .bind(&token_digest)
         .fetch_optional(&state.db)
         .await?;
-        let (operator_id, username, role, csrf) = row.ok_or_else(ApiError::unauthorized)?;
+        let row = row.ok_or_else(ApiError::unauthorized)?;
+        let (operator_id, username, role, csrf) = (row.id, row.username, row.role, row.csrf_token);
         let role = Role::parse(&role).ok_or_else(|| ApiError::internal("session", "unknown role in the database"))?;
         if !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
             let sent = parts.headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).unwrap_or_default();
@@ -167,15 +168,16 @@ pub async fn login(
 ) -> ApiResult<Response> {
     let req: Login = crate::error::decode(&body)?;
     let client = peer.ip().to_string();
-    let (by_user, by_client): (i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE username = $1), count(*) FILTER (WHERE client = $2)
-         FROM login_failures WHERE at > now() - make_interval(secs => $3)",
+    let failures = sqlx::query!(
+        r#"SELECT count(*) FILTER (WHERE username = $1) AS "by_user!", count(*) FILTER (WHERE client = $2) AS "by_client!"
+         FROM login_failures WHERE at > now() - make_interval(secs => $3)"#,
+        req.username,
+        client,
+        THROTTLE_WINDOW_S as f64,
     )
-    .bind(&req.username)
-    .bind(&client)
-    .bind(THROTTLE_WINDOW_S as f64)
     .fetch_one(&state.db)
     .await?;
+    let (by_user, by_client) = (failures.by_user, failures.by_client);
     if by_user >= MAX_FAILURES || by_client >= MAX_FAILURES * 4 {
         let mut e = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -185,36 +187,33 @@ pub async fn login(
         e.retry_after = Some(THROTTLE_WINDOW_S as u64 / 3);
         return Err(e);
     }
-    let row: Option<(i64, String, String)> =
-        sqlx::query_as("SELECT id, password_hash, role FROM operators WHERE username = $1")
-            .bind(&req.username)
-            .fetch_optional(&state.db)
-            .await?;
+    let row = sqlx::query!("SELECT id, password_hash, role FROM operators WHERE username = $1", req.username)
+        .fetch_optional(&state.db)
+        .await?
+        .map(|r| (r.id, r.password_hash, r.role));
     let phc = row.as_ref().map_or_else(|| decoy_hash().to_owned(), |r| r.1.clone());
     let password = req.password.clone();
     let ok = tokio::task::spawn_blocking(move || verify_password(&password, &phc))
         .await
         .map_err(|e| ApiError::internal("argon2", e))?;
     let Some((operator_id, _, role)) = row.filter(|_| ok) else {
-        sqlx::query("INSERT INTO login_failures (username, client) VALUES ($1, $2)")
-            .bind(&req.username)
-            .bind(&client)
+        sqlx::query!("INSERT INTO login_failures (username, client) VALUES ($1, $2)", req.username, client)
             .execute(&state.db)
             .await?;
         tracing::warn!(username = %req.username, client = %client, "failed login");
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_credentials", "wrong username or password"));
     };
-    sqlx::query("DELETE FROM login_failures WHERE username = $1").bind(&req.username).execute(&state.db).await?;
+    sqlx::query!("DELETE FROM login_failures WHERE username = $1", req.username).execute(&state.db).await?;
     let token = crypto::token(32);
     let csrf = crypto::token(24);
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO sessions (token_digest, operator_id, csrf_token, expires_at)
          VALUES ($1, $2, $3, now() + make_interval(hours => $4))",
+        crypto::digest(&token),
+        operator_id,
+        csrf,
+        SESSION_HOURS as i32,
     )
-    .bind(crypto::digest(&token))
-    .bind(operator_id)
-    .bind(&csrf)
-    .bind(SESSION_HOURS as i32)
     .execute(&state.db)
     .await?;
     let role = Role::parse(&role).ok_or_else(|| ApiError::internal("login", "unknown role"))?;
@@ -224,7 +223,7 @@ pub async fn login(
 }
 
 pub async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<Response> {
-    sqlx::query("DELETE FROM sessions WHERE token_digest = $1").bind(&caller.token_digest).execute(&state.db).await?;
+    sqlx::query!("DELETE FROM sessions WHERE token_digest = $1", caller.token_digest).execute(&state.db).await?;
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, "", 0));
     Ok(resp)
@@ -241,13 +240,13 @@ pub async fn create_operator(db: &sqlx::PgPool, username: &str, password: &str, 
     }
     let password = password.to_owned();
     let phc = tokio::task::spawn_blocking(move || hash_password(&password)).await.map_err(|e| e.to_string())??;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO operators (username, password_hash, role) VALUES ($1, $2, $3)
          ON CONFLICT (username) DO UPDATE SET password_hash = excluded.password_hash, role = excluded.role",
+        username,
+        phc,
+        role.as_str(),
     )
-    .bind(username)
-    .bind(phc)
-    .bind(role.as_str())
     .execute(db)
     .await
     .map_err(|e| e.to_string())?;

@@ -28,20 +28,26 @@ pub async fn load(conn: &mut PgConnection) -> ApiResult<Document> {
 
 /// Tenants (all, or the one named) with their keys as data planes see them (digests only).
 pub async fn load_tenants(conn: &mut PgConnection, only: Option<&str>) -> ApiResult<Vec<TenantSpec>> {
-    let tenants: Vec<(String, String)> = sqlx::query_as(
-        "SELECT id, spec::text FROM tenants WHERE $1::text IS NULL OR id = $1 ORDER BY id COLLATE \"C\"",
+    let tenants: Vec<(String, String)> = sqlx::query!(
+        r#"SELECT id, spec::text AS "spec!" FROM tenants WHERE $1::text IS NULL OR id = $1 ORDER BY id COLLATE "C""#,
+        only,
     )
-    .bind(only)
     .fetch_all(&mut *conn)
-    .await?;
-    let api_keys: Vec<(String, String, String, String, Option<String>, Option<serde_json::Value>)> = sqlx::query_as(
-        "SELECT id, tenant_id, digest, status,
-                to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), limits
-         FROM api_keys WHERE $1::text IS NULL OR tenant_id = $1 ORDER BY id COLLATE \"C\"",
+    .await?
+    .into_iter()
+    .map(|r| (r.id, r.spec))
+    .collect();
+    let api_keys: Vec<(String, String, String, String, Option<String>, Option<serde_json::Value>)> = sqlx::query!(
+        r#"SELECT id, tenant_id, digest, status,
+                  to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires_at, limits
+           FROM api_keys WHERE $1::text IS NULL OR tenant_id = $1 ORDER BY id COLLATE "C""#,
+        only,
     )
-    .bind(only)
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.id, r.tenant_id, r.digest, r.status, r.expires_at, r.limits))
+    .collect();
     let api_keys = group(api_keys, |k| k.1.clone());
     let mut out = Vec::with_capacity(tenants.len());
     for (id, spec) in tenants {
@@ -67,8 +73,8 @@ pub async fn load_tenants(conn: &mut PgConnection, only: Option<&str>) -> ApiRes
 
 /// The document of the latest stored version, if any.
 pub async fn latest(conn: &mut PgConnection) -> ApiResult<Option<Document>> {
-    let text: Option<String> = sqlx::query_scalar(
-        "SELECT coalesce(document_json, document::text) FROM config_versions ORDER BY version DESC LIMIT 1",
+    let text = sqlx::query_scalar!(
+        r#"SELECT coalesce(document_json, document::text) AS "document!" FROM config_versions ORDER BY version DESC LIMIT 1"#
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -134,18 +140,24 @@ fn replace_sorted<T>(list: &mut Vec<T>, name: &str, item: Option<T>, key: impl F
 
 /// Upstreams (all, or the one named) with their models, and whether each has a stored key.
 pub async fn load_upstreams(conn: &mut PgConnection, only: Option<&str>) -> ApiResult<Vec<(UpstreamSpec, bool)>> {
-    let ups: Vec<(String, serde_json::Value, bool)> = sqlx::query_as(
-        "SELECT name, spec, key_ciphertext IS NOT NULL FROM upstreams WHERE $1::text IS NULL OR name = $1 ORDER BY name COLLATE \"C\"",
+    let ups = sqlx::query!(
+        r#"SELECT name, spec, key_ciphertext IS NOT NULL AS "has_key!" FROM upstreams
+           WHERE $1::text IS NULL OR name = $1 ORDER BY name COLLATE "C""#,
+        only,
     )
-    .bind(only)
     .fetch_all(&mut *conn)
-    .await?;
-    let models: Vec<(String, serde_json::Value)> = sqlx::query_as(
+    .await?
+    .into_iter()
+    .map(|r| (r.name, r.spec, r.has_key));
+    let models: Vec<(String, serde_json::Value)> = sqlx::query!(
         "SELECT upstream, spec FROM upstream_models WHERE $1::text IS NULL OR upstream = $1 ORDER BY upstream, name",
+        only,
     )
-    .bind(only)
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.upstream, r.spec))
+    .collect();
     let mut models = group(models, |m| m.0.clone());
     let mut out = Vec::with_capacity(ups.len());
     for (name, spec, has_key) in ups {
@@ -186,19 +198,25 @@ impl StoredRoute {
 pub async fn load_routes(conn: &mut PgConnection, only: Option<&str>) -> ApiResult<Vec<StoredRoute>> {
     // Specs are read as text and parsed once (not through a `serde_json::Value`); names in byte
     // order (`COLLATE "C"`), as `str` compares them (`replace_sorted`).
-    let routes: Vec<(String, String)> = sqlx::query_as(
-        "SELECT alias, spec::text FROM routes WHERE $1::text IS NULL OR alias = $1 ORDER BY alias COLLATE \"C\"",
+    let routes: Vec<(String, String)> = sqlx::query!(
+        r#"SELECT alias, spec::text AS "spec!" FROM routes WHERE $1::text IS NULL OR alias = $1 ORDER BY alias COLLATE "C""#,
+        only,
     )
-    .bind(only)
     .fetch_all(&mut *conn)
-    .await?;
-    let cands: Vec<(String, String, String, i32, i32, bool)> = sqlx::query_as(
+    .await?
+    .into_iter()
+    .map(|r| (r.alias, r.spec))
+    .collect();
+    let cands: Vec<(String, String, String, i32, i32, bool)> = sqlx::query!(
         "SELECT alias, upstream, model, weight, priority, enabled FROM route_candidates
          WHERE $1::text IS NULL OR alias = $1 ORDER BY alias, position",
+        only,
     )
-    .bind(only)
     .fetch_all(&mut *conn)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.alias, r.upstream, r.model, r.weight, r.priority, r.enabled))
+    .collect();
     let mut cands = group(cands, |c| c.0.clone());
     let mut out = Vec::with_capacity(routes.len());
     for (alias, spec) in routes {
@@ -225,9 +243,32 @@ pub async fn sealed_keys(
     conn: &mut PgConnection,
     for_update: bool,
 ) -> Result<Vec<(String, Vec<u8>, Vec<u8>, String)>, sqlx::Error> {
-    const READ: &str = "SELECT name, key_ciphertext, key_nonce, key_id FROM upstreams WHERE key_ciphertext IS NOT NULL";
-    let sql = if for_update { format!("{READ} ORDER BY name FOR UPDATE") } else { format!("{READ} ORDER BY name") };
-    sqlx::query_as(&sql).fetch_all(&mut *conn).await
+    // One statement per case (the macros check literal SQL); `!`: not null where the key is set.
+    let rows = if for_update {
+        sqlx::query_as!(
+            SealedRow,
+            r#"SELECT name, key_ciphertext AS "ct!", key_nonce AS "nonce!", key_id AS "key_id!" FROM upstreams
+               WHERE key_ciphertext IS NOT NULL ORDER BY name FOR UPDATE"#
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    } else {
+        sqlx::query_as!(
+            SealedRow,
+            r#"SELECT name, key_ciphertext AS "ct!", key_nonce AS "nonce!", key_id AS "key_id!" FROM upstreams
+               WHERE key_ciphertext IS NOT NULL ORDER BY name"#
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    };
+    Ok(rows.into_iter().map(|r| (r.name, r.ct, r.nonce, r.key_id)).collect())
+}
+
+struct SealedRow {
+    name: String,
+    ct: Vec<u8>,
+    nonce: Vec<u8>,
+    key_id: String,
 }
 
 /// Every stored upstream key, decrypted: upstream name → key (what data planes receive).
@@ -242,14 +283,16 @@ pub async fn upstream_keys(conn: &mut PgConnection, keys: &MasterKeys) -> ApiRes
 
 /// Stores an upstream's key, sealed under the current master key.
 pub async fn store_key(conn: &mut PgConnection, name: &str, sealed: Sealed) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE upstreams SET key_ciphertext = $2, key_nonce = $3, key_id = $4 WHERE name = $1")
-        .bind(name)
-        .bind(sealed.ciphertext)
-        .bind(sealed.nonce)
-        .bind(sealed.key_id)
-        .execute(&mut *conn)
-        .await
-        .map(drop)
+    sqlx::query!(
+        "UPDATE upstreams SET key_ciphertext = $2, key_nonce = $3, key_id = $4 WHERE name = $1",
+        name,
+        sealed.ciphertext,
+        sealed.nonce,
+        sealed.key_id,
+    )
+    .execute(&mut *conn)
+    .await
+    .map(drop)
 }
 
 /// Rows grouped by a key, in their original order (one pass, not a scan per parent).
@@ -280,7 +323,7 @@ pub fn validate(doc: Document) -> (Result<(), FieldError>, Document) {
 pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str, focus: Focus<'_>) -> ApiResult<i64> {
     let started = std::time::Instant::now();
     let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1000.0;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(CONFIG_LOCK).execute(&mut *conn).await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", CONFIG_LOCK).execute(&mut *conn).await?;
     let t = std::time::Instant::now();
     let doc = current(conn, focus).await?;
     if std::env::var("AX_VERIFY_DOCUMENTS").as_deref() == Ok("1") {
@@ -296,17 +339,17 @@ pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str, focus:
     let validate_ms = ms(t);
     let t = std::time::Instant::now();
     let text = serde_json::to_string(&doc).map_err(|e| ApiError::internal("document", e))?;
-    let version: i64 = sqlx::query_scalar(
+    let version = sqlx::query_scalar!(
         "INSERT INTO config_versions (version, content_hash, document_json, author, summary)
          SELECT coalesce(max(version), 0) + 1, $1, $2, $3, $4 FROM config_versions RETURNING version",
+        hex::encode(Sha256::digest(text.as_bytes())),
+        text,
+        author,
+        summary,
     )
-    .bind(hex::encode(Sha256::digest(text.as_bytes())))
-    .bind(&text)
-    .bind(author)
-    .bind(summary)
     .fetch_one(&mut *conn)
     .await?;
-    sqlx::query("SELECT pg_notify('ax_config', $1)").bind(version.to_string()).execute(&mut *conn).await?;
+    sqlx::query!("SELECT pg_notify('ax_config', $1)", version.to_string()).execute(&mut *conn).await?;
     tracing::info!(
         version,
         lock_ms = ms(started) - ms(t) - load_ms - validate_ms,
@@ -352,42 +395,38 @@ pub async fn audit(
     before: Option<serde_json::Value>,
     after: Option<serde_json::Value>,
 ) -> ApiResult<()> {
-    sqlx::query("INSERT INTO audit_log (operator, action, target, before, after) VALUES ($1, $2, $3, $4, $5)")
-        .bind(operator)
-        .bind(action)
-        .bind(target)
-        .bind(before)
-        .bind(after)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO audit_log (operator, action, target, before, after) VALUES ($1, $2, $3, $4, $5)",
+        operator,
+        action,
+        target,
+        before,
+        after,
+    )
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
 /// Replaces the routing tables with `doc` (rollback). Upstream keys stay as they are.
 pub async fn restore(conn: &mut PgConnection, doc: &Document) -> ApiResult<()> {
-    sqlx::query("DELETE FROM route_candidates").execute(&mut *conn).await?;
-    sqlx::query("DELETE FROM routes").execute(&mut *conn).await?;
+    sqlx::query!("DELETE FROM route_candidates").execute(&mut *conn).await?;
+    sqlx::query!("DELETE FROM routes").execute(&mut *conn).await?;
     for r in &doc.routes {
         crate::admin::write_route(conn, r, &r.candidates.iter().map(|c| (c.clone(), c.weight > 0)).collect::<Vec<_>>())
             .await?;
     }
-    sqlx::query("DELETE FROM upstream_models").execute(&mut *conn).await?;
+    sqlx::query!("DELETE FROM upstream_models").execute(&mut *conn).await?;
     for u in &doc.upstreams {
         crate::admin::write_upstream(conn, u).await?;
     }
-    sqlx::query("DELETE FROM upstreams WHERE NOT (name = ANY($1))")
-        .bind(doc.upstreams.iter().map(|u| u.name.clone()).collect::<Vec<_>>())
-        .execute(&mut *conn)
-        .await?;
+    let keep: Vec<String> = doc.upstreams.iter().map(|u| u.name.clone()).collect();
+    sqlx::query!("DELETE FROM upstreams WHERE NOT (name = ANY($1))", &keep).execute(&mut *conn).await?;
     for t in &doc.tenants {
         crate::admin::write_tenant(conn, t).await?;
         for k in &t.keys {
             let status = if k.status == KeyStatus::Active { "active" } else { "revoked" };
-            sqlx::query("UPDATE api_keys SET status = $2 WHERE id = $1")
-                .bind(&k.id)
-                .bind(status)
-                .execute(&mut *conn)
-                .await?;
+            sqlx::query!("UPDATE api_keys SET status = $2 WHERE id = $1", k.id, status).execute(&mut *conn).await?;
         }
     }
     Ok(())

@@ -129,8 +129,8 @@ async fn serve(args: &[String]) -> Result<(), String> {
             if let Err(e) = usage::ensure_partitions(&db).await {
                 tracing::error!(error = %e, "usage partition upkeep failed");
             }
-            let _ = sqlx::query("DELETE FROM sessions WHERE expires_at < now()").execute(&db).await;
-            let _ = sqlx::query("DELETE FROM login_failures WHERE at < now() - interval '1 day'").execute(&db).await;
+            let _ = sqlx::query!("DELETE FROM sessions WHERE expires_at < now()").execute(&db).await;
+            let _ = sqlx::query!("DELETE FROM login_failures WHERE at < now() - interval '1 day'").execute(&db).await;
         }
     });
     tracing::info!(addr = %addr, "control plane listening");

@@ -49,13 +49,14 @@ impl Hub {
 /// Loads the newest version (if newer than what the hub holds) with upstream keys decrypted.
 pub async fn refresh(state: &AppState) -> Result<(), ApiError> {
     let started = std::time::Instant::now();
-    let row: Option<(i64, String, String)> = sqlx::query_as(
-        "SELECT version, content_hash, coalesce(document_json, document::text) FROM config_versions
-         ORDER BY version DESC LIMIT 1",
+    let row = sqlx::query!(
+        r#"SELECT version, content_hash, coalesce(document_json, document::text) AS "document!" FROM config_versions
+         ORDER BY version DESC LIMIT 1"#
     )
     .fetch_optional(&state.db)
     .await?;
-    let Some((version, hash, document)) = row else { return Ok(()) };
+    let Some(row) = row else { return Ok(()) };
+    let (version, hash, document) = (row.version, row.content_hash, row.document);
     let version = u64::try_from(version).unwrap_or(0);
     if state.hub.latest_version().is_some_and(|v| v >= version) {
         return Ok(());
@@ -128,8 +129,7 @@ pub async fn node_of(state: &AppState, headers: &HeaderMap) -> Result<String, Ap
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthenticated", "node token required"))?;
-    let id: Option<String> = sqlx::query_scalar("SELECT id FROM data_planes WHERE token_digest = $1")
-        .bind(crypto::digest(token))
+    let id = sqlx::query_scalar!("SELECT id FROM data_planes WHERE token_digest = $1", crypto::digest(token))
         .fetch_optional(&state.db)
         .await?;
     id.ok_or_else(|| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthenticated", "unknown node token"))
@@ -213,24 +213,24 @@ async fn serve_node(state: &AppState, node: &str, socket: WebSocket) -> Result<(
 /// Records the node's last contact and, when given, the outcome of a version.
 async fn seen(state: &AppState, node: &str, outcome: Option<(u64, Option<String>)>) {
     let r = match outcome {
-        None => {
-            sqlx::query("UPDATE data_planes SET last_seen = now() WHERE id = $1").bind(node).execute(&state.db).await
-        }
+        None => sqlx::query!("UPDATE data_planes SET last_seen = now() WHERE id = $1", node).execute(&state.db).await,
         Some((v, None)) => {
-            sqlx::query(
+            sqlx::query!(
                 "UPDATE data_planes SET last_seen = now(), applied_version = $2, last_error = NULL WHERE id = $1",
+                node,
+                i64::try_from(v).unwrap_or(i64::MAX),
             )
-            .bind(node)
-            .bind(i64::try_from(v).unwrap_or(i64::MAX))
             .execute(&state.db)
             .await
         }
         Some((v, Some(e))) => {
-            sqlx::query("UPDATE data_planes SET last_seen = now(), last_error = $2 WHERE id = $1")
-                .bind(node)
-                .bind(format!("version {v}: {e}"))
-                .execute(&state.db)
-                .await
+            sqlx::query!(
+                "UPDATE data_planes SET last_seen = now(), last_error = $2 WHERE id = $1",
+                node,
+                format!("version {v}: {e}")
+            )
+            .execute(&state.db)
+            .await
         }
     };
     if let Err(e) = r {
@@ -240,11 +240,13 @@ async fn seen(state: &AppState, node: &str, outcome: Option<(u64, Option<String>
 
 /// Stores the node's latest health table (its summary in `GET /api/v1/nodes`).
 async fn record_health(state: &AppState, node: &str, health: &ax_protocol::health::NodeHealth) {
-    let r = sqlx::query("UPDATE data_planes SET last_seen = now(), health = $2 WHERE id = $1")
-        .bind(node)
-        .bind(sqlx::types::Json(health))
-        .execute(&state.db)
-        .await;
+    let r = sqlx::query!(
+        "UPDATE data_planes SET last_seen = now(), health = $2 WHERE id = $1",
+        node,
+        sqlx::types::Json(health) as _,
+    )
+    .execute(&state.db)
+    .await;
     if let Err(e) = r {
         tracing::error!(error = %e, node, "cannot record the node's health");
     }

@@ -19,42 +19,6 @@ use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
 
-const INGEST: &str = "
-WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                         $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
-                         $14::bigint[], $15::bigint[], $16::jsonb[])
-        AS t(request_id, started_ms, tenant, key_id, alias, upstream, model, status, error_code,
-             prompt, completion, cached, cache_write, cost, latency, record)
-), ins AS (
-    INSERT INTO usage_events (request_id, started_at, tenant, key_id, alias, upstream, model, status, error_code,
-                              prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd,
-                              latency_ms, record, node)
-    SELECT request_id, to_timestamp(started_ms / 1000.0), tenant, key_id, alias, upstream, model, status, error_code,
-           prompt, completion, cached, cache_write, cost, latency, record, $17
-    FROM input
-    ON CONFLICT DO NOTHING
-    RETURNING started_at, tenant, alias, model, key_id, error_code, prompt_tokens, completion_tokens, cached_tokens,
-              cache_write_tokens, cost_micro_usd
-), rolled AS (
-    INSERT INTO usage_daily AS d (day, tenant, alias, model, key_id, requests, errors, prompt_tokens,
-                                  completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd)
-    SELECT (started_at AT TIME ZONE 'UTC')::date, tenant, alias, model, key_id, count(*),
-           count(*) FILTER (WHERE error_code IS NOT NULL), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint,
-           sum(cached_tokens)::bigint, sum(cache_write_tokens)::bigint, sum(cost_micro_usd)::bigint
-    FROM ins GROUP BY 1, 2, 3, 4, 5
-    ON CONFLICT (day, tenant, alias, model, key_id) DO UPDATE SET
-        requests = d.requests + excluded.requests,
-        errors = d.errors + excluded.errors,
-        prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
-        completion_tokens = d.completion_tokens + excluded.completion_tokens,
-        cached_tokens = d.cached_tokens + excluded.cached_tokens,
-        cache_write_tokens = d.cache_write_tokens + excluded.cache_write_tokens,
-        cost_micro_usd = d.cost_micro_usd + excluded.cost_micro_usd
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM ins)";
-
 #[derive(Default)]
 struct Columns {
     request_id: Vec<String>,
@@ -125,26 +89,62 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Byt
         0
     } else {
         let mut tx = state.db.begin().await?;
-        let n = sqlx::query_scalar(INGEST)
-            .bind(cols.request_id)
-            .bind(cols.started_ms)
-            .bind(cols.tenant)
-            .bind(cols.key_id)
-            .bind(cols.alias)
-            .bind(cols.upstream)
-            .bind(cols.model)
-            .bind(cols.status)
-            .bind(cols.error_code)
-            .bind(cols.prompt)
-            .bind(cols.completion)
-            .bind(cols.cached)
-            .bind(cols.cache_write)
-            .bind(cols.cost)
-            .bind(cols.latency)
-            .bind(cols.record)
-            .bind(&node)
-            .fetch_one(&mut *tx)
-            .await?;
+        let n = sqlx::query_scalar!(
+            r#"
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                         $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
+                         $14::bigint[], $15::bigint[], $16::jsonb[])
+        AS t(request_id, started_ms, tenant, key_id, alias, upstream, model, status, error_code,
+             prompt, completion, cached, cache_write, cost, latency, record)
+), ins AS (
+    INSERT INTO usage_events (request_id, started_at, tenant, key_id, alias, upstream, model, status, error_code,
+                              prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd,
+                              latency_ms, record, node)
+    SELECT request_id, to_timestamp(started_ms / 1000.0), tenant, key_id, alias, upstream, model, status, error_code,
+           prompt, completion, cached, cache_write, cost, latency, record, $17
+    FROM input
+    ON CONFLICT DO NOTHING
+    RETURNING started_at, tenant, alias, model, key_id, error_code, prompt_tokens, completion_tokens, cached_tokens,
+              cache_write_tokens, cost_micro_usd
+), rolled AS (
+    INSERT INTO usage_daily AS d (day, tenant, alias, model, key_id, requests, errors, prompt_tokens,
+                                  completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd)
+    SELECT (started_at AT TIME ZONE 'UTC')::date, tenant, alias, model, key_id, count(*),
+           count(*) FILTER (WHERE error_code IS NOT NULL), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint,
+           sum(cached_tokens)::bigint, sum(cache_write_tokens)::bigint, sum(cost_micro_usd)::bigint
+    FROM ins GROUP BY 1, 2, 3, 4, 5
+    ON CONFLICT (day, tenant, alias, model, key_id) DO UPDATE SET
+        requests = d.requests + excluded.requests,
+        errors = d.errors + excluded.errors,
+        prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = d.completion_tokens + excluded.completion_tokens,
+        cached_tokens = d.cached_tokens + excluded.cached_tokens,
+        cache_write_tokens = d.cache_write_tokens + excluded.cache_write_tokens,
+        cost_micro_usd = d.cost_micro_usd + excluded.cost_micro_usd
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins) AS "inserted!""#,
+            &cols.request_id,
+            &cols.started_ms,
+            &cols.tenant,
+            &cols.key_id,
+            &cols.alias,
+            &cols.upstream,
+            &cols.model,
+            &cols.status,
+            &cols.error_code as _,
+            &cols.prompt,
+            &cols.completion,
+            &cols.cached,
+            &cols.cache_write,
+            &cols.cost,
+            &cols.latency,
+            &cols.record,
+            node,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
         tx.commit().await?;
         n
     };
@@ -156,14 +156,17 @@ pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Byt
 /// their month and old months can be detached or dropped whole.
 pub async fn ensure_partitions(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     for offset in -1..=2i32 {
-        let (name, from, to): (String, String, String) = sqlx::query_as(
-            "SELECT 'usage_events_' || to_char(m, 'YYYY_MM'), to_char(m, 'YYYY-MM-DD'), to_char(m + interval '1 month', 'YYYY-MM-DD')
-             FROM (SELECT date_trunc('month', now() AT TIME ZONE 'UTC') + make_interval(months => $1) AS m) x",
+        let month = sqlx::query!(
+            r#"SELECT 'usage_events_' || to_char(m, 'YYYY_MM') AS "name!", to_char(m, 'YYYY-MM-DD') AS "from!",
+                      to_char(m + interval '1 month', 'YYYY-MM-DD') AS "to!"
+             FROM (SELECT date_trunc('month', now() AT TIME ZONE 'UTC') + make_interval(months => $1) AS m) x"#,
+            offset,
         )
-        .bind(offset)
         .fetch_one(db)
         .await?;
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(&name).fetch_one(db).await?;
+        let (name, from, to) = (month.name, month.from, month.to);
+        let exists =
+            sqlx::query_scalar!(r#"SELECT to_regclass($1) IS NOT NULL AS "exists!""#, name).fetch_one(db).await?;
         if !exists {
             let ddl = format!(
                 "CREATE TABLE IF NOT EXISTS {name} PARTITION OF usage_events FOR VALUES FROM ('{from}') TO ('{to}')"
@@ -314,17 +317,20 @@ pub async fn top_spenders(
             return Err(ApiError::field(field, "a date as YYYY-MM-DD"));
         }
     }
-    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-        "SELECT tenant, sum(requests)::bigint, sum(prompt_tokens + completion_tokens)::bigint, sum(cost_micro_usd)::bigint
+    let rows = sqlx::query!(
+        r#"SELECT tenant, sum(requests)::bigint AS "requests!", sum(prompt_tokens + completion_tokens)::bigint AS "tokens!",
+                  sum(cost_micro_usd)::bigint AS "cost!"
          FROM usage_daily
          WHERE day >= coalesce($1::date, current_date - 30) AND day <= coalesce($2::date, current_date)
-         GROUP BY tenant ORDER BY 4 DESC, 1 LIMIT $3",
+         GROUP BY tenant ORDER BY 4 DESC, 1 LIMIT $3"#,
+        q.from as _,
+        q.to as _,
+        q.limit.unwrap_or(10).clamp(1, 1000),
     )
-    .bind(&q.from)
-    .bind(&q.to)
-    .bind(q.limit.unwrap_or(10).clamp(1, 1000))
     .fetch_all(&state.db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.tenant, r.requests, r.tokens, r.cost));
     let list: Vec<Value> = rows
         .into_iter()
         .map(|(t, req, tok, cost)| json!({ "tenant": t, "requests": req, "tokens": tok, "cost_micro_usd": cost, "cost_usd": micro_usd(cost) }))
@@ -336,19 +342,21 @@ pub async fn top_spenders(
 /// current window (UTC day or month, from the rollups).
 pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Value>> {
     caller.require(Role::Finance)?;
-    let tenants: Vec<(String, Value)> =
-        sqlx::query_as("SELECT id, spec FROM tenants ORDER BY id").fetch_all(&state.db).await?;
-    let spent: Vec<(String, String, i64, i64)> = sqlx::query_as(
-        "SELECT tenant, alias,
-                coalesce(sum(cost_micro_usd) FILTER (WHERE day = (now() AT TIME ZONE 'UTC')::date), 0)::bigint,
-                coalesce(sum(cost_micro_usd), 0)::bigint
+    let tenants = sqlx::query!("SELECT id, spec FROM tenants ORDER BY id").fetch_all(&state.db).await?;
+    let spent: Vec<(String, String, i64, i64)> = sqlx::query!(
+        r#"SELECT tenant, alias,
+                coalesce(sum(cost_micro_usd) FILTER (WHERE day = (now() AT TIME ZONE 'UTC')::date), 0)::bigint AS "today!",
+                coalesce(sum(cost_micro_usd), 0)::bigint AS "month!"
          FROM usage_daily WHERE day >= date_trunc('month', now() AT TIME ZONE 'UTC')::date
-         GROUP BY tenant, alias",
+         GROUP BY tenant, alias"#
     )
     .fetch_all(&state.db)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.tenant, r.alias, r.today, r.month))
+    .collect();
     let mut out = Vec::new();
-    for (tenant, spec) in tenants {
+    for (tenant, spec) in tenants.into_iter().map(|r| (r.id, r.spec)) {
         let Ok(t) = serde_json::from_value::<ax_protocol::config::TenantSpec>(spec) else { continue };
         for b in &t.budgets {
             let month = b.window == ax_protocol::config::BudgetWindow::Month;

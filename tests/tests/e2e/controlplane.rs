@@ -503,6 +503,10 @@ async fn usage_reaches_postgres_exactly_once_through_a_kill_9() {
     let top = s.admin.ok("GET", "/api/v1/reports/top", None).await;
     assert_eq!(top["tenants"][0]["tenant"], "acme");
     assert_eq!(top["tenants"][0]["cost_micro_usd"].as_i64(), Some(sum));
+    let ranged = s.admin.ok("GET", "/api/v1/reports/top?from=2000-01-01&to=2999-12-31&limit=5", None).await;
+    assert_eq!(ranged["tenants"][0]["cost_micro_usd"].as_i64(), Some(sum));
+    let before = s.admin.ok("GET", "/api/v1/reports/top?from=2000-01-01&to=2000-01-31", None).await;
+    assert_eq!(before["tenants"].as_array().map(Vec::len), Some(0), "{before}");
     s.admin
         .ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "budgets": [{ "window": "month", "usd": 1000.0 }] })))
         .await;
