@@ -182,7 +182,7 @@ async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String
             _ => continue,
         };
         let received = std::time::Instant::now();
-        let reply = match serde_json::from_str::<ToNode>(&text) {
+        match serde_json::from_str::<ToNode>(&text) {
             Ok(ToNode::Snapshot { version, hash, keys, mut document }) => {
                 for u in &mut document.upstreams {
                     if let Some(k) = keys.get(&u.name) {
@@ -190,40 +190,46 @@ async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String
                     }
                 }
                 let decode_ms = received.elapsed().as_secs_f64() * 1000.0;
-                let reply = apply(app, link, base, version, hash, document);
+                let (reply, stored) = apply(app, base, version, hash, document);
+                let swapped_ms = received.elapsed().as_secs_f64() * 1000.0;
+                // The answer first (the version is being served), then the durable copy.
+                tx.send(send(reply)).await.map_err(|e| e.to_string())?;
+                if let Some(stored) = stored {
+                    if let Err(e) = save_last_known_good(link, &stored) {
+                        tracing::error!(error = %e, "cannot store the last-known-good snapshot");
+                    }
+                }
                 tracing::info!(
                     version,
                     bytes = text.len(),
                     decode_ms,
+                    swapped_ms,
                     total_ms = received.elapsed().as_secs_f64() * 1000.0,
                     "snapshot message handled"
                 );
-                reply
             }
-            Err(e) => {
-                tracing::error!(error = %e, "unreadable message from the control plane");
-                continue;
-            }
-        };
-        tx.send(send(reply)).await.map_err(|e| e.to_string())?;
+            Err(e) => tracing::error!(error = %e, "unreadable message from the control plane"),
+        }
     }
 }
 
-/// Validates and swaps in one pushed version; the answer for the control plane.
-pub fn apply(app: &App, link: &Link, base: &ConfigSpec, version: u64, hash: String, document: Document) -> FromNode {
+/// Validates and swaps in one pushed version: the answer for the control plane, and what to store
+/// as last-known-good when it was applied.
+fn apply(app: &App, base: &ConfigSpec, version: u64, hash: String, document: Document) -> (FromNode, Option<Stored>) {
     let current = app.store.load();
     if version <= current.version {
         tracing::info!(version, serving = current.version, "pushed version is not newer; kept the current one");
-        return if version == current.version {
+        let reply = if version == current.version {
             FromNode::Applied { version }
         } else {
             FromNode::Rejected { version, error: format!("older than the version served ({})", current.version) }
         };
+        return (reply, None);
     }
     let empty = document.upstreams.is_empty() && document.routes.is_empty() && document.tenants.is_empty();
     if empty && (!current.routes.is_empty() || !current.tenants.is_empty()) {
         tracing::error!(version, "refused an empty configuration; the current one keeps serving");
-        return FromNode::Rejected { version, error: "empty configuration refused".to_owned() };
+        return (FromNode::Rejected { version, error: "empty configuration refused".to_owned() }, None);
     }
     let started = std::time::Instant::now();
     let (snap, document) = compile(base, document, version, Some(&current));
@@ -232,14 +238,11 @@ pub fn apply(app: &App, link: &Link, base: &ConfigSpec, version: u64, hash: Stri
             app.store.swap(snap);
             let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
             tracing::info!(version, hash = %hash, compile_ms, "configuration version applied");
-            if let Err(e) = save_last_known_good(link, &Stored { version, hash, document }) {
-                tracing::error!(error = %e, "cannot store the last-known-good snapshot");
-            }
-            FromNode::Applied { version }
+            (FromNode::Applied { version }, Some(Stored { version, hash, document }))
         }
         Err(e) => {
             tracing::error!(version, error = %e, "refused a configuration version; the current one keeps serving");
-            FromNode::Rejected { version, error: e.to_string() }
+            (FromNode::Rejected { version, error: e.to_string() }, None)
         }
     }
 }
