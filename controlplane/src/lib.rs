@@ -10,6 +10,7 @@
 //! - `usage`    — batched, idempotent ingestion with rollups; reports (JSON/CSV).
 //! - `crypto`   — AES-256-GCM for upstream keys, SHA-256 digests, random tokens.
 //! - `error`    — `ApiError`: one JSON error shape with stable codes and field errors.
+//! - `ui`       — the admin UI's static files at `/` (everything not under `/api/`).
 
 #![allow(clippy::type_complexity, reason = "sqlx row tuples mirror their SELECT lists, next to the query")]
 
@@ -19,6 +20,7 @@ pub mod crypto;
 pub mod document;
 pub mod error;
 pub mod push;
+pub mod ui;
 pub mod usage;
 
 use std::sync::Arc;
@@ -32,6 +34,8 @@ pub struct State {
     pub hub: push::Hub,
     /// `Secure` on the session cookie (off only for plain-http development: `AX_COOKIE_SECURE=0`).
     pub secure_cookies: bool,
+    /// The built admin UI (`ui/dist`), served at `/`.
+    pub ui_dir: Option<std::path::PathBuf>,
 }
 
 pub type AppState = Arc<State>;
@@ -63,11 +67,15 @@ pub fn router(state: AppState) -> Router {
         .route("/reports/top", get(usage::top_spenders))
         .route("/reports/budgets", get(usage::budget_burn))
         .route("/test/push", post(push::test_push));
+    let api_404 = || async { error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no such route") };
+    let ui = ui::routes(state.ui_dir.as_deref());
     Router::new()
         .nest("/api/v1", api)
         .route("/api/openapi.json", get(openapi))
+        .route("/api", axum::routing::any(api_404))
+        .route("/api/{*rest}", axum::routing::any(api_404))
         .route("/healthz", get(|| async { "ok" }))
-        .fallback(|| async { error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .fallback_service(ui)
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(state)
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ax_controlplane::{admin, auth, crypto, document, push, router, usage, State, MIGRATOR};
 
 const USAGE: &str = "usage (DATABASE_URL and AX_MASTER_KEY in the environment):
-  ax-controlplane serve [--listen 127.0.0.1:8090] [--addr-file <path>]
+  ax-controlplane serve [--listen 127.0.0.1:8090] [--addr-file <path>] [--ui-dir ui/dist]
   ax-controlplane migrate
   ax-controlplane admin create <username> [--role admin|operator|finance]   (password from AX_ADMIN_PASSWORD or stdin)
   ax-controlplane node create <id>           (prints the node token once; AX_NODE_TOKEN registers a chosen one)
@@ -120,7 +120,17 @@ async fn serve(args: &[String]) -> Result<(), String> {
         std::fs::write(&f, addr.to_string()).map_err(|e| format!("cannot write --addr-file: {e}"))?;
     }
     let secure_cookies = std::env::var("AX_COOKIE_SECURE").map_or(true, |v| v != "0");
-    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), secure_cookies });
+    // The admin UI: `--ui-dir`, AX_UI_DIR, or `ui/dist` when run from a checkout.
+    let ui_dir = flag(args, "--ui-dir")
+        .or_else(|| std::env::var("AX_UI_DIR").ok())
+        .map(std::path::PathBuf::from)
+        .or_else(|| Some(std::path::PathBuf::from("ui/dist")).filter(|d| d.join("index.html").is_file()));
+    match &ui_dir {
+        Some(d) if d.join("index.html").is_file() => tracing::info!(dir = %d.display(), "serving the admin UI at /"),
+        Some(d) => tracing::warn!(dir = %d.display(), "no index.html in the UI directory; build it with ui/build.sh"),
+        None => tracing::info!("no admin UI directory (build it with ui/build.sh); the API is at /api/"),
+    }
+    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), secure_cookies, ui_dir });
     tokio::spawn(push::follow(state.clone()));
     tokio::spawn(async move {
         let mut t = tokio::time::interval(std::time::Duration::from_secs(3600));

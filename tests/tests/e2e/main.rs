@@ -10,6 +10,7 @@ mod ingress;
 mod reload;
 mod sdk;
 mod translation;
+mod ui;
 
 use ax_tests::{key_digest, KEY, UPSTREAM_KEY};
 

@@ -1,0 +1,259 @@
+//! The admin UI in a real headless Chromium (Debian's `chromium` + `chromedriver`, driven with
+//! fantoccini) against a real control plane (serving `ui/dist`, built by `ui/build.sh`), Postgres,
+//! and a data plane with mock upstreams. Screenshots of each page go to `docs/screenshots/`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ax_tests::cp::{create_node, create_operator, Session, TestDb, ADMIN_PASSWORD};
+use ax_tests::Process;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// chromedriver on a free port with its own headless Chromium; both end with the test.
+struct Browser {
+    driver: Child,
+    client: Client,
+    _profile: PathBuf,
+}
+
+impl Browser {
+    async fn start(tag: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (apt-get install chromium chromium-driver; .ci/run installs it)");
+        let profile = ax_tests::temp_dir(&format!("chromium-{tag}"));
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({ "binary": "/usr/bin/chromium", "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,900", format!("--user-data-dir={}", profile.display()) ] }),
+        );
+        let start = Instant::now();
+        let client = loop {
+            let r = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(caps.clone())
+                .connect(&format!("http://127.0.0.1:{port}"))
+                .await;
+            match r {
+                Ok(c) => break c,
+                Err(e) if start.elapsed() > Duration::from_secs(20) => panic!("cannot start chromium: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        Self { driver, client, _profile: profile }
+    }
+
+    /// Waits (up to 10 s) for an element matching `css`.
+    async fn find(&self, css: &str) -> fantoccini::elements::Element {
+        let found = self.client.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css(css)).await;
+        match found {
+            Ok(e) => e,
+            Err(e) => {
+                let url = self.client.current_url().await.map(|u| u.to_string()).unwrap_or_default();
+                let shot = std::env::temp_dir().join("ax-ui-failure.png");
+                if let Ok(png) = self.client.screenshot().await {
+                    let _ = std::fs::write(&shot, png);
+                }
+                let body = self.client.find(Locator::Css("body")).await.ok();
+                let text = match body {
+                    Some(b) => b.text().await.unwrap_or_default(),
+                    None => String::new(),
+                };
+                panic!("no element '{css}' on {url}: {e}; screenshot {}; the page shows:\n{text}", shot.display())
+            }
+        }
+    }
+
+    /// Waits (up to `secs`) until the page's text contains `text`; the page text then.
+    async fn wait_text(&self, text: &str, secs: u64) -> String {
+        let start = Instant::now();
+        loop {
+            let body = self.client.find(Locator::Css("body")).await.unwrap().text().await.unwrap_or_default();
+            if body.contains(text) {
+                return body;
+            }
+            assert!(start.elapsed() < Duration::from_secs(secs), "the page never showed '{text}'; it shows:\n{body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        let dir = repo().join("docs/screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    async fn login(&self, base: &str, user: &str) {
+        self.client.goto(base).await.unwrap();
+        self.find("input[name=username]").await.send_keys(user).await.unwrap();
+        self.find("input[name=password]").await.send_keys(ADMIN_PASSWORD).await.unwrap();
+        self.find("button[type=submit]").await.click().await.unwrap();
+        self.find("header.top").await;
+    }
+
+    /// Replaces an input's text as a user would (select all, type), firing input events.
+    async fn type_into(&self, css: &str, text: &str) {
+        let input = self.find(css).await;
+        input.clear().await.unwrap();
+        input.send_keys(text).await.unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn mock_upstream() -> Value {
+    json!({ "provider": "mock", "mock": { "latency_ms": 0, "reply_tokens": 4 },
+            "models": [{ "name": "m", "context_window": 32000, "capabilities": ["chat"],
+                         "price_per_mtok": { "input": 1.0, "output": 2.0 } }] })
+}
+
+fn control_plane(db: &TestDb, dir: &Path) -> Process {
+    let mut cmd = Command::new(ax_tests::built("ax-controlplane"));
+    let ui = repo().join("ui/dist");
+    assert!(ui.join("index.html").is_file(), "ui/dist is not built: run `bash ui/build.sh` (.ci/run does)");
+    cmd.args(["serve", "--ui-dir"])
+        .arg(&ui)
+        .env("DATABASE_URL", &db.url)
+        .env("AX_MASTER_KEY", ax_tests::cp::MASTER_KEY)
+        .env("AX_COOKIE_SECURE", "0")
+        .env("AX_VERIFY_DOCUMENTS", "1");
+    Process::spawn(cmd, dir, "cp")
+}
+
+async fn split(dp: &str, key: &str, n: usize) -> usize {
+    let client = reqwest::Client::new();
+    let mut a = 0;
+    for _ in 0..n {
+        let r = client
+            .post(format!("{dp}/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(&json!({ "model": "chat", "messages": [{ "role": "user", "content": "hi" }] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        if r.headers()["x-ax-upstream"] == "a" {
+            a += 1;
+        }
+    }
+    a
+}
+
+/// An operator logs in, moves the weights from 80/20 to 20/80, sees the new shares in the preview,
+/// saves, and sees the data plane apply the version; requests then split about 20/80. Bad input
+/// shows the server's field error and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_changes_weights_in_the_browser() {
+    let db = TestDb::create("ui_weights");
+    create_operator(&db, "root", "admin");
+    let dir = ax_tests::temp_dir("ui-weights");
+    let cp = control_plane(&db, &dir);
+    let admin = Session::login(&cp.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    admin.ok("PUT", "/api/v1/upstreams/a", Some(&mock_upstream())).await;
+    admin.ok("PUT", "/api/v1/upstreams/b", Some(&mock_upstream())).await;
+    let route = json!({ "candidates": [{ "upstream": "a", "model": "m", "weight": 80 }, { "upstream": "b", "model": "m", "weight": 20 }] });
+    admin.ok("PUT", "/api/v1/routes/chat", Some(&route)).await;
+    admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "allowed_aliases": ["*"] }))).await;
+    let key = admin.ok("POST", "/api/v1/tenants/acme/keys", Some(&json!({}))).await["key"].as_str().unwrap().to_owned();
+    let token = create_node(&db, "dp-1");
+    let dp = Process::data_plane(&cp.url, &token, &dir.join("dp"), "dp");
+
+    let b = Browser::start("weights").await;
+    b.login(&cp.url, "root").await;
+    b.wait_text("Routes", 10).await;
+    b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
+    b.wait_text("80 %", 10).await;
+    b.screenshot("routes").await;
+
+    // Bad input: a negative weight → the server's field error next to it, nothing saved.
+    let versions = admin.ok("GET", "/api/v1/versions", None).await["versions"].as_array().unwrap().len();
+    b.type_into("input[aria-label='weight of a/m']", "-5").await;
+    b.find(".actions button").await.click().await.unwrap();
+    let err = b.find(".field-error").await.text().await.unwrap();
+    assert_eq!(err, "must be 0 or more");
+    b.screenshot("routes-field-error").await;
+    // Every candidate disabled → the route-level error.
+    b.type_into("input[aria-label='weight of a/m']", "80").await;
+    for label in ["a/m enabled", "b/m enabled"] {
+        b.find(&format!("input[aria-label='{label}']")).await.click().await.unwrap();
+    }
+    b.find(".actions button").await.click().await.unwrap();
+    let err = b.find("div.error").await.text().await.unwrap();
+    assert!(err.contains("at least one candidate must be enabled"), "route error: {err}");
+    for label in ["a/m enabled", "b/m enabled"] {
+        b.find(&format!("input[aria-label='{label}']")).await.click().await.unwrap();
+    }
+    let after = admin.ok("GET", "/api/v1/versions", None).await["versions"].as_array().unwrap().len();
+    assert_eq!(after, versions, "bad input made no version");
+    assert_eq!(admin.ok("GET", "/api/v1/routes/chat", None).await["candidates"][0]["weight"], 80);
+
+    // 80/20 → 20/80: the preview shows the new shares, saving reports the data plane's apply.
+    b.type_into("input[aria-label='weight of a/m']", "20").await;
+    b.type_into("input[aria-label='weight of b/m']", "80").await;
+    b.find(".actions button").await.click().await.unwrap();
+    let preview = b.find(".preview").await.text().await.unwrap();
+    assert!(preview.contains("80 → 20") && preview.contains("20 → 80"), "preview: {preview}");
+    let after_col: Vec<String> = {
+        let cells = b.client.find_all(Locator::Css(".preview td.after")).await.unwrap();
+        let mut out = Vec::new();
+        for c in cells {
+            out.push(c.text().await.unwrap());
+        }
+        out
+    };
+    assert_eq!(after_col, ["20 %", "80 %"]);
+    b.screenshot("routes-preview").await;
+    b.find("button.primary").await.click().await.unwrap();
+    let page = b.wait_text("applied by 1 of 1 data planes", 10).await;
+    assert!(page.contains("pushed"), "{page}");
+    b.screenshot("routes-saved").await;
+    let a = split(&dp.url, &key, 300).await;
+    assert!((30..=90).contains(&a), "20/80 after the save: {a} of 300 to a");
+
+    // The data planes page shows the node at the new version.
+    b.client.goto(&format!("{}/nodes", cp.url)).await.unwrap();
+    b.wait_text("dp-1", 10).await;
+    // Its health summary (sent every 5 s) with the upstreams it served.
+    b.wait_text("breaker closed", 15).await;
+    b.screenshot("nodes").await;
+    drop(dp);
+}
+
+/// Finance lands on the cost report, sees no edit controls, and an admin URL says "not allowed"
+/// (the server answers 403 too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finance_sees_cost_only() {
+    let db = TestDb::create("ui_finance");
+    create_operator(&db, "fin", "finance");
+    let dir = ax_tests::temp_dir("ui-finance");
+    let cp = control_plane(&db, &dir);
+    let b = Browser::start("finance").await;
+    b.login(&cp.url, "fin").await;
+    b.wait_text("Total", 10).await;
+    let nav = b.find("nav").await.text().await.unwrap();
+    assert!(nav.contains("Cost") && !nav.contains("Routes"), "finance navigation: {nav}");
+    b.screenshot("cost").await;
+    b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
+    b.wait_text("Not allowed", 10).await;
+    assert!(b.client.find_all(Locator::Css("input.weight")).await.unwrap().is_empty());
+    let fin = Session::login(&cp.url, "fin", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    assert_eq!(fin.send("GET", "/api/v1/routes", None).await.status(), 403);
+}

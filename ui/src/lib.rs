@@ -1,0 +1,150 @@
+//! The ax admin UI. Operators steer traffic (routes and weights, with a preview before saving and
+//! the data planes' acknowledgements after), finance reads cost. It talks to the control plane
+//! only through the documented admin API (`/api/v1`); the server enforces roles, the UI hides
+//! what a role cannot do.
+//!
+//! Layout: `api` (fetch, CSRF, errors with field paths), `fmt` (numbers for humans), `pages/*`
+//! (one module per page), this file (session, navigation, routing).
+
+use leptos::prelude::*;
+use leptos_router::components::{Route, Router, Routes, A};
+use leptos_router::hooks::use_navigate;
+use leptos_router::path;
+use serde::Deserialize;
+use wasm_bindgen::prelude::wasm_bindgen;
+
+mod api;
+mod fmt;
+mod pages;
+
+/// Who is logged in (`GET /api/v1/session`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Session {
+    pub username: String,
+    pub role: String,
+    pub csrf_token: String,
+}
+
+impl Session {
+    /// finance < operator < admin, as on the server.
+    pub fn at_least(&self, role: &str) -> bool {
+        let rank = |r: &str| match r {
+            "admin" => 3,
+            "operator" => 2,
+            "finance" => 1,
+            _ => 0,
+        };
+        rank(&self.role) >= rank(role)
+    }
+}
+
+/// The session, for every page: `None` while unknown or logged out.
+#[derive(Clone, Copy)]
+pub struct Auth(pub RwSignal<Option<Session>>);
+
+thread_local! {
+    static CSRF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The session's CSRF token (sent on every mutation).
+pub fn csrf() -> String {
+    CSRF.with(|c| c.borrow().clone())
+}
+
+fn set_session(auth: Auth, s: Option<Session>) {
+    CSRF.with(|c| *c.borrow_mut() = s.as_ref().map(|s| s.csrf_token.clone()).unwrap_or_default());
+    auth.0.set(s);
+}
+
+#[wasm_bindgen(start)]
+pub fn start() {
+    console_error_panic_hook::set_once();
+    leptos::mount::mount_to_body(App);
+}
+
+#[component]
+fn App() -> impl IntoView {
+    let auth = Auth(RwSignal::new(None));
+    provide_context(auth);
+    // Unknown until the first answer: avoids a flash of the login form for a logged-in operator.
+    let checked = RwSignal::new(false);
+    leptos::task::spawn_local(async move {
+        if let Ok(s) = api::get::<Session>("/api/v1/session").await {
+            set_session(auth, Some(s));
+        }
+        checked.set(true);
+    });
+    view! {
+        <Router>
+            <Show when=move || checked.get() fallback=|| view! { <p class="loading">"Loading…"</p> }>
+                <Show when=move || auth.0.get().is_some() fallback=pages::login::Login>
+                    <Shell/>
+                </Show>
+            </Show>
+        </Router>
+    }
+}
+
+/// Navigation and the page for the current URL.
+#[component]
+fn Shell() -> impl IntoView {
+    let auth = expect_context::<Auth>();
+    let role = move |r: &'static str| auth.0.get().is_some_and(|s| s.at_least(r));
+    let logout = move |_| {
+        leptos::task::spawn_local(async move {
+            let _ = api::send::<serde_json::Value>("POST", "/api/v1/logout", None).await;
+            set_session(auth, None);
+        });
+    };
+    view! {
+        <header class="top">
+            <span class="brand">"ax"</span>
+            <nav aria-label="pages">
+                <Show when=move || role("operator")>
+                    <A href="/routes">"Routes"</A>
+                    <A href="/nodes">"Data planes"</A>
+                    <A href="/versions">"Versions"</A>
+                </Show>
+                <A href="/reports">"Cost"</A>
+            </nav>
+            <span class="who">
+                {move || auth.0.get().map(|s| format!("{} · {}", s.username, s.role))}
+                <button class="link" on:click=logout>"Log out"</button>
+            </span>
+        </header>
+        <main>
+            <Routes fallback=|| view! { <p>"No such page."</p> }>
+                <Route path=path!("/") view=Home/>
+                <Route path=path!("/routes") view=move || guarded("operator", pages::routes::RoutesPage)/>
+                <Route path=path!("/nodes") view=move || guarded("operator", pages::nodes::Nodes)/>
+                <Route path=path!("/versions") view=move || guarded("operator", pages::versions::Versions)/>
+                <Route path=path!("/reports") view=pages::reports::Reports/>
+            </Routes>
+        </main>
+    }
+}
+
+/// Finance lands on the cost report, everyone else on routes.
+#[component]
+fn Home() -> impl IntoView {
+    let auth = expect_context::<Auth>();
+    let navigate = use_navigate();
+    let to = if auth.0.get_untracked().is_some_and(|s| s.at_least("operator")) { "/routes" } else { "/reports" };
+    Effect::new(move |_| navigate(to, Default::default()));
+}
+
+/// The page if the role allows it; "not allowed" otherwise (the server would answer 403 anyway).
+fn guarded<V: IntoView + 'static>(role: &'static str, page: impl Fn() -> V + Send + 'static) -> AnyView {
+    let auth = expect_context::<Auth>();
+    if auth.0.get_untracked().is_some_and(|s| s.at_least(role)) {
+        page().into_any()
+    } else {
+        view! {
+            <section class="denied" role="alert">
+                <h1>"Not allowed"</h1>
+                <p>{format!("This page needs the {role} role.")}</p>
+            </section>
+        }
+        .into_any()
+    }
+}

@@ -1,0 +1,54 @@
+//! Login: the control plane sets the session cookie; a wrong password and the throttling lockout
+//! get their own messages.
+
+use leptos::prelude::*;
+use serde_json::json;
+
+use crate::{api, Auth, Session};
+
+#[component]
+pub fn Login() -> impl IntoView {
+    let auth = expect_context::<Auth>();
+    let username = RwSignal::new(String::new());
+    let password = RwSignal::new(String::new());
+    let error = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        busy.set(true);
+        error.set(None);
+        let body = json!({ "username": username.get_untracked(), "password": password.get_untracked() });
+        leptos::task::spawn_local(async move {
+            match api::send::<Session>("POST", "/api/v1/login", Some(&body)).await {
+                Ok(s) => crate::set_session(auth, Some(s)),
+                Err(e) => error.set(Some(match e.code.as_str() {
+                    "invalid_credentials" => "Wrong username or password.".to_owned(),
+                    "login_throttled" => "Too many failed attempts: login is locked for a few minutes.".to_owned(),
+                    _ => e.message,
+                })),
+            }
+            busy.set(false);
+        });
+    };
+    view! {
+        <section class="login">
+            <h1>"ax"</h1>
+            <form on:submit=submit>
+                <label>"Username"
+                    <input name="username" autocomplete="username" required
+                        prop:value=move || username.get() on:input=move |ev| username.set(event_target_value(&ev))/>
+                </label>
+                <label>"Password"
+                    <input name="password" type="password" autocomplete="current-password" required
+                        prop:value=move || password.get() on:input=move |ev| password.set(event_target_value(&ev))/>
+                </label>
+                <Show when=move || error.get().is_some()>
+                    <p class="error" role="alert">{move || error.get()}</p>
+                </Show>
+                <button type="submit" disabled=move || busy.get()>
+                    {move || if busy.get() { "Logging in…" } else { "Log in" }}
+                </button>
+            </form>
+        </section>
+    }
+}

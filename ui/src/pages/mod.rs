@@ -1,0 +1,7 @@
+//! One module per page.
+
+pub mod login;
+pub mod nodes;
+pub mod reports;
+pub mod routes;
+pub mod versions;

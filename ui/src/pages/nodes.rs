@@ -1,0 +1,70 @@
+//! Data planes: each node, its applied version against the latest, last seen, connection, last
+//! error and its health summary (per upstream: breaker, requests, success rate, p95 latency).
+//! Refreshed every 2 s.
+
+use leptos::prelude::*;
+use serde_json::Value;
+
+use crate::api::{self, ApiError};
+use crate::fmt;
+
+#[component]
+pub fn Nodes() -> impl IntoView {
+    let data = RwSignal::new(None::<Result<Value, ApiError>>);
+    let alive = RwSignal::new(true);
+    on_cleanup(move || alive.set(false));
+    leptos::task::spawn_local(async move {
+        while alive.get_untracked() {
+            data.set(Some(api::get::<Value>("/api/v1/nodes").await));
+            gloo_timers::future::TimeoutFuture::new(2000).await;
+        }
+    });
+    view! {
+        <h1>"Data planes"</h1>
+        {move || match data.get() {
+            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
+            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
+            Some(Ok(v)) => {
+                let latest = v["latest_version"].as_u64();
+                let now = js_sys::Date::now();
+                let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+                view! {
+                    <p>{latest.map(|l| format!("Latest version: {l}"))}</p>
+                    <table class="nodes">
+                        <thead><tr><th>"Node"</th><th>"Applied"</th><th>"Connected"</th><th>"Last seen"</th><th>"Upstreams"</th><th>"Last error"</th></tr></thead>
+                        <tbody>
+                        {nodes.into_iter().map(|n| {
+                            let applied = n["applied_version"].as_u64();
+                            let behind = matches!((applied, latest), (Some(a), Some(l)) if a < l) || applied.is_none();
+                            let ups = n["health"]["upstreams"].as_array().cloned().unwrap_or_default();
+                            view! {
+                                <tr class:behind=behind>
+                                    <td>{n["id"].as_str().unwrap_or("").to_owned()}</td>
+                                    <td>{applied.map_or_else(|| "none".to_owned(), |a| a.to_string())}</td>
+                                    <td>{if n["connected"].as_bool() == Some(true) { "yes" } else { "no" }}</td>
+                                    <td>{n["last_seen"].as_str().map_or_else(|| "never".to_owned(), |s| fmt::ago(s, now))}</td>
+                                    <td>{ups.into_iter().map(|u| {
+                                        let models = u["models"].as_array().cloned().unwrap_or_default();
+                                        let requests: i64 = models.iter().filter_map(|m| m["requests"].as_i64()).sum();
+                                        let p95 = models.iter().filter_map(|m| m["latency_p95_ms"].as_f64()).fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+                                        let ok = models.iter().filter_map(|m| Some(m["success_rate"].as_f64()? * m["requests"].as_f64()?)).sum::<f64>();
+                                        let rate = if requests > 0 { fmt::pct(ok * 100.0 / requests as f64) } else { "–".to_owned() };
+                                        view! {
+                                            <div class="upstream">
+                                                {format!("{} · breaker {} · {} req · {} ok · p95 {}",
+                                                    u["upstream"].as_str().unwrap_or(""), u["breaker"]["state"].as_str().unwrap_or("?"),
+                                                    fmt::int(requests), rate, p95.map_or_else(|| "–".to_owned(), |p| format!("{p:.0} ms")))}
+                                            </div>
+                                        }
+                                    }).collect_view()}</td>
+                                    <td class="error">{n["last_error"].as_str().unwrap_or("").to_owned()}</td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }
+        }}
+    }
+}

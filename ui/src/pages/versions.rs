@@ -1,0 +1,63 @@
+//! Versions: every committed configuration, newest first; any earlier one can be restored (after a
+//! confirmation), which commits it as a new version.
+
+use leptos::prelude::*;
+use serde_json::Value;
+
+use crate::api::{self, ApiError};
+
+#[component]
+pub fn Versions() -> impl IntoView {
+    let data = RwSignal::new(None::<Result<Vec<Value>, ApiError>>);
+    let message = RwSignal::new(None::<Result<String, ApiError>>);
+    let load = move || {
+        leptos::task::spawn_local(async move {
+            let r = api::get::<Value>("/api/v1/versions").await;
+            data.set(Some(r.map(|v| v["versions"].as_array().cloned().unwrap_or_default())));
+        });
+    };
+    load();
+    let rollback = move |v: u64| {
+        let ok = window()
+            .confirm_with_message(&format!("Restore version {v}? It becomes the newest version."))
+            .unwrap_or(false);
+        if !ok {
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            let r = api::send::<Value>("POST", &format!("/api/v1/versions/{v}/rollback"), None).await;
+            message.set(Some(r.map(|x| format!("Version {v} restored as version {}.", x["version"]))));
+            load();
+        });
+    };
+    view! {
+        <h1>"Versions"</h1>
+        {move || message.get().map(|m| match m {
+            Ok(t) => view! { <p class="ok" role="status">{t}</p> }.into_any(),
+            Err(e) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
+        })}
+        {move || match data.get() {
+            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
+            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
+            Some(Ok(list)) => view! {
+                <table class="versions">
+                    <thead><tr><th>"Version"</th><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th></th></tr></thead>
+                    <tbody>
+                    {list.into_iter().enumerate().map(|(i, v)| {
+                        let n = v["version"].as_u64().unwrap_or(0);
+                        view! {
+                            <tr>
+                                <td>{n}</td>
+                                <td>{v["created_at"].as_str().unwrap_or("").replace('T', " ")}</td>
+                                <td>{v["author"].as_str().unwrap_or("").to_owned()}</td>
+                                <td>{v["summary"].as_str().unwrap_or("").to_owned()}</td>
+                                <td>{(i > 0).then(|| view! { <button on:click=move |_| rollback(n)>"Restore"</button> })}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                    </tbody>
+                </table>
+            }.into_any(),
+        }}
+    }
+}
