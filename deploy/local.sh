@@ -17,6 +17,8 @@ trap cleanup EXIT INT TERM
 
 echo "==> building (release)"
 cargo build --release --quiet -p ax-dataplane -p ax-controlplane
+echo "==> admin UI (ui/build.sh: wasm32 target and wasm-bindgen-cli are installed if missing)"
+bash ui/build.sh
 BIN="$ROOT/target/release"
 
 echo "==> PostgreSQL"
@@ -54,7 +56,7 @@ echo "==> migrations, admin login"
 AX_ADMIN_PASSWORD=$(cat "$STATE/admin.password") "$BIN/ax-controlplane" admin create admin --role admin >/dev/null
 
 echo "==> control plane on 127.0.0.1:$CP_PORT"
-"$BIN/ax-controlplane" serve --listen "127.0.0.1:$CP_PORT" 2>"$STATE/controlplane.log" &
+"$BIN/ax-controlplane" serve --listen "127.0.0.1:$CP_PORT" --ui-dir ui/dist 2>"$STATE/controlplane.log" &
 PIDS+=($!)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$CP_PORT/healthz" >/dev/null && break; sleep 0.1; done
 
@@ -85,6 +87,7 @@ done
 cat <<MSG
 
 ax is running.
+  Admin UI:    http://127.0.0.1:$CP_PORT/            login: admin / $(cat "$STATE/admin.password")
   Admin API:   http://127.0.0.1:$CP_PORT/api/v1   (OpenAPI: /api/openapi.json)   login: admin / $(cat "$STATE/admin.password")
   Data plane:  http://127.0.0.1:$DP_PORT/v1      key: $(cat "$STATE/demo.key")
   Logs:        $STATE/*.log

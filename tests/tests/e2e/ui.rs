@@ -237,23 +237,78 @@ async fn operator_changes_weights_in_the_browser() {
     drop(dp);
 }
 
-/// Finance lands on the cost report, sees no edit controls, and an admin URL says "not allowed"
-/// (the server answers 403 too).
+/// Finance lands on the cost report: its total equals the seeded usage rows to the micro-dollar,
+/// the CSV behind "Download CSV" (the same query) has the same numbers; no edit controls; an
+/// operator URL says "not allowed" (the server answers 403 too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finance_sees_cost_only() {
     let db = TestDb::create("ui_finance");
     create_operator(&db, "fin", "finance");
     let dir = ax_tests::temp_dir("ui-finance");
     let cp = control_plane(&db, &dir);
+    // Seeded usage, shipped as a data plane ships it: two tenants, odd amounts.
+    let token = create_node(&db, "dp-1");
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let mut body = String::new();
+    let mut expected = 0u64;
+    for i in 0..57u64 {
+        let cost = 1_234 + i * 7_919;
+        expected += cost;
+        let rec = json!({ "request_id": format!("seed-{i}"), "started_at_ms": now_ms - i * 1000,
+            "tenant": if i % 3 == 0 { "globex" } else { "acme" }, "key_id": "k", "alias": "chat", "upstream": "a",
+            "model": "m", "status": 200, "prompt_tokens": 100 + i, "completion_tokens": 20, "cost_micro_usd": cost,
+            "latency_ms": 5 });
+        body.push_str(&format!("{rec}\n"));
+    }
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/usage", cp.url))
+        .bearer_auth(&token)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let rows: u64 = db.query("SELECT count(*) FROM usage_events").parse().unwrap();
+    let sum: u64 = db.query("SELECT sum(cost_micro_usd) FROM usage_events").parse().unwrap();
+    assert_eq!((rows, sum), (57, expected));
+    let dollars = |micro: u64| {
+        let cents = (micro + 5_000) / 10_000;
+        format!("${}.{:02}", cents / 100, cents % 100)
+    };
+
     let b = Browser::start("finance").await;
     b.login(&cp.url, "fin").await;
-    b.wait_text("Total", 10).await;
+    let page = b.wait_text("Total", 10).await;
+    let total = b.find("th.total").await.text().await.unwrap();
+    assert_eq!(total, dollars(sum), "report total vs the usage rows; page:\n{page}");
+    assert!(page.contains("acme") && page.contains("globex"), "{page}");
     let nav = b.find("nav").await.text().await.unwrap();
     assert!(nav.contains("Cost") && !nav.contains("Routes"), "finance navigation: {nav}");
+    assert!(b.client.find_all(Locator::Css("input.weight, button.primary")).await.unwrap().is_empty());
     b.screenshot("cost").await;
+
+    // The CSV link is the same query as the table: same rows, same total to the micro-dollar.
+    let href = b.find("a[download]").await.attr("href").await.unwrap().unwrap();
+    let fin = Session::login(&cp.url, "fin", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    let csv = fin.send("GET", &href, None).await.text().await.unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "cost_usd").unwrap();
+    let csv_micro: u64 = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let v = l.split(',').nth(col).unwrap();
+            let (whole, frac) = v.split_once('.').unwrap_or((v, "0"));
+            whole.parse::<u64>().unwrap() * 1_000_000 + format!("{frac:0<6}").parse::<u64>().unwrap()
+        })
+        .sum();
+    assert_eq!(csv_micro, sum, "CSV total vs the usage rows:\n{csv}");
+    let table_rows = b.client.find_all(Locator::Css("table.report tbody tr")).await.unwrap().len();
+    assert_eq!(table_rows, csv.lines().count() - 1, "the CSV has the rows on screen:\n{csv}");
+
     b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
     b.wait_text("Not allowed", 10).await;
     assert!(b.client.find_all(Locator::Css("input.weight")).await.unwrap().is_empty());
-    let fin = Session::login(&cp.url, "fin", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    b.screenshot("not-allowed").await;
     assert_eq!(fin.send("GET", "/api/v1/routes", None).await.status(), 403);
 }
