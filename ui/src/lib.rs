@@ -104,6 +104,7 @@ fn Shell() -> impl IntoView {
                     <A href="/routes">"Routes"</A>
                     <A href="/nodes">"Data planes"</A>
                     <A href="/versions">"Versions"</A>
+                    <A href="/tenants">"Tenants & keys"</A>
                 </Show>
                 <A href="/reports">"Cost"</A>
             </nav>
@@ -118,6 +119,7 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/routes") view=move || guarded("operator", pages::routes::RoutesPage)/>
                 <Route path=path!("/nodes") view=move || guarded("operator", pages::nodes::Nodes)/>
                 <Route path=path!("/versions") view=move || guarded("operator", pages::versions::Versions)/>
+                <Route path=path!("/tenants") view=move || guarded("operator", pages::tenants::Tenants)/>
                 <Route path=path!("/reports") view=pages::reports::Reports/>
             </Routes>
         </main>

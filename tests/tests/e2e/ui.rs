@@ -234,6 +234,39 @@ async fn operator_changes_weights_in_the_browser() {
     // Its health summary (sent every 5 s) with the upstreams it served.
     b.wait_text("breaker closed", 15).await;
     b.screenshot("nodes").await;
+
+    // A tenant and a key made in the browser: the key is shown once, works against the data plane,
+    // and after a reload it is nowhere on the page.
+    b.client.goto(&format!("{}/tenants", cp.url)).await.unwrap();
+    b.wait_text("acme", 10).await;
+    b.type_into("input[name=tenant-id]", "globex").await;
+    b.find("form.inline-form button[type=submit]").await.click().await.unwrap();
+    b.wait_text("Keys of globex", 10).await;
+    b.find("section.keys button.primary").await.click().await.unwrap();
+    let new_key = b.find(".new-key code").await.text().await.unwrap();
+    assert!(new_key.starts_with("ax-") && new_key.len() > 30, "{new_key}");
+    b.screenshot("tenants-new-key").await;
+    let v = admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    let start = Instant::now();
+    while admin.ok("GET", "/api/v1/nodes", None).await["nodes"][0]["applied_version"].as_u64() < Some(v) {
+        assert!(start.elapsed() < Duration::from_secs(5), "version {v} not applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", dp.url))
+        .bearer_auth(&new_key)
+        .json(&json!({ "model": "chat", "messages": [{ "role": "user", "content": "hi" }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the key made in the browser works");
+    b.client.refresh().await.unwrap();
+    b.wait_text("globex", 10).await;
+    b.find("table.tenants tbody tr:last-child button").await.click().await.unwrap();
+    let page = b.wait_text("Keys of globex", 10).await;
+    let html = b.client.source().await.unwrap();
+    assert!(!page.contains(&new_key) && !html.contains(&new_key), "the key is visible after a reload");
+    assert!(page.contains(&new_key[..8]), "its prefix is listed: {page}");
     drop(dp);
 }
 

@@ -4,4 +4,5 @@ pub mod login;
 pub mod nodes;
 pub mod reports;
 pub mod routes;
+pub mod tenants;
 pub mod versions;
