@@ -101,10 +101,12 @@ fn Shell() -> impl IntoView {
             <span class="brand">"ax"</span>
             <nav aria-label="pages">
                 <Show when=move || role("operator")>
+                    <A href="/overview">"Overview"</A>
                     <A href="/routes">"Routes"</A>
                     <A href="/nodes">"Data planes"</A>
                     <A href="/versions">"Versions"</A>
                     <A href="/tenants">"Tenants & keys"</A>
+                    <A href="/audit">"Audit"</A>
                 </Show>
                 <A href="/reports">"Cost"</A>
             </nav>
@@ -116,7 +118,9 @@ fn Shell() -> impl IntoView {
         <main>
             <Routes fallback=|| view! { <p>"No such page."</p> }>
                 <Route path=path!("/") view=Home/>
+                <Route path=path!("/overview") view=move || guarded("operator", pages::overview::Overview)/>
                 <Route path=path!("/routes") view=move || guarded("operator", pages::routes::RoutesPage)/>
+                <Route path=path!("/audit") view=move || guarded("operator", pages::audit::Audit)/>
                 <Route path=path!("/nodes") view=move || guarded("operator", pages::nodes::Nodes)/>
                 <Route path=path!("/versions") view=move || guarded("operator", pages::versions::Versions)/>
                 <Route path=path!("/tenants") view=move || guarded("operator", pages::tenants::Tenants)/>
@@ -126,12 +130,12 @@ fn Shell() -> impl IntoView {
     }
 }
 
-/// Finance lands on the cost report, everyone else on routes.
+/// Finance lands on the cost report, everyone else on the overview.
 #[component]
 fn Home() -> impl IntoView {
     let auth = expect_context::<Auth>();
     let navigate = use_navigate();
-    let to = if auth.0.get_untracked().is_some_and(|s| s.at_least("operator")) { "/routes" } else { "/reports" };
+    let to = if auth.0.get_untracked().is_some_and(|s| s.at_least("operator")) { "/overview" } else { "/reports" };
     Effect::new(move |_| navigate(to, Default::default()));
 }
 

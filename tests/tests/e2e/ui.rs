@@ -228,6 +228,15 @@ async fn operator_changes_weights_in_the_browser() {
     let a = split(&dp.url, &key, 300).await;
     assert!((30..=90).contains(&a), "20/80 after the save: {a} of 300 to a");
 
+    // The overview sums the node's health summary; the audit log has the change.
+    b.client.goto(&format!("{}/overview", cp.url)).await.unwrap();
+    b.wait_text("Requests / min", 10).await;
+    b.wait_text("closed", 15).await;
+    b.screenshot("overview").await;
+    b.client.goto(&format!("{}/audit", cp.url)).await.unwrap();
+    b.wait_text("route.update", 10).await;
+    b.screenshot("audit").await;
+
     // The data planes page shows the node at the new version.
     b.client.goto(&format!("{}/nodes", cp.url)).await.unwrap();
     b.wait_text("dp-1", 10).await;
@@ -267,6 +276,15 @@ async fn operator_changes_weights_in_the_browser() {
     let html = b.client.source().await.unwrap();
     assert!(!page.contains(&new_key) && !html.contains(&new_key), "the key is visible after a reload");
     assert!(page.contains(&new_key[..8]), "its prefix is listed: {page}");
+
+    // A phone-sized window (390 px): the routes page still fits its width.
+    b.client.set_window_size(390, 844).await.unwrap();
+    b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
+    b.wait_text("chat", 10).await;
+    let overflow =
+        b.client.execute("return document.documentElement.scrollWidth - window.innerWidth", vec![]).await.unwrap();
+    assert!(overflow.as_i64().unwrap_or(999) <= 0, "the routes page scrolls sideways at 390 px by {overflow}");
+    b.screenshot("routes-390").await;
     drop(dp);
 }
 

@@ -1,7 +1,9 @@
 //! One module per page.
 
+pub mod audit;
 pub mod login;
 pub mod nodes;
+pub mod overview;
 pub mod reports;
 pub mod routes;
 pub mod tenants;

@@ -1,0 +1,63 @@
+//! Audit log: who changed what, before and after, when; filtered by operator and target.
+
+use leptos::prelude::*;
+use serde_json::Value;
+
+use crate::api::{self, ApiError};
+
+#[component]
+pub fn Audit() -> impl IntoView {
+    let operator = RwSignal::new(String::new());
+    let target = RwSignal::new(String::new());
+    let data = RwSignal::new(None::<Result<Vec<Value>, ApiError>>);
+    Effect::new(move |_| {
+        let mut q = "limit=200".to_owned();
+        for (k, v) in [("operator", operator.get()), ("target", target.get())] {
+            if !v.trim().is_empty() {
+                q.push_str(&format!("&{k}={}", js_sys::encode_uri_component(v.trim())));
+            }
+        }
+        leptos::task::spawn_local(async move {
+            let r = api::get::<Value>(&format!("/api/v1/audit?{q}")).await;
+            data.set(Some(r.map(|v| v["entries"].as_array().cloned().unwrap_or_default())));
+        });
+    });
+    let pretty =
+        |v: &Value| if v.is_null() { "—".to_owned() } else { serde_json::to_string_pretty(v).unwrap_or_default() };
+    view! {
+        <h1>"Audit log"</h1>
+        <form class="filters" on:submit=|ev| ev.prevent_default()>
+            <label>"Operator " <input name="operator" prop:value=move || operator.get() on:change=move |ev| operator.set(event_target_value(&ev))/></label>
+            <label>"Target " <input name="target" placeholder="alias, tenant, key…" prop:value=move || target.get() on:change=move |ev| target.set(event_target_value(&ev))/></label>
+        </form>
+        {move || match data.get() {
+            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
+            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
+            Some(Ok(list)) if list.is_empty() => view! { <p>"Nothing recorded for these filters."</p> }.into_any(),
+            Some(Ok(list)) => view! {
+                <table class="audit">
+                    <thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"Target"</th><th>"Before → after"</th></tr></thead>
+                    <tbody>
+                    {list.into_iter().map(|e| view! {
+                        <tr>
+                            <td>{e["at"].as_str().unwrap_or("").replace('T', " ")}</td>
+                            <td>{e["operator"].as_str().unwrap_or("").to_owned()}</td>
+                            <td>{e["action"].as_str().unwrap_or("").to_owned()}</td>
+                            <td>{e["target"].as_str().unwrap_or("").to_owned()}</td>
+                            <td>
+                                <details>
+                                    <summary>"show"</summary>
+                                    <div class="diff">
+                                        <pre>{pretty(&e["before"])}</pre>
+                                        <pre>{pretty(&e["after"])}</pre>
+                                    </div>
+                                </details>
+                            </td>
+                        </tr>
+                    }).collect_view()}
+                    </tbody>
+                </table>
+            }.into_any(),
+        }}
+    }
+}
