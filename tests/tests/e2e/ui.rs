@@ -277,6 +277,21 @@ async fn operator_changes_weights_in_the_browser() {
     assert!(!page.contains(&new_key) && !html.contains(&new_key), "the key is visible after a reload");
     assert!(page.contains(&new_key[..8]), "its prefix is listed: {page}");
 
+    // Upstream keys are write-only: replace one (after a confirmation); it is never shown.
+    b.client.goto(&format!("{}/upstreams", cp.url)).await.unwrap();
+    b.wait_text("Input / Mtok", 10).await;
+    b.find("section[aria-label='upstream a'] button.link").await.click().await.unwrap();
+    let secret = "sk-ui-replaced-key-0123456789";
+    b.type_into("section[aria-label='upstream a'] input[name=api-key]", secret).await;
+    b.find("section[aria-label='upstream a'] button[type=submit]").await.click().await.unwrap();
+    b.client.accept_alert().await.unwrap();
+    b.wait_text("Key replaced", 10).await;
+    assert!(!b.client.source().await.unwrap().contains(secret), "the key is on the page");
+    let ups = admin.ok("GET", "/api/v1/upstreams", None).await;
+    assert_eq!(ups["upstreams"][0]["has_key"], true, "{ups}");
+    assert!(!ups.to_string().contains(secret));
+    b.screenshot("upstreams").await;
+
     // A phone-sized window (390 px): the routes page still fits its width.
     b.client.set_window_size(390, 844).await.unwrap();
     b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();

@@ -7,4 +7,5 @@ pub mod overview;
 pub mod reports;
 pub mod routes;
 pub mod tenants;
+pub mod upstreams;
 pub mod versions;
