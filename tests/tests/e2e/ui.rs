@@ -342,6 +342,20 @@ async fn finance_sees_cost_only() {
         format!("${}.{:02}", cents / 100, cents % 100)
     };
 
+    // The UI's files are served compressed when the browser accepts gzip (the wasm is large).
+    let wasm = reqwest::Client::new()
+        .get(format!("{}/ui_bg.wasm", cp.url))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wasm.headers().get("content-encoding").map(|v| v.to_str().unwrap()), Some("gzip"));
+    assert_eq!(wasm.headers()["content-type"], "application/wasm");
+    let gz = wasm.bytes().await.unwrap().len() as u64;
+    let raw = std::fs::metadata(repo().join("ui/dist/ui_bg.wasm")).unwrap().len();
+    assert!(gz * 2 < raw, "gzip: {gz} of {raw} bytes");
+    eprintln!("ui_bg.wasm: {raw} bytes, {gz} gzipped");
+
     let b = Browser::start("finance").await;
     b.login(&cp.url, "fin").await;
     let page = b.wait_text("Total", 10).await;
