@@ -321,9 +321,10 @@ pub fn validate(doc: Document) -> (Result<(), FieldError>, Document) {
 /// would not compile; the caller's transaction is then dropped, so nothing changes), stores a new
 /// version and notifies every control-plane replica. Returns the new version.
 pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str, focus: Focus<'_>) -> ApiResult<i64> {
-    let started = std::time::Instant::now();
     let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1000.0;
+    let t = std::time::Instant::now();
     sqlx::query!("SELECT pg_advisory_xact_lock($1)", CONFIG_LOCK).execute(&mut *conn).await?;
+    let lock_ms = ms(t);
     let t = std::time::Instant::now();
     let doc = current(conn, focus).await?;
     if std::env::var("AX_VERIFY_DOCUMENTS").as_deref() == Ok("1") {
@@ -350,14 +351,7 @@ pub async fn commit(conn: &mut PgConnection, author: &str, summary: &str, focus:
     .fetch_one(&mut *conn)
     .await?;
     sqlx::query!("SELECT pg_notify('ax_config', $1)", version.to_string()).execute(&mut *conn).await?;
-    tracing::info!(
-        version,
-        lock_ms = ms(started) - ms(t) - load_ms - validate_ms,
-        load_ms,
-        validate_ms,
-        store_ms = ms(t),
-        "configuration version stored"
-    );
+    tracing::info!(version, lock_ms, load_ms, validate_ms, store_ms = ms(t), "configuration version stored");
     Ok(version)
 }
 

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -163,5 +164,22 @@ impl Session {
         let text = resp.text().await.unwrap_or_default();
         assert!(status.is_success(), "{method} {path} → {status}: {text}");
         serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+}
+
+/// Polls the node list until `node` applied `version`; the time it took.
+pub async fn wait_applied(admin: &Session, node: &str, version: u64, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let nodes = admin.ok("GET", "/api/v1/nodes", None).await;
+        let applied = nodes["nodes"]
+            .as_array()
+            .and_then(|l| l.iter().find(|n| n["id"] == node))
+            .and_then(|n| n["applied_version"].as_u64());
+        if applied.is_some_and(|a| a >= version) {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "node {node} did not apply version {version} within {within:?}: {nodes}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

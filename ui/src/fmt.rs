@@ -38,6 +38,15 @@ pub fn pct(p: f64) -> String {
     }
 }
 
+/// Milliseconds, "–" when unknown: `0.4 ms`, `12 ms`.
+pub fn ms(x: Option<f64>) -> String {
+    match x {
+        None => "–".to_owned(),
+        Some(x) if x < 10.0 => format!("{x:.1} ms"),
+        Some(x) => format!("{x:.0} ms"),
+    }
+}
+
 /// An RFC 3339 UTC time → "12 s ago", "5 min ago", "3 h ago", or the date.
 pub fn ago(rfc3339: &str, now_ms: f64) -> String {
     let t = js_sys_parse(rfc3339);

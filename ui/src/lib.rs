@@ -141,6 +141,18 @@ fn Home() -> impl IntoView {
     Effect::new(move |_| navigate(to, Default::default()));
 }
 
+/// Runs `tick` now and then every `ms` for as long as the calling page is shown.
+pub fn every<F: std::future::Future<Output = ()> + 'static>(ms: u32, tick: impl Fn() -> F + 'static) {
+    let alive = RwSignal::new(true);
+    on_cleanup(move || alive.set(false));
+    leptos::task::spawn_local(async move {
+        while alive.get_untracked() {
+            tick().await;
+            gloo_timers::future::TimeoutFuture::new(ms).await;
+        }
+    });
+}
+
 /// The page if the role allows it; "not allowed" otherwise (the server would answer 403 anyway).
 fn guarded<V: IntoView + 'static>(role: &'static str, page: impl Fn() -> V + Send + 'static) -> AnyView {
     let auth = expect_context::<Auth>();

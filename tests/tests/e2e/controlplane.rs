@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ax_tests::cp::{create_node, create_operator, Session, TestDb, ADMIN_PASSWORD};
+use ax_tests::cp::{create_node, create_operator, wait_applied, Session, TestDb, ADMIN_PASSWORD};
 use ax_tests::Process;
 use serde_json::{json, Value};
 
@@ -52,23 +52,6 @@ fn chat_route(a: i64, b: i64) -> Value {
 async fn set_weights(admin: &Session, a: i64, b: i64) -> u64 {
     let r = admin.ok("PUT", "/api/v1/routes/chat", Some(&chat_route(a, b))).await;
     r["version"].as_u64().expect("version")
-}
-
-/// Polls the node list until `node` applied `version`; the time it took.
-async fn wait_applied(admin: &Session, node: &str, version: u64, within: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        let nodes = admin.ok("GET", "/api/v1/nodes", None).await;
-        let applied = nodes["nodes"]
-            .as_array()
-            .and_then(|l| l.iter().find(|n| n["id"] == node))
-            .and_then(|n| n["applied_version"].as_u64());
-        if applied.is_some_and(|a| a >= version) {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < within, "node {node} did not apply version {version} within {within:?}: {nodes}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn chat(dp: &str, key: &str) -> reqwest::Response {

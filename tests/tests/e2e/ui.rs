@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ax_tests::cp::{create_node, create_operator, Session, TestDb, ADMIN_PASSWORD};
+use ax_tests::cp::{create_node, create_operator, wait_applied, Session, TestDb, ADMIN_PASSWORD};
 use ax_tests::Process;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
@@ -256,11 +256,7 @@ async fn operator_changes_weights_in_the_browser() {
     assert!(new_key.starts_with("ax-") && new_key.len() > 30, "{new_key}");
     b.screenshot("tenants-new-key").await;
     let v = admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
-    let start = Instant::now();
-    while admin.ok("GET", "/api/v1/nodes", None).await["nodes"][0]["applied_version"].as_u64() < Some(v) {
-        assert!(start.elapsed() < Duration::from_secs(5), "version {v} not applied");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_applied(&admin, "dp-1", v, Duration::from_secs(5)).await;
     let r = reqwest::Client::new()
         .post(format!("{}/v1/chat/completions", dp.url))
         .bearer_auth(&new_key)

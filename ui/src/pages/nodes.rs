@@ -11,14 +11,7 @@ use crate::fmt;
 #[component]
 pub fn Nodes() -> impl IntoView {
     let data = RwSignal::new(None::<Result<Value, ApiError>>);
-    let alive = RwSignal::new(true);
-    on_cleanup(move || alive.set(false));
-    leptos::task::spawn_local(async move {
-        while alive.get_untracked() {
-            data.set(Some(api::get::<Value>("/api/v1/nodes").await));
-            gloo_timers::future::TimeoutFuture::new(2000).await;
-        }
-    });
+    crate::every(2000, move || async move { data.set(Some(api::get::<Value>("/api/v1/nodes").await)) });
     view! {
         <h1>"Data planes"</h1>
         {move || match data.get() {
@@ -44,16 +37,13 @@ pub fn Nodes() -> impl IntoView {
                                     <td>{if n["connected"].as_bool() == Some(true) { "yes" } else { "no" }}</td>
                                     <td>{n["last_seen"].as_str().map_or_else(|| "never".to_owned(), |s| fmt::ago(s, now))}</td>
                                     <td>{ups.into_iter().map(|u| {
-                                        let models = u["models"].as_array().cloned().unwrap_or_default();
-                                        let requests: i64 = models.iter().filter_map(|m| m["requests"].as_i64()).sum();
-                                        let p95 = models.iter().filter_map(|m| m["latency_p95_ms"].as_f64()).fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
-                                        let ok = models.iter().filter_map(|m| Some(m["success_rate"].as_f64()? * m["requests"].as_f64()?)).sum::<f64>();
-                                        let rate = if requests > 0 { fmt::pct(ok * 100.0 / requests as f64) } else { "–".to_owned() };
+                                        let mut up = super::overview::Up::default();
+                                        up.add(&u);
                                         view! {
                                             <div class="upstream">
                                                 {format!("{} · breaker {} · {} req · {} ok · p95 {}",
-                                                    u["upstream"].as_str().unwrap_or(""), u["breaker"]["state"].as_str().unwrap_or("?"),
-                                                    fmt::int(requests), rate, p95.map_or_else(|| "–".to_owned(), |p| format!("{p:.0} ms")))}
+                                                    u["upstream"].as_str().unwrap_or(""), up.breakers.join(", "),
+                                                    fmt::int(up.requests as i64), up.success(), fmt::ms(up.p95))}
                                             </div>
                                         }
                                     }).collect_view()}</td>

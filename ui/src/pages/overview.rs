@@ -10,15 +10,16 @@ use serde_json::Value;
 use crate::api::{self, ApiError};
 use crate::fmt;
 
-/// One upstream over every node's window.
+/// One upstream's health, summed over the nodes (and models) added to it.
 #[derive(Default, Clone, PartialEq)]
-struct Up {
-    requests: f64,
-    ok: f64,
-    per_min: f64,
-    p95: Option<f64>,
-    ttft_p95: Option<f64>,
-    breakers: Vec<String>,
+pub struct Up {
+    pub requests: f64,
+    pub ok: f64,
+    pub per_min: f64,
+    pub p95: Option<f64>,
+    pub ttft_p95: Option<f64>,
+    /// The breaker state on each node.
+    pub breakers: Vec<String>,
 }
 
 fn max(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -28,21 +29,36 @@ fn max(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
+impl Up {
+    /// Adds one node's row for this upstream (`UpstreamStatus` of `ax_protocol::health`).
+    pub fn add(&mut self, u: &Value) {
+        let window_min = u["window_ms"].as_f64().filter(|w| *w > 0.0).unwrap_or(60_000.0) / 60_000.0;
+        for m in u["models"].as_array().into_iter().flatten() {
+            let r = m["requests"].as_f64().unwrap_or(0.0);
+            self.requests += r;
+            self.per_min += r / window_min;
+            self.ok += r * m["success_rate"].as_f64().unwrap_or(1.0);
+            self.p95 = max(self.p95, m["latency_p95_ms"].as_f64());
+            self.ttft_p95 = max(self.ttft_p95, m["ttft_p95_ms"].as_f64());
+        }
+        self.breakers.push(u["breaker"]["state"].as_str().unwrap_or("?").to_owned());
+    }
+
+    /// The success rate, "–" without requests.
+    pub fn success(&self) -> String {
+        if self.requests > 0.0 {
+            fmt::pct(self.ok * 100.0 / self.requests)
+        } else {
+            "–".to_owned()
+        }
+    }
+}
+
 fn fleet(nodes: &Value) -> BTreeMap<String, Up> {
     let mut out: BTreeMap<String, Up> = BTreeMap::new();
     for n in nodes["nodes"].as_array().into_iter().flatten() {
         for u in n["health"]["upstreams"].as_array().into_iter().flatten() {
-            let e = out.entry(u["upstream"].as_str().unwrap_or("?").to_owned()).or_default();
-            let window_min = u["window_ms"].as_f64().filter(|w| *w > 0.0).unwrap_or(60_000.0) / 60_000.0;
-            for m in u["models"].as_array().into_iter().flatten() {
-                let r = m["requests"].as_f64().unwrap_or(0.0);
-                e.requests += r;
-                e.per_min += r / window_min;
-                e.ok += r * m["success_rate"].as_f64().unwrap_or(1.0);
-                e.p95 = max(e.p95, m["latency_p95_ms"].as_f64());
-                e.ttft_p95 = max(e.ttft_p95, m["ttft_p95_ms"].as_f64());
-            }
-            e.breakers.push(u["breaker"]["state"].as_str().unwrap_or("?").to_owned());
+            out.entry(u["upstream"].as_str().unwrap_or("?").to_owned()).or_default().add(u);
         }
     }
     out
@@ -52,17 +68,12 @@ fn fleet(nodes: &Value) -> BTreeMap<String, Up> {
 pub fn Overview() -> impl IntoView {
     let nodes = RwSignal::new(None::<Result<Value, ApiError>>);
     let spend = RwSignal::new(None::<Result<i64, ApiError>>);
-    let alive = RwSignal::new(true);
-    on_cleanup(move || alive.set(false));
-    leptos::task::spawn_local(async move {
-        while alive.get_untracked() {
-            nodes.set(Some(api::get::<Value>("/api/v1/nodes").await));
-            let today = js_sys::Date::new_0().to_iso_string().as_string().unwrap_or_default();
-            let day = today.get(..10).unwrap_or("").to_owned();
-            let r = api::get::<Value>(&format!("/api/v1/reports/cost?period=day&from={day}&to={day}")).await;
-            spend.set(Some(r.map(|v| v["total_micro_usd"].as_i64().unwrap_or(0))));
-            gloo_timers::future::TimeoutFuture::new(5000).await;
-        }
+    crate::every(5000, move || async move {
+        nodes.set(Some(api::get::<Value>("/api/v1/nodes").await));
+        let today = js_sys::Date::new_0().to_iso_string().as_string().unwrap_or_default();
+        let day = today.get(..10).unwrap_or("").to_owned();
+        let r = api::get::<Value>(&format!("/api/v1/reports/cost?period=day&from={day}&to={day}")).await;
+        spend.set(Some(r.map(|v| v["total_micro_usd"].as_i64().unwrap_or(0))));
     });
     view! {
         <h1>"Overview"</h1>
@@ -76,15 +87,14 @@ pub fn Overview() -> impl IntoView {
                 let per_min: f64 = ups.values().map(|u| u.per_min).sum();
                 let p95 = ups.values().fold(None, |a, u| max(a, u.p95));
                 let ttft = ups.values().fold(None, |a, u| max(a, u.ttft_p95));
-                let ms = |x: Option<f64>| x.map_or_else(|| "–".to_owned(), |x| if x < 10.0 { format!("{x:.1} ms") } else { format!("{x:.0} ms") });
                 let nodes_n = v["nodes"].as_array().map_or(0, Vec::len);
                 let connected = v["nodes"].as_array().into_iter().flatten().filter(|n| n["connected"] == true).count();
                 view! {
                     <div class="tiles">
                         <div class="tile"><span>"Requests / min"</span><strong>{fmt::int(per_min.round() as i64)}</strong></div>
                         <div class="tile"><span>"Error rate"</span><strong>{if total > 0.0 { fmt::pct((total - ok) * 100.0 / total) } else { "–".to_owned() }}</strong></div>
-                        <div class="tile"><span>"p95 latency (worst upstream)"</span><strong>{ms(p95)}</strong></div>
-                        <div class="tile"><span>"p95 time to first token"</span><strong>{ms(ttft)}</strong></div>
+                        <div class="tile"><span>"p95 latency (worst upstream)"</span><strong>{fmt::ms(p95)}</strong></div>
+                        <div class="tile"><span>"p95 time to first token"</span><strong>{fmt::ms(ttft)}</strong></div>
                         <div class="tile"><span>"Spend today (UTC)"</span><strong>{move || match spend.get() {
                             Some(Ok(m)) => fmt::usd_micro(m),
                             Some(Err(_)) => "–".to_owned(),
@@ -99,9 +109,9 @@ pub fn Overview() -> impl IntoView {
                             <tr class:bad=u.breakers.iter().any(|b| b != "closed")>
                                 <td>{name}</td>
                                 <td class="num">{fmt::int(u.per_min.round() as i64)}</td>
-                                <td class="num">{if u.requests > 0.0 { fmt::pct(u.ok * 100.0 / u.requests) } else { "–".to_owned() }}</td>
-                                <td class="num">{ms(u.p95)}</td>
-                                <td class="num">{ms(u.ttft_p95)}</td>
+                                <td class="num">{u.success()}</td>
+                                <td class="num">{fmt::ms(u.p95)}</td>
+                                <td class="num">{fmt::ms(u.ttft_p95)}</td>
                                 <td>{u.breakers.join(", ")}</td>
                             </tr>
                         }).collect_view()}

@@ -154,44 +154,38 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
             b
         }
     };
-    let do_preview = {
+    // Preview and save send the same body; both mark the editor busy and keep the server's errors.
+    let send = {
         let (alias, body) = (alias.clone(), body.clone());
-        move |_| {
-            let (alias, b) = (alias.clone(), body());
+        move |method: &'static str, suffix: &'static str| {
+            let (path, b) = (format!("/api/v1/routes/{alias}{suffix}"), body());
             busy.set(true);
             error.set(None);
-            leptos::task::spawn_local(async move {
-                match api::send::<Value>("POST", &format!("/api/v1/routes/{alias}/preview"), Some(&b)).await {
-                    Ok(p) => preview.set(Some(p)),
-                    Err(e) => {
-                        preview.set(None);
-                        error.set(Some(e));
-                    }
-                }
+            async move {
+                let r = api::send::<Value>(method, &path, Some(&b)).await;
                 busy.set(false);
-            });
+                r.map_err(|e| error.set(Some(e))).ok()
+            }
         }
     };
-    let do_save = {
-        let (alias, body) = (alias.clone(), body.clone());
+    let do_preview = {
+        let send = send.clone();
         move |_| {
-            let (alias, b) = (alias.clone(), body());
-            busy.set(true);
-            error.set(None);
-            leptos::task::spawn_local(async move {
-                match api::send::<Value>("PUT", &format!("/api/v1/routes/{alias}"), Some(&b)).await {
-                    Ok(r) => {
-                        preview.set(None);
-                        let version = r["version"].as_u64().unwrap_or(0);
-                        rollout.set(Some(Rollout { version, ..Default::default() }));
-                        follow(version, rollout).await;
-                        reload.run(());
-                    }
-                    Err(e) => error.set(Some(e)),
-                }
-                busy.set(false);
-            });
+            let sent = send("POST", "/preview");
+            leptos::task::spawn_local(async move { preview.set(sent.await) });
         }
+    };
+    let do_save = move |_| {
+        let sent = send("PUT", "");
+        leptos::task::spawn_local(async move {
+            if let Some(r) = sent.await {
+                preview.set(None);
+                let version = r["version"].as_u64().unwrap_or(0);
+                rollout.set(Some(Rollout { version, ..Default::default() }));
+                follow(version, rollout).await;
+                reload.run(());
+            }
+        });
     };
     let edit = move || {
         preview.set(None);
