@@ -3,9 +3,9 @@
 //! whole resulting configuration before it commits (422 naming the field), is audited, and makes
 //! a new version that is pushed to every data plane.
 
+use ax_protocol::admin::{TenantIn, TenantList, TenantView};
 use ax_protocol::config::{
-    BudgetSpec, CandidateSpec, FailoverSpec, LimitsSpec, RouteSpec, Strategy, TenantSpec, TimeoutOverrides,
-    UpstreamSpec,
+    CandidateSpec, FailoverSpec, LimitsSpec, RouteSpec, Strategy, TenantSpec, TimeoutOverrides, UpstreamSpec,
 };
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -35,23 +35,6 @@ fn valid_name(path: &str, name: &str) -> ApiResult<()> {
 
 // ---------- tenants ----------
 
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantIn {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default = "all_aliases")]
-    allowed_aliases: Vec<String>,
-    #[serde(default)]
-    limits: LimitsSpec,
-    #[serde(default)]
-    budgets: Vec<BudgetSpec>,
-}
-
-fn all_aliases() -> Vec<String> {
-    vec!["*".to_owned()]
-}
-
 pub async fn write_tenant(conn: &mut PgConnection, t: &TenantSpec) -> ApiResult<()> {
     let spec = json!({ "id": t.id, "keys": [], "allowed_aliases": t.allowed_aliases, "limits": t.limits, "budgets": t.budgets });
     sqlx::query!(
@@ -80,15 +63,21 @@ pub async fn list_tenants(State(s): State<AppState>, caller: Caller) -> Reply {
     .into_iter()
     .map(|r| (r.spec, r.active, r.all))
     .collect();
-    let list: Vec<Value> = rows
+    let tenants = rows
         .into_iter()
-        .map(|(mut spec, active, all)| {
-            spec["active_keys"] = json!(active);
-            spec["keys"] = json!(all);
-            spec
+        .filter_map(|(spec, active_keys, keys)| {
+            let t: TenantSpec = serde_json::from_value(spec).ok()?;
+            Some(TenantView {
+                id: t.id,
+                allowed_aliases: t.allowed_aliases,
+                limits: t.limits,
+                budgets: t.budgets,
+                active_keys,
+                keys,
+            })
         })
         .collect();
-    Ok(Json(json!({ "tenants": list })))
+    Ok(Json(json!(TenantList { tenants })))
 }
 
 /// Create (admin) when the tenant is new; update its limits, aliases and budgets (operator).

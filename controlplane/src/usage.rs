@@ -6,6 +6,7 @@
 //! fold exactly the rows that were new into `usage_daily`. The 200 is the acknowledgement: only
 //! then does the data plane delete the records from its spool. Reports read the rollups.
 
+use ax_protocol::admin::{BudgetBurn, BudgetReport, CostReport, CostRow};
 use ax_protocol::usage::UsageRecord;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -281,18 +282,34 @@ pub async fn cost_report(
         return Ok(resp);
     }
     let total: i64 = rows.iter().map(|r| r.8).sum();
-    let list: Vec<Value> = rows
-        .iter()
+    let rows: Vec<Value> = rows
+        .into_iter()
         .map(|r| {
-            json!({ "period": r.0, group: r.1, "requests": r.2, "errors": r.3, "prompt_tokens": r.4,
-                    "completion_tokens": r.5, "cached_tokens": r.6, "cache_write_tokens": r.7,
-                    "cost_micro_usd": r.8, "cost_usd": micro_usd(r.8) })
+            let mut row = json!(CostRow {
+                cost_usd: micro_usd(r.8),
+                period: r.0,
+                group: r.1.clone(),
+                requests: r.2,
+                errors: r.3,
+                prompt_tokens: r.4,
+                completion_tokens: r.5,
+                cached_tokens: r.6,
+                cache_write_tokens: r.7,
+                cost_micro_usd: r.8,
+            });
+            row[group] = Value::from(r.1);
+            row
         })
         .collect();
-    Ok(Json(
-        json!({ "period": period, "by": group, "rows": list, "total_micro_usd": total, "total_usd": micro_usd(total) }),
-    )
-    .into_response())
+    let mut report = json!(CostReport {
+        period: period.to_owned(),
+        by: group.to_owned(),
+        rows: Vec::new(),
+        total_micro_usd: total,
+        total_usd: micro_usd(total),
+    });
+    report["rows"] = Value::from(rows);
+    Ok(Json(report).into_response())
 }
 
 #[derive(Deserialize)]
@@ -366,15 +383,20 @@ pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiRe
                 .map(|r| if month { r.3 } else { r.2 })
                 .sum();
             let cap = (b.usd * 1_000_000.0).round() as i64;
-            out.push(json!({
-                "tenant": tenant, "window": if month { "month" } else { "day" }, "alias": b.alias,
-                "cap_usd": micro_usd(cap), "spent_usd": micro_usd(used), "spent_micro_usd": used,
-                "used_pct": if cap > 0 { (used as f64 * 1000.0 / cap as f64).round() / 10.0 } else { 0.0 },
-                "action": b.action, "warn_at": b.warn_at,
-            }));
+            out.push(BudgetBurn {
+                tenant: tenant.clone(),
+                window: if month { "month" } else { "day" }.to_owned(),
+                alias: b.alias.clone(),
+                cap_usd: micro_usd(cap),
+                spent_usd: micro_usd(used),
+                spent_micro_usd: used,
+                used_pct: if cap > 0 { (used as f64 * 1000.0 / cap as f64).round() / 10.0 } else { 0.0 },
+                action: b.action.clone(),
+                warn_at: b.warn_at,
+            });
         }
     }
-    Ok(Json(json!({ "budgets": out, "timezone": "UTC" })))
+    Ok(Json(json!(BudgetReport { budgets: out, timezone: "UTC".to_owned() })))
 }
 
 /// Quotes a CSV field when needed (RFC 4180) and defuses spreadsheet formulas.

@@ -121,6 +121,16 @@ impl Budget {
         })
     }
 
+    /// The `x-ax-budget-warning` value of a `warn` budget past its cap (the request is served).
+    pub fn exceeded(&self) -> String {
+        format!("{}; exceeded; limit={}", self.window_name(), crate::cost::format_usd(self.limit))
+    }
+
+    /// `action: warn`: past the cap, requests are served with a warning instead of refused.
+    pub fn warns_only(&self) -> bool {
+        self.action == BudgetAction::Plain(ax_protocol::config::PlainBudgetAction::Warn)
+    }
+
     pub fn window_name(&self) -> &'static str {
         match self.window {
             BudgetWindow::Day => "day",

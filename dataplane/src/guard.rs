@@ -145,6 +145,10 @@ async fn check_budgets<'s>(
                         warning = warning.or(b.warning(spent));
                         continue;
                     }
+                    crate::shared::Spend::Exhausted if b.warns_only() => {
+                        warning = warning.or(Some(b.exceeded()));
+                        continue;
+                    }
                     crate::shared::Spend::Exhausted => {
                         exhausted = Some(b);
                         break;
@@ -158,6 +162,7 @@ async fn check_budgets<'s>(
                     reserved.push(r);
                     warning = warning.or(w);
                 }
+                Verdict::Exhausted if b.warns_only() => warning = warning.or(Some(b.exceeded())),
                 Verdict::Exhausted => {
                     exhausted = Some(b);
                     break;

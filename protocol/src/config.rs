@@ -569,7 +569,7 @@ pub enum BudgetWindow {
     Month,
 }
 
-/// `action: reject` or `action: { downgrade_to: <alias> }`.
+/// `action: reject`, `action: warn` or `action: { downgrade_to: <alias> }`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum BudgetAction {
@@ -591,6 +591,8 @@ impl Default for BudgetAction {
 pub enum PlainBudgetAction {
     /// 429 `budget_exceeded`.
     Reject,
+    /// Serve anyway: responses carry `x-ax-budget-warning` (with `exceeded`), nothing is refused.
+    Warn,
 }
 
 fn default_allowed() -> Vec<String> {

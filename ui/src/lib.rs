@@ -3,7 +3,8 @@
 //! only through the documented admin API (`/api/v1`); the server enforces roles, the UI hides
 //! what a role cannot do.
 //!
-//! Layout: `api` (fetch, CSRF, errors with field paths), `fmt` (numbers for humans), `pages/*`
+//! Layout: `api` (fetch, CSRF, errors with field paths), `fmt` (numbers for humans), `form`
+//! (inputs bound to JSON bodies, field errors), `pages/*`
 //! (one module per page), this file (session, navigation, routing).
 
 use leptos::prelude::*;
@@ -15,6 +16,7 @@ use wasm_bindgen::prelude::wasm_bindgen;
 
 mod api;
 mod fmt;
+mod form;
 mod pages;
 
 /// Who is logged in (`GET /api/v1/session`).

@@ -468,6 +468,18 @@ async fn budgets_downgrade_or_reject_and_warn() {
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "budget_exceeded");
     assert!(v["error"]["message"].as_str().unwrap().contains("day budget of $0.005000"), "{v}");
+
+    // `warn`: past the cap the request is still served, and says so.
+    let gw = Gateway::start(&budgeted(&full.url(), &mini.url(), "warn")).await;
+    for _ in 0..2 {
+        assert_eq!(post(&gw.url, "/v1/chat/completions", &ask).await.status(), 200);
+    }
+    let before = full.hits();
+    let r = post(&gw.url, "/v1/chat/completions", &ask).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-ax-budget-warning"], "day; exceeded; limit=0.005000");
+    assert!(r.headers().get("x-ax-degraded").is_none());
+    assert_eq!(full.hits(), before + 1, "served by the budgeted alias's own upstream");
 }
 
 /// Costs of a known mix of requests add up exactly: 3 × (1,000 + 500 × 2) + 2 × (333 + 77 × 2)

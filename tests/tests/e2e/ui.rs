@@ -267,7 +267,7 @@ async fn operator_changes_weights_in_the_browser() {
     assert_eq!(r.status(), 200, "the key made in the browser works");
     b.client.refresh().await.unwrap();
     b.wait_text("globex", 10).await;
-    b.find("table.tenants tbody tr:last-child button").await.click().await.unwrap();
+    b.find("table.tenants tbody tr:last-child button.keys").await.click().await.unwrap();
     let page = b.wait_text("Keys of globex", 10).await;
     let html = b.client.source().await.unwrap();
     assert!(!page.contains(&new_key) && !html.contains(&new_key), "the key is visible after a reload");
@@ -358,6 +358,8 @@ async fn finance_sees_cost_only() {
     let total = b.find("th.total").await.text().await.unwrap();
     assert_eq!(total, dollars(sum), "report total vs the usage rows; page:\n{page}");
     assert!(page.contains("acme") && page.contains("globex"), "{page}");
+    let bars = b.client.find_all(Locator::Css("figure.chart svg rect")).await.unwrap().len();
+    assert!(bars >= 2, "the chart has a bar segment per tenant and day: {bars}");
     let nav = b.find("nav").await.text().await.unwrap();
     assert!(nav.contains("Cost") && !nav.contains("Routes"), "finance navigation: {nav}");
     assert!(b.client.find_all(Locator::Css("input.weight, button.primary")).await.unwrap().is_empty());
@@ -387,4 +389,238 @@ async fn finance_sees_cost_only() {
     assert!(b.client.find_all(Locator::Css("input.weight")).await.unwrap().is_empty());
     b.screenshot("not-allowed").await;
     assert_eq!(fin.send("GET", "/api/v1/routes", None).await.status(), 403);
+}
+
+/// Ships usage records for `tenant` as a data plane does; returns their total cost.
+async fn seed_usage(cp: &str, node_token: &str, tenant: &str, costs: &[u64]) -> u64 {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let mut body = String::new();
+    for (i, cost) in costs.iter().enumerate() {
+        let rec = json!({ "request_id": format!("{tenant}-{i}"), "started_at_ms": now_ms - i as u64 * 1000,
+            "tenant": tenant, "key_id": "k", "alias": "chat", "upstream": "a", "model": "m", "status": 200,
+            "prompt_tokens": 100, "completion_tokens": 20, "cost_micro_usd": cost, "latency_ms": 5 });
+        body.push_str(&format!("{rec}\n"));
+    }
+    let r = reqwest::Client::new()
+        .post(format!("{cp}/api/v1/usage"))
+        .bearer_auth(node_token)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    costs.iter().sum()
+}
+
+/// WebDriver key codes.
+const TAB: &str = "\u{E004}";
+const ENTER: &str = "\u{E007}";
+
+impl Browser {
+    /// What has the keyboard focus: its aria-label, name, or text.
+    async fn focused(&self) -> String {
+        let v = self
+            .client
+            .execute(
+                "const e = document.activeElement; return e ? (e.getAttribute('aria-label') || e.getAttribute('name') || e.textContent.trim()) : ''",
+                vec![],
+            )
+            .await
+            .unwrap();
+        v.as_str().unwrap_or("").to_owned()
+    }
+
+    /// Presses Tab until the focused element is `target` (at most 80 presses); the stops passed.
+    async fn tab_to(&self, target: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        for _ in 0..80 {
+            self.client.active_element().await.unwrap().send_keys(TAB).await.unwrap();
+            let now = self.focused().await;
+            if now == target {
+                return seen;
+            }
+            seen.push(now);
+        }
+        panic!("Tab never reached '{target}'; it went through {seen:?}")
+    }
+
+    /// Horizontal overflow of the page in CSS pixels (> 0: the page scrolls sideways).
+    async fn overflow(&self) -> i64 {
+        let v = self.client.execute("return document.documentElement.scrollWidth - window.innerWidth", vec![]).await;
+        v.unwrap().as_i64().unwrap_or(999)
+    }
+}
+
+/// An operator sets a tenant's limits and budgets (with the current burn shown), creates and edits
+/// upstreams with their models and prices, and sets a route's fallback aliases; bad input gets the
+/// server's field error at the input. The login and a weight change work with the keyboard alone,
+/// and every page fits a 390 px screen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_edits_tenants_upstreams_and_fallbacks() {
+    let db = TestDb::create("ui_edit");
+    create_operator(&db, "root", "admin");
+    let dir = ax_tests::temp_dir("ui-edit");
+    let cp = control_plane(&db, &dir);
+    let admin = Session::login(&cp.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    admin.ok("PUT", "/api/v1/upstreams/a", Some(&mock_upstream())).await;
+    admin.ok("PUT", "/api/v1/upstreams/b", Some(&mock_upstream())).await;
+    for (alias, up) in [("chat", "a"), ("chat-mini", "b")] {
+        let route = json!({ "candidates": [{ "upstream": up, "model": "m", "weight": 1 }] });
+        admin.ok("PUT", &format!("/api/v1/routes/{alias}"), Some(&route)).await;
+    }
+    admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "allowed_aliases": ["*"] }))).await;
+    let token = create_node(&db, "dp-1");
+    // Today's spend of acme: $0.006 (for the burn against a $0.01 day budget: 60 %).
+    assert_eq!(seed_usage(&cp.url, &token, "acme", &[2_000, 2_500, 1_500]).await, 6_000);
+
+    let b = Browser::start("edit").await;
+    // Keyboard only: type the user name, Tab to the password, Enter submits.
+    b.client.goto(&cp.url).await.unwrap();
+    b.find("input[name=username]").await.click().await.unwrap();
+    b.client.active_element().await.unwrap().send_keys("root").await.unwrap();
+    b.client.active_element().await.unwrap().send_keys(TAB).await.unwrap();
+    assert_eq!(b.focused().await, "password");
+    b.client.active_element().await.unwrap().send_keys(&format!("{ADMIN_PASSWORD}{ENTER}")).await.unwrap();
+    b.find("header.top").await;
+
+    // Tenants: limits and a budget; bad input first.
+    b.client.goto(&format!("{}/tenants", cp.url)).await.unwrap();
+    b.wait_text("acme", 10).await;
+    b.find("table.tenants td.row-actions button").await.click().await.unwrap();
+    b.find("form.tenant-editor").await;
+    b.type_into("form.tenant-editor input[name='limits.rpm']", "600").await;
+    b.find("form.tenant-editor fieldset:nth-of-type(2) > button").await.click().await.unwrap();
+    b.type_into("input[name=budget-usd]", "lots").await;
+    b.find("form.tenant-editor button[type=submit]").await.click().await.unwrap();
+    let err = b.find(".budget-row .field-error").await.text().await.unwrap();
+    assert!(err.contains("expected f64"), "budget usd error: {err}");
+    b.type_into("input[name=budget-usd]", "0.01").await;
+    let action = b.find("select[name=budget-action]").await;
+    action.select_by_value("downgrade").await.unwrap();
+    b.type_into("input[name=budget-downgrade]", "nope").await;
+    b.find("form.tenant-editor button[type=submit]").await.click().await.unwrap();
+    b.wait_text("unknown alias 'nope'", 10).await;
+    let err = b.find(".budget-row .field-error").await.text().await.unwrap();
+    assert!(err.contains("unknown alias 'nope'"), "downgrade alias error, at its input: {err}");
+    let spec = admin.ok("GET", "/api/v1/tenants", None).await;
+    assert!(spec["tenants"][0]["budgets"].is_null() || spec["tenants"][0]["budgets"] == json!([]), "{spec}");
+    b.find("select[name=budget-action]").await.select_by_value("warn").await.unwrap();
+    b.find("form.tenant-editor button[type=submit]").await.click().await.unwrap();
+    let page = b.wait_text("600 rpm", 10).await;
+    assert!(page.contains("day: $0.006 of $0.01 · 60 % · warn"), "the burn: {page}");
+    let meter = b.find("td.burns meter").await.attr("value").await.unwrap();
+    assert_eq!(meter.as_deref(), Some("60"));
+    let t = &admin.ok("GET", "/api/v1/tenants", None).await["tenants"][0];
+    assert_eq!(t["limits"], json!({ "rpm": 600 }));
+    assert_eq!(t["budgets"], json!([{ "window": "day", "usd": 0.01, "action": "warn", "warn_at": 0.8 }]));
+    b.screenshot("tenants").await;
+
+    // Upstreams: create one with a model and prices; a bad context window is refused at its input.
+    b.client.goto(&format!("{}/upstreams", cp.url)).await.unwrap();
+    b.wait_text("New upstream", 10).await;
+    let buttons = b.client.find_all(Locator::Css("div.actions button")).await.unwrap();
+    buttons[0].click().await.unwrap();
+    b.type_into("form.upstream-editor input[name=name]", "c").await;
+    b.find("form.upstream-editor select[name=provider]").await.select_by_value("mock").await.unwrap();
+    b.find("form.upstream-editor fieldset > button").await.click().await.unwrap();
+    b.type_into("form.upstream-editor input[name=model-name]", "m2").await;
+    b.type_into("form.upstream-editor input[name=model-context_window]", "big").await;
+    b.type_into("form.upstream-editor input[name='model-price_per_mtok.input']", "0.5").await;
+    b.type_into("form.upstream-editor input[name='model-price_per_mtok.output']", "1.5").await;
+    b.find("form.upstream-editor input[name=cap-tools]").await.click().await.unwrap();
+    b.screenshot("upstreams-edit").await;
+    b.find("form.upstream-editor button[type=submit]").await.click().await.unwrap();
+    let err = b.find(".model-row .field-error").await.text().await.unwrap();
+    assert!(err.contains("expected u32"), "context window error: {err}");
+    b.type_into("form.upstream-editor input[name=model-context_window]", "8000").await;
+    b.find("form.upstream-editor button[type=submit]").await.click().await.unwrap();
+    b.find("section[aria-label='upstream c']").await;
+    let c = admin.ok("GET", "/api/v1/upstreams", None).await["upstreams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "c")
+        .cloned()
+        .unwrap();
+    assert_eq!(c["provider"], "mock");
+    assert_eq!(
+        c["models"],
+        json!([{ "name": "m2", "context_window": 8000, "capabilities": ["chat", "tools", "streaming"],
+                 "price_per_mtok": { "input": 0.5, "output": 1.5 } }])
+    );
+    // Edit upstream a: a timeout changes, its stored key stays.
+    b.find("section[aria-label='upstream a'] > button").await.click().await.unwrap();
+    b.type_into("form.upstream-editor input[name='timeouts.first_byte_ms']", "1234").await;
+    b.find("form.upstream-editor button[type=submit]").await.click().await.unwrap();
+    b.wait_text("first byte 1,234 ms", 10).await;
+
+    // Routes: fallback aliases; an unknown one is the server's field error.
+    b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
+    b.wait_text("Fallback aliases", 10).await;
+    b.type_into("input[name=fallbacks]", "nope").await;
+    b.find(".actions button").await.click().await.unwrap();
+    let err = b.find("label.field .field-error").await.text().await.unwrap();
+    assert!(err.contains("nope"), "fallback error: {err}");
+    b.type_into("input[name=fallbacks]", "chat-mini").await;
+
+    // Keyboard only, from the fallbacks input: Tab to Preview, Enter; Tab to Save, Enter.
+    b.find("input[name=fallbacks]").await.click().await.unwrap();
+    b.tab_to("Preview").await;
+    b.client.active_element().await.unwrap().send_keys(ENTER).await.unwrap();
+    b.find(".preview").await;
+    b.tab_to("Save").await;
+    b.client.active_element().await.unwrap().send_keys(ENTER).await.unwrap();
+    b.wait_text("pushed", 10).await;
+    assert_eq!(admin.ok("GET", "/api/v1/routes/chat", None).await["fallbacks"], json!(["chat-mini"]));
+    // Every control of the page is reachable by Tab, in reading order: the navigation first.
+    b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
+    b.wait_text("Fallback aliases", 10).await;
+    let stops = b.tab_to("fallbacks").await;
+    for want in ["Overview", "Routes", "Cost", "chat-mini", "weight of a/m", "weight slider of a/m", "a/m enabled"] {
+        assert!(stops.iter().any(|s| s == want), "Tab skips '{want}': {stops:?}");
+    }
+
+    // Cost: the chart, and the drill-down tenant → alias → model → key.
+    b.client.goto(&format!("{}/reports", cp.url)).await.unwrap();
+    b.find("figure.chart svg rect").await;
+    b.find("button.drill").await.click().await.unwrap();
+    b.wait_text("tenant acme", 10).await;
+    assert_eq!(b.find("table.report thead th:nth-child(2)").await.text().await.unwrap(), "alias");
+    for (next, col) in [("chat", "model"), ("m", "key")] {
+        b.find("button.drill").await.click().await.unwrap();
+        b.wait_text(&format!(" {next}"), 10).await;
+        let start = Instant::now();
+        while b.find("table.report thead th:nth-child(2)").await.text().await.unwrap() != col {
+            assert!(start.elapsed() < Duration::from_secs(10), "never grouped by {col}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(b.find("th.total").await.text().await.unwrap(), "$0.006");
+    let href = b.find("a[download]").await.attr("href").await.unwrap().unwrap();
+    assert!(href.contains("by=key") && href.contains("tenant=acme") && href.contains("model=m"), "{href}");
+    b.screenshot("cost-drill-down").await;
+
+    // 390 px: no page scrolls sideways.
+    b.client.set_window_size(390, 844).await.unwrap();
+    for (page, ready) in [
+        ("overview", "Requests / min"),
+        ("routes", "Fallback aliases"),
+        ("upstreams", "Input / Mtok"),
+        ("nodes", "dp-1"),
+        ("versions", "Restore"),
+        ("tenants", "acme"),
+        ("audit", "route.update"),
+        ("reports", "Total"),
+    ] {
+        b.client.goto(&format!("{}/{page}", cp.url)).await.unwrap();
+        b.wait_text(ready, 10).await;
+        let overflow = b.overflow().await;
+        if overflow > 0 {
+            b.screenshot(&format!("{page}-390-overflow")).await;
+        }
+        assert!(overflow <= 0, "the {page} page scrolls sideways at 390 px by {overflow} px");
+        if matches!(page, "tenants" | "reports" | "upstreams") {
+            b.screenshot(&format!("{page}-390")).await;
+        }
+    }
 }

@@ -1,74 +1,257 @@
-//! Cost: per-tenant cost by day or month (the finance role lands here), with a date range, a
-//! total that matches the usage rows to the cent, and a CSV download of exactly this table (the
-//! server's CSV for the same query).
+//! Cost (the finance role lands here): cost by day or month as a chart and a table, for a date
+//! range and optional tenant, alias and model filters, grouped by tenant, alias, model or key.
+//! A group's name drills down one level (tenant → alias → model → key) and the trail above the
+//! chart climbs back. The total matches the usage rows to the micro-dollar, and the CSV link is
+//! the server's CSV of exactly this query.
 
+use ax_protocol::admin::{CostReport, CostRow};
 use leptos::prelude::*;
-use serde_json::Value;
 
 use crate::api::{self, ApiError};
 use crate::fmt;
 
-#[component]
-pub fn Reports() -> impl IntoView {
-    let period = RwSignal::new("day".to_owned());
-    let from = RwSignal::new(String::new());
-    let to = RwSignal::new(String::new());
-    let data = RwSignal::new(None::<Result<Value, ApiError>>);
-    let query = move || {
-        let mut q = format!("period={}&by=tenant", period.get());
-        for (k, v) in [("from", from.get()), ("to", to.get())] {
+/// The drill-down order: each level groups by the next.
+const LEVELS: [&str; 4] = ["tenant", "alias", "model", "key"];
+
+#[derive(Clone, Copy)]
+struct Query {
+    period: RwSignal<String>,
+    from: RwSignal<String>,
+    to: RwSignal<String>,
+    by: RwSignal<String>,
+    /// Filters by tenant, alias, model (in `LEVELS` order).
+    filters: [RwSignal<String>; 3],
+}
+
+impl Query {
+    fn string(&self) -> String {
+        let mut q = format!("period={}&by={}", self.period.get(), self.by.get());
+        let named = [("from", self.from.get()), ("to", self.to.get())]
+            .into_iter()
+            .chain(LEVELS.iter().zip(&self.filters).map(|(k, f)| (*k, f.get())));
+        for (k, v) in named {
+            let v = v.trim().to_owned();
             if !v.is_empty() {
-                q.push_str(&format!("&{k}={v}"));
+                q.push_str(&format!("&{k}={}", js_sys::encode_uri_component(&v)));
             }
         }
         q
+    }
+
+    /// Shows `value`'s rows one level down.
+    fn drill(&self, value: &str) {
+        let Some(level) = LEVELS.iter().position(|l| *l == self.by.get_untracked()) else { return };
+        if let (Some(filter), Some(next)) = (self.filters.get(level), LEVELS.get(level + 1)) {
+            filter.set(value.to_owned());
+            self.by.set((*next).to_owned());
+        }
+    }
+
+    /// Back up to `level`: its filter and those below it are cleared.
+    fn climb(&self, level: usize) {
+        for f in self.filters.iter().skip(level) {
+            f.set(String::new());
+        }
+        self.by.set(LEVELS[level].to_owned());
+    }
+}
+
+#[component]
+pub fn Reports() -> impl IntoView {
+    let q = Query {
+        period: RwSignal::new("day".to_owned()),
+        from: RwSignal::new(String::new()),
+        to: RwSignal::new(String::new()),
+        by: RwSignal::new("tenant".to_owned()),
+        filters: [RwSignal::new(String::new()), RwSignal::new(String::new()), RwSignal::new(String::new())],
     };
+    let data = RwSignal::new(None::<Result<CostReport, ApiError>>);
     Effect::new(move |_| {
-        let q = query();
+        let query = q.string();
         leptos::task::spawn_local(async move {
-            data.set(Some(api::get::<Value>(&format!("/api/v1/reports/cost?{q}")).await));
+            data.set(Some(api::get::<CostReport>(&format!("/api/v1/reports/cost?{query}")).await));
         });
     });
+    let filter_input = move |i: usize, label: &'static str| {
+        let f = q.filters[i];
+        view! {
+            <label>{label}" "
+                <input type="text" name=format!("filter-{}", LEVELS[i]) placeholder="all" size="10"
+                    prop:value=move || f.get() on:change=move |ev| f.set(event_target_value(&ev))/></label>
+        }
+    };
     view! {
         <h1>"Cost"</h1>
-        <form class="filters" on:submit=|ev| ev.prevent_default()>
+        <form class="filters" on:submit=|ev| ev.prevent_default() aria-label="report filters">
             <label>"Period "
-                <select on:change=move |ev| period.set(event_target_value(&ev)) prop:value=move || period.get()>
+                <select name="period" on:change=move |ev| q.period.set(event_target_value(&ev)) prop:value=move || q.period.get()>
                     <option value="day">"by day"</option>
                     <option value="month">"by month"</option>
                 </select>
             </label>
-            <label>"From " <input type="date" prop:value=move || from.get() on:change=move |ev| from.set(event_target_value(&ev))/></label>
-            <label>"To " <input type="date" prop:value=move || to.get() on:change=move |ev| to.set(event_target_value(&ev))/></label>
-            <a class="button" download="ax-cost.csv" href=move || format!("/api/v1/reports/cost?{}&format=csv", query())>"Download CSV"</a>
+            <label>"From " <input type="date" name="from" prop:value=move || q.from.get() on:change=move |ev| q.from.set(event_target_value(&ev))/></label>
+            <label>"To " <input type="date" name="to" prop:value=move || q.to.get() on:change=move |ev| q.to.set(event_target_value(&ev))/></label>
+            {filter_input(0, "Tenant")}
+            {filter_input(1, "Alias")}
+            {filter_input(2, "Model")}
+            <label>"Group by "
+                <select name="by" on:change=move |ev| q.by.set(event_target_value(&ev)) prop:value=move || q.by.get()>
+                    {LEVELS.map(|l| view! { <option value=l>{l}</option> }).collect_view()}
+                </select>
+            </label>
+            <a class="button" download="ax-cost.csv" href=move || format!("/api/v1/reports/cost?{}&format=csv", q.string())>"Download CSV"</a>
         </form>
+        <Trail q=q/>
         {move || match data.get() {
             None => view! { <p class="loading">"Loading…"</p> }.into_any(),
             Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(v)) => {
-                let rows = v["rows"].as_array().cloned().unwrap_or_default();
-                let total = v["total_micro_usd"].as_i64().unwrap_or(0);
-                view! {
-                    <table class="report">
-                        <thead><tr><th>"Period"</th><th>"Tenant"</th><th class="num">"Requests"</th><th class="num">"Tokens"</th><th class="num">"Cost"</th></tr></thead>
-                        <tbody>
-                        {rows.into_iter().map(|r| {
-                            let tokens = r["prompt_tokens"].as_i64().unwrap_or(0) + r["completion_tokens"].as_i64().unwrap_or(0);
-                            view! {
-                                <tr>
-                                    <td>{r["period"].as_str().unwrap_or("").to_owned()}</td>
-                                    <td>{r["tenant"].as_str().unwrap_or("").to_owned()}</td>
-                                    <td class="num">{fmt::int(r["requests"].as_i64().unwrap_or(0))}</td>
-                                    <td class="num">{fmt::int(tokens)}</td>
-                                    <td class="num">{fmt::usd_micro(r["cost_micro_usd"].as_i64().unwrap_or(0))}</td>
-                                </tr>
-                            }
-                        }).collect_view()}
-                        </tbody>
-                        <tfoot><tr><th colspan="4">"Total"</th><th class="num total">{fmt::usd_micro(total)}</th></tr></tfoot>
-                    </table>
-                }.into_any()
-            }
+            Some(Ok(r)) if r.rows.is_empty() => view! { <p class="muted">"No usage in this range."</p> }.into_any(),
+            Some(Ok(r)) => view! { <Chart r=r.clone()/> <Table r=r q=q/> }.into_any(),
         }}
     }
+}
+
+/// "All tenants › acme › chat": where the drill-down is, each step a way back up.
+#[component]
+fn Trail(q: Query) -> impl IntoView {
+    move || {
+        let set: Vec<(usize, String)> =
+            q.filters.iter().enumerate().map(|(i, f)| (i, f.get())).filter(|(_, v)| !v.trim().is_empty()).collect();
+        (!set.is_empty()).then(|| {
+            view! {
+                <nav class="trail" aria-label="drill-down">
+                    <button class="link" on:click=move |_| q.climb(0)>"All tenants"</button>
+                    {set.into_iter().map(|(i, v)| view! {
+                        " › "
+                        <button class="link" on:click=move |_| q.climb(i + 1)>{format!("{} {v}", LEVELS[i])}</button>
+                    }).collect_view()}
+                </nav>
+            }
+        })
+    }
+}
+
+#[component]
+fn Table(r: CostReport, q: Query) -> impl IntoView {
+    let group = r.by.clone();
+    let can_drill = r.by != "key";
+    view! {
+        <table class="report">
+            <thead><tr><th>"Period"</th><th>{group}</th><th class="num">"Requests"</th><th class="num">"Errors"</th><th class="num">"Tokens"</th><th class="num">"Cost"</th></tr></thead>
+            <tbody>
+            {r.rows.into_iter().map(|row| {
+                let tokens = row.prompt_tokens + row.completion_tokens;
+                let name = row.group.clone();
+                view! {
+                    <tr>
+                        <td>{row.period}</td>
+                        <td>{if can_drill {
+                            view! { <button class="link drill" title="show this one level down" on:click=move |_| q.drill(&name)>{row.group}</button> }.into_any()
+                        } else {
+                            view! { <span>{row.group}</span> }.into_any()
+                        }}</td>
+                        <td class="num">{fmt::int(row.requests)}</td>
+                        <td class="num">{fmt::int(row.errors)}</td>
+                        <td class="num">{fmt::int(tokens)}</td>
+                        <td class="num" title=format!("${}", row.cost_usd)>{fmt::usd_micro(row.cost_micro_usd)}</td>
+                    </tr>
+                }
+            }).collect_view()}
+            </tbody>
+            <tfoot><tr><th colspan="5">"Total"</th><th class="num total" title=format!("${}", r.total_usd)>{fmt::usd_micro(r.total_micro_usd)}</th></tr></tfoot>
+        </table>
+    }
+}
+
+/// Colours of the chart's series (CSS classes `s0`…`s5`); the sixth is "other".
+const SERIES: usize = 6;
+
+/// Cost per period as stacked bars, one colour per group (the five costliest, then "other"). An
+/// SVG drawn here: a chart library would weigh more than this whole page.
+#[component]
+fn Chart(r: CostReport) -> impl IntoView {
+    let (periods, groups, cells) = stack(&r.rows);
+    let max = periods.iter().map(|p| cells.iter().filter(|c| c.0 == *p).map(|c| c.2).sum::<i64>()).max().unwrap_or(0);
+    // Drawn at the window's width, one SVG unit per CSS pixel: text keeps its size on a phone.
+    let width = window().inner_width().ok().and_then(|v| v.as_f64()).unwrap_or(1280.0);
+    let (w, h, left, bottom) = ((width - 40.0).clamp(320.0, 1160.0), 220.0_f64, 64.0_f64, 24.0_f64);
+    let slot = (w - left) / periods.len().max(1) as f64;
+    let bar = (slot * 0.7).min(48.0);
+    let y = |micro: i64| if max > 0 { (h - bottom) * micro as f64 / max as f64 } else { 0.0 };
+    let mut bars = Vec::new();
+    for (i, p) in periods.iter().enumerate() {
+        let mut top = h - bottom;
+        for (g, name) in groups.iter().enumerate() {
+            let v: i64 = cells.iter().filter(|c| c.0 == *p && c.1 == g).map(|c| c.2).sum();
+            if v == 0 {
+                continue;
+            }
+            let height = y(v).max(1.0);
+            top -= height;
+            let x = left + i as f64 * slot + (slot - bar) / 2.0;
+            let tip = format!("{p} · {name}: {}", fmt::usd_micro(v));
+            bars.push(view! {
+                <rect class=format!("s{g}") x=format!("{x:.1}") y=format!("{top:.1}") width=format!("{bar:.1}") height=format!("{height:.1}")><title>{tip}</title></rect>
+            });
+        }
+    }
+    // Period labels: one per 56 px at most, so they never overlap.
+    let every = periods.len().div_ceil(((w - left) / 56.0).max(1.0) as usize).max(1);
+    let labels = periods
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % every == 0)
+        .map(|(i, p)| {
+            let x = left + i as f64 * slot + slot / 2.0;
+            let text = if r.period == "month" { p.get(..7).unwrap_or(p).to_owned() } else { p.get(5..).unwrap_or(p).to_owned() };
+            view! { <text class="axis" x=format!("{x:.1}") y=format!("{:.1}", h - 6.0) text-anchor="middle">{text}</text> }
+        })
+        .collect_view();
+    let summary = format!("Cost by {} and {}: total {}", r.period, r.by, fmt::usd_micro(r.total_micro_usd));
+    view! {
+        <figure class="chart">
+            <svg class="plot" viewBox=format!("0 0 {w} {h}") role="img" aria-label=summary>
+                <line class="grid" x1=left y1="4" x2=w y2="4"/>
+                <line class="grid" x1=left y1=h - bottom x2=w y2=h - bottom/>
+                <text class="axis" x=left - 6.0 y="14" text-anchor="end">{fmt::usd_micro(max)}</text>
+                <text class="axis" x=left - 6.0 y=h - bottom text-anchor="end">"$0"</text>
+                {bars}
+                {labels}
+            </svg>
+            <figcaption class="legend">
+                {groups.into_iter().enumerate().map(|(g, name)| view! {
+                    <span><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect class=format!("s{g}") width="10" height="10"/></svg>{name}</span>
+                }).collect_view()}
+            </figcaption>
+        </figure>
+    }
+}
+
+/// One bar segment: period, series, micro-USD.
+type Cell = (String, usize, i64);
+
+/// The periods in order, the series (the costliest groups, then "other"), and each cell.
+fn stack(rows: &[CostRow]) -> (Vec<String>, Vec<String>, Vec<Cell>) {
+    let mut periods: Vec<String> = rows.iter().map(|r| r.period.clone()).collect();
+    periods.dedup();
+    let mut totals: Vec<(String, i64)> = Vec::new();
+    for r in rows {
+        match totals.iter_mut().find(|t| t.0 == r.group) {
+            Some(t) => t.1 += r.cost_micro_usd,
+            None => totals.push((r.group.clone(), r.cost_micro_usd)),
+        }
+    }
+    totals.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut groups: Vec<String> = totals.iter().take(SERIES - 1).map(|t| t.0.clone()).collect();
+    if totals.len() > SERIES - 1 {
+        groups.push("other".to_owned());
+    }
+    let cells = rows
+        .iter()
+        .map(|r| {
+            let g = groups.iter().position(|g| *g == r.group).unwrap_or(SERIES - 1);
+            (r.period.clone(), g, r.cost_micro_usd)
+        })
+        .collect();
+    (periods, groups, cells)
 }

@@ -1,5 +1,5 @@
 //! Routes: per alias, its strategy and candidates with weight inputs (number and slider), each
-//! candidate's resulting share, enable/disable and priority. Saving goes through a preview (the
+//! candidate's resulting share, enable/disable and priority, and the fallback aliases. Saving goes through a preview (the
 //! diff, the new shares, the projected daily cost); after saving, the page follows the new version
 //! until every data plane applied it, and shows any that refused it.
 
@@ -132,6 +132,9 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
             enabled: RwSignal::new(c["enabled"].as_bool().unwrap_or(true)),
         })
         .collect();
+    let fallbacks = RwSignal::new(
+        route["fallbacks"].as_array().into_iter().flatten().filter_map(Value::as_str).collect::<Vec<_>>().join(", "),
+    );
     let error = RwSignal::new(None::<ApiError>);
     let preview = RwSignal::new(None::<Value>);
     let busy = RwSignal::new(false);
@@ -151,6 +154,9 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
                             "priority": number_or_text(&c.priority.get_untracked()), "enabled": c.enabled.get_untracked() })
                 })
                 .collect();
+            let fb: Vec<String> =
+                fallbacks.get_untracked().split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
+            b["fallbacks"] = json!(fb);
             b
         }
     };
@@ -236,10 +242,16 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
                 }).collect_view()}
                 </tbody>
             </table>
+            <label class="field wide"><span>"Fallback aliases, tried in order when every candidate failed (comma-separated)"</span>
+                <input type="text" name="fallbacks" placeholder="none" prop:value=move || fallbacks.get()
+                    on:input=move |ev| { fallbacks.set(event_target_value(&ev)); edit(); }/>
+                {move || error.get().and_then(|e| e.fields.iter().find(|(p, _)| p.starts_with("fallbacks")).map(|(_, m)| m.clone()))
+                    .map(|m| view! { <span class="field-error" role="alert">{m}</span> })}
+            </label>
             <Show when=move || error.get().is_some()>
                 <div class="error" role="alert">
                     {move || error.get().map(|e| {
-                        let general: Vec<String> = e.fields.iter().filter(|(p, _)| !p.starts_with("candidates[")).map(|(p, m)| format!("{p}: {m}")).collect();
+                        let general: Vec<String> = e.fields.iter().filter(|(p, _)| !p.starts_with("candidates[") && !p.starts_with("fallbacks")).map(|(p, m)| format!("{p}: {m}")).collect();
                         if general.is_empty() && !e.fields.is_empty() { "Fix the marked fields.".to_owned() } else if general.is_empty() { e.message.clone() } else { general.join("; ") }
                     })}
                 </div>

@@ -1,22 +1,32 @@
-//! Tenants and keys: create a tenant (admin), create a key (admin; shown once with a copy button,
-//! never again: the control plane keeps only its SHA-256), revoke a key (after a confirmation).
+//! Tenants and keys: create a tenant (admin); edit its allowed aliases, limits and budgets
+//! (operator), each budget shown with its current burn; create a key (admin; shown once with a copy
+//! button, never again: the control plane keeps only its SHA-256), revoke a key (after a
+//! confirmation).
 
+use ax_protocol::admin::{BudgetBurn, BudgetReport, TenantList, TenantView};
+use ax_protocol::config::{BudgetAction, BudgetSpec, BudgetWindow, LimitsSpec, PlainBudgetAction};
 use leptos::prelude::*;
 use serde_json::{json, Value};
 
 use crate::api::{self, ApiError};
-use crate::Auth;
+use crate::{fmt, form, Auth};
 
 #[component]
 pub fn Tenants() -> impl IntoView {
     let auth = expect_context::<Auth>();
     let admin = move || auth.0.get().is_some_and(|s| s.at_least("admin"));
-    let tenants = RwSignal::new(None::<Result<Vec<Value>, ApiError>>);
+    let tenants = RwSignal::new(None::<Result<Vec<TenantView>, ApiError>>);
+    let burn = RwSignal::new(Vec::<BudgetBurn>::new());
     let selected = RwSignal::new(String::new());
+    let editing = RwSignal::new(String::new());
     let load = move || {
         leptos::task::spawn_local(async move {
-            let r = api::get::<Value>("/api/v1/tenants").await;
-            tenants.set(Some(r.map(|v| v["tenants"].as_array().cloned().unwrap_or_default())));
+            // The burn first: the table reads it when the tenants arrive.
+            if let Ok(b) = api::get::<BudgetReport>("/api/v1/reports/budgets").await {
+                burn.set(b.budgets);
+            }
+            let r = api::get::<TenantList>("/api/v1/tenants").await;
+            tenants.set(Some(r.map(|l| l.tenants)));
         });
     };
     load();
@@ -26,8 +36,7 @@ pub fn Tenants() -> impl IntoView {
     let create = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let id = new_id.get_untracked().trim().to_owned();
-        let aliases: Vec<String> =
-            new_aliases.get_untracked().split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
+        let aliases = alias_list(&new_aliases.get_untracked());
         leptos::task::spawn_local(async move {
             let body = json!({ "allowed_aliases": aliases });
             match api::send::<Value>("PUT", &format!("/api/v1/tenants/{id}"), Some(&body)).await {
@@ -63,18 +72,25 @@ pub fn Tenants() -> impl IntoView {
             Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
             Some(Ok(list)) => view! {
                 <table class="tenants">
-                    <thead><tr><th>"Tenant"</th><th>"Allowed aliases"</th><th class="num">"Active keys"</th><th></th></tr></thead>
+                    <thead><tr><th>"Tenant"</th><th>"Allowed aliases"</th><th>"Limits"</th><th>"Budgets (spent of cap)"</th><th class="num">"Active keys"</th><th></th></tr></thead>
                     <tbody>
                     {list.into_iter().map(|t| {
-                        let id = t["id"].as_str().unwrap_or("").to_owned();
-                        let aliases: Vec<String> = t["allowed_aliases"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_owned)).collect();
-                        let pick = id.clone();
+                        let (pick, edit) = (t.id.clone(), t.id.clone());
+                        let burns: Vec<BudgetBurn> = burn.get_untracked().into_iter().filter(|b| b.tenant == t.id).collect();
                         view! {
                             <tr>
-                                <td>{id.clone()}</td>
-                                <td>{if aliases.is_empty() { "none".to_owned() } else { aliases.join(", ") }}</td>
-                                <td class="num">{t["active_keys"].as_i64().unwrap_or(0)}</td>
-                                <td><button on:click=move |_| selected.set(pick.clone())>"Keys"</button></td>
+                                <td class="tenant-id">{t.id.clone()}</td>
+                                <td data-label="aliases">{if t.allowed_aliases.is_empty() { "none".to_owned() } else { t.allowed_aliases.join(", ") }}</td>
+                                <td data-label="limits">{limits_text(&t.limits)}</td>
+                                <td class="burns" data-label="budgets">
+                                    {t.budgets.is_empty().then_some("none")}
+                                    {burns.into_iter().map(|b| view! { <Burn b=b/> }).collect_view()}
+                                </td>
+                                <td class="num" data-label="active keys">{t.active_keys}</td>
+                                <td class="row-actions">
+                                    <button on:click=move |_| { editing.set(edit.clone()); }>"Edit"</button>
+                                    <button class="keys" on:click=move |_| selected.set(pick.clone())>"Keys"</button>
+                                </td>
                             </tr>
                         }
                     }).collect_view()}
@@ -83,9 +99,226 @@ pub fn Tenants() -> impl IntoView {
             }.into_any(),
         }}
         {move || {
+            let id = editing.get();
+            let t = tenants.get().and_then(|r| r.ok()).and_then(|l| l.into_iter().find(|t| t.id == id))?;
+            Some(view! { <TenantEditor t=t close=Callback::new(move |saved: bool| { editing.set(String::new()); if saved { load(); } })/> })
+        }}
+        {move || {
             let t = selected.get();
             (!t.is_empty()).then(|| view! { <Keys tenant=t reload=Callback::new(move |()| load())/> })
         }}
+    }
+}
+
+/// `"chat, embed"` → `["chat", "embed"]`.
+fn alias_list(s: &str) -> Vec<String> {
+    s.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect()
+}
+
+fn limits_text(l: &LimitsSpec) -> String {
+    let parts: Vec<String> = [("rpm", l.rpm), ("tpm", l.tpm), ("in flight", l.concurrency)]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{} {k}", fmt::int(i64::from(v)))))
+        .collect();
+    if parts.is_empty() {
+        "unlimited".to_owned()
+    } else {
+        parts.join(" · ")
+    }
+}
+
+fn action_text(a: &BudgetAction) -> String {
+    match a {
+        BudgetAction::DowngradeTo { downgrade_to } => format!("downgrade to {downgrade_to}"),
+        BudgetAction::Plain(PlainBudgetAction::Reject) => "reject".to_owned(),
+        BudgetAction::Plain(PlainBudgetAction::Warn) => "warn".to_owned(),
+    }
+}
+
+/// One budget's burn: what its current day or month spent against its cap, as a meter that turns
+/// amber past the warning threshold and red at the cap.
+#[component]
+fn Burn(b: BudgetBurn) -> impl IntoView {
+    let scope = b.alias.as_deref().map_or_else(String::new, |a| format!(" ({a})"));
+    let label = format!(
+        "{}{scope}: {} of {} · {} · {}",
+        b.window,
+        fmt::usd_micro(b.spent_micro_usd),
+        usd_text(&b.cap_usd),
+        fmt::pct(b.used_pct),
+        action_text(&b.action)
+    );
+    view! {
+        <div class="burn">
+            <meter min="0" max="100" low=b.warn_at * 100.0 high=b.warn_at * 100.0 optimum="0"
+                value=b.used_pct.min(100.0) aria-label=label.clone()></meter>
+            <span>{label}</span>
+        </div>
+    }
+}
+
+/// `"50.000000"` → `$50.00`.
+fn usd_text(decimal: &str) -> String {
+    decimal.parse::<f64>().map_or_else(|_| decimal.to_owned(), |d| fmt::usd_micro((d * 1e6).round() as i64))
+}
+
+/// One budget as edited (text, so that what was typed reaches the server and its field error).
+#[derive(Clone, Copy)]
+struct BudgetRow {
+    id: usize,
+    window: RwSignal<String>,
+    usd: RwSignal<String>,
+    alias: RwSignal<String>,
+    action: RwSignal<String>,
+    downgrade_to: RwSignal<String>,
+    warn_pct: RwSignal<String>,
+}
+
+impl BudgetRow {
+    fn new(id: usize, b: Option<&BudgetSpec>) -> Self {
+        let (action, to) = match b.map(|b| &b.action) {
+            Some(BudgetAction::DowngradeTo { downgrade_to }) => ("downgrade", downgrade_to.clone()),
+            Some(BudgetAction::Plain(PlainBudgetAction::Warn)) => ("warn", String::new()),
+            _ => ("reject", String::new()),
+        };
+        Self {
+            id,
+            window: RwSignal::new(
+                b.map_or("day", |b| if b.window == BudgetWindow::Month { "month" } else { "day" }).to_owned(),
+            ),
+            usd: RwSignal::new(b.map_or_else(String::new, |b| b.usd.to_string())),
+            alias: RwSignal::new(b.and_then(|b| b.alias.clone()).unwrap_or_default()),
+            action: RwSignal::new(action.to_owned()),
+            downgrade_to: RwSignal::new(to),
+            warn_pct: RwSignal::new(b.map_or(80.0, |b| (b.warn_at * 1000.0).round() / 10.0).to_string()),
+        }
+    }
+
+    fn body(&self) -> Value {
+        let mut b = json!({ "window": self.window.get_untracked() });
+        form::put(&mut b, "usd", form::typed(&self.usd.get_untracked()));
+        form::put(
+            &mut b,
+            "alias",
+            form::typed(&self.alias.get_untracked()).map(|_| Value::from(self.alias.get_untracked().trim())),
+        );
+        let action = match self.action.get_untracked().as_str() {
+            "downgrade" => json!({ "downgrade_to": self.downgrade_to.get_untracked().trim() }),
+            other => Value::from(other),
+        };
+        b["action"] = action;
+        let warn = form::typed(&self.warn_pct.get_untracked()).map(|v| match v.as_f64() {
+            Some(p) => Value::from(p / 100.0),
+            None => v,
+        });
+        form::put(&mut b, "warn_at", warn);
+        b
+    }
+}
+
+/// A tenant's allowed aliases, limits and budgets (operator); the server validates the result
+/// against the whole configuration and names the field it refuses.
+#[component]
+fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
+    let error = RwSignal::new(None::<ApiError>);
+    let busy = RwSignal::new(false);
+    let limits = json!({ "limits": t.limits });
+    let fields = [
+        form::Field::new(&limits, "limits.rpm", "Requests per minute"),
+        form::Field::new(&limits, "limits.tpm", "Tokens per minute"),
+        form::Field::new(&limits, "limits.concurrency", "In flight"),
+    ];
+    let aliases = RwSignal::new(t.allowed_aliases.join(", "));
+    let next = StoredValue::new(t.budgets.len());
+    let budgets =
+        RwSignal::new(t.budgets.iter().enumerate().map(|(i, b)| BudgetRow::new(i, Some(b))).collect::<Vec<_>>());
+    let id = t.id.clone();
+    let save = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let mut body = json!({ "allowed_aliases": alias_list(&aliases.get_untracked()), "limits": {} });
+        for f in &fields {
+            f.apply(&mut body);
+        }
+        body["budgets"] = budgets.get_untracked().iter().map(BudgetRow::body).collect();
+        let id = id.clone();
+        busy.set(true);
+        leptos::task::spawn_local(async move {
+            let r = api::send::<Value>("PUT", &format!("/api/v1/tenants/{id}"), Some(&body)).await;
+            busy.set(false);
+            match r {
+                Ok(_) => close.run(true),
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    let budget_err =
+        move |i: usize, f: &'static str| move || error.get().and_then(|e| e.field(&format!("budgets[{i}].{f}")));
+    view! {
+        <form class="editor tenant-editor" on:submit=save aria-label=format!("edit tenant {}", t.id)>
+            <h2>{format!("Tenant {}", t.id)}</h2>
+            <label class="field wide"><span>"Allowed aliases (comma-separated, * for all)"</span>
+                <input type="text" name="allowed-aliases" prop:value=move || aliases.get() on:input=move |ev| aliases.set(event_target_value(&ev))/>
+                {move || error.get().and_then(|e| e.field("allowed_aliases")).map(|m| view! { <span class="field-error" role="alert">{m}</span> })}
+            </label>
+            <fieldset><legend>"Limits (blank: unlimited)"</legend>
+                <div class="fields">{fields.map(|f| f.view(error, "")).collect_view()}</div>
+            </fieldset>
+            <fieldset><legend>"Budgets"</legend>
+                {move || {
+                    let rows = budgets.get();
+                    if rows.is_empty() {
+                        return view! { <p class="muted">"No budget: spend is not capped."</p> }.into_any();
+                    }
+                    rows.into_iter().enumerate().map(|(i, r)| {
+                        let rid = r.id;
+                        view! {
+                            <div class="budget-row fields" aria-label=format!("budget {}", i + 1)>
+                                <label class="field"><span>"Window"</span>
+                                    <select name="budget-window" prop:value=move || r.window.get() on:change=move |ev| r.window.set(event_target_value(&ev))>
+                                        <option value="day">"per day"</option>
+                                        <option value="month">"per month"</option>
+                                    </select></label>
+                                <label class="field"><span>"Cap (USD)"</span>
+                                    <input type="text" inputmode="decimal" name="budget-usd" prop:value=move || r.usd.get() on:input=move |ev| r.usd.set(event_target_value(&ev))/>
+                                    {move || budget_err(i, "usd")().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}</label>
+                                <label class="field"><span>"Alias (blank: all)"</span>
+                                    <input type="text" name="budget-alias" prop:value=move || r.alias.get() on:input=move |ev| r.alias.set(event_target_value(&ev))/>
+                                    {move || budget_err(i, "alias")().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}</label>
+                                <label class="field"><span>"When spent"</span>
+                                    <select name="budget-action" prop:value=move || r.action.get() on:change=move |ev| r.action.set(event_target_value(&ev))>
+                                        <option value="reject">"reject"</option>
+                                        <option value="warn">"warn only"</option>
+                                        <option value="downgrade">"downgrade to alias"</option>
+                                    </select></label>
+                                <Show when=move || r.action.get() == "downgrade">
+                                    <label class="field"><span>"Downgrade to"</span>
+                                        <input type="text" name="budget-downgrade" prop:value=move || r.downgrade_to.get() on:input=move |ev| r.downgrade_to.set(event_target_value(&ev))/>
+                                        {move || budget_err(i, "action.downgrade_to")().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}</label>
+                                </Show>
+                                <label class="field"><span>"Warn at (%)"</span>
+                                    <input type="text" inputmode="decimal" name="budget-warn" prop:value=move || r.warn_pct.get() on:input=move |ev| r.warn_pct.set(event_target_value(&ev))/>
+                                    {move || budget_err(i, "warn_at")().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}</label>
+                                <button type="button" class="link" on:click=move |_| budgets.update(|l| l.retain(|b| b.id != rid))>"Remove"</button>
+                                {move || error.get().and_then(|e| e.field(&format!("budgets[{i}]"))).map(|m| view! { <p class="field-error" role="alert">{m}</p> })}
+                            </div>
+                        }
+                    }).collect_view().into_any()
+                }}
+                <button type="button" on:click=move |_| {
+                    let id = next.get_value();
+                    next.set_value(id + 1);
+                    budgets.update(|l| l.push(BudgetRow::new(id, None)));
+                }>"Add budget"</button>
+            </fieldset>
+            {move || error.get().map(|e| {
+                let shown = e.fields.iter().filter(|(p, _)| p == "allowed_aliases" || p.starts_with("limits.") || p.starts_with("budgets[")).count();
+                (shown < e.fields.len() || e.fields.is_empty()).then(|| view! { <p class="error" role="alert">{e.message.clone()}</p> })
+            })}
+            <div class="actions">
+                <button type="submit" class="primary" disabled=move || busy.get()>"Save tenant"</button>
+                <button type="button" on:click=move |_| close.run(false)>"Cancel"</button>
+            </div>
+        </form>
     }
 }
 
