@@ -3,7 +3,9 @@
 //! whole resulting configuration before it commits (422 naming the field), is audited, and makes
 //! a new version that is pushed to every data plane.
 
-use ax_protocol::admin::{TenantIn, TenantList, TenantView};
+use ax_protocol::admin::{
+    AuditEntry, AuditList, NodeList, NodeView, TenantIn, TenantList, TenantView, VersionList, VersionView,
+};
 use ax_protocol::config::{
     CandidateSpec, FailoverSpec, LimitsSpec, RouteSpec, Strategy, TenantSpec, TimeoutOverrides, UpstreamSpec,
 };
@@ -632,20 +634,22 @@ fn share_list(route: &RouteSpec) -> Value {
 
 pub async fn list_versions(State(s): State<AppState>, caller: Caller) -> Reply {
     caller.require(Role::Operator)?;
-    let rows: Vec<(i64, String, String, String, String)> = sqlx::query!(
+    let versions = sqlx::query!(
         r#"SELECT version, content_hash, author, summary, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS "created_at!"
            FROM config_versions ORDER BY version DESC LIMIT 200"#
     )
     .fetch_all(&s.db)
     .await?
     .into_iter()
-    .map(|r| (r.version, r.content_hash, r.author, r.summary, r.created_at))
+    .map(|r| VersionView {
+        version: r.version,
+        hash: r.content_hash,
+        author: r.author,
+        summary: r.summary,
+        created_at: r.created_at,
+    })
     .collect();
-    let list: Vec<Value> = rows
-        .into_iter()
-        .map(|(v, h, a, sm, at)| json!({ "version": v, "hash": h, "author": a, "summary": sm, "created_at": at }))
-        .collect();
-    Ok(Json(json!({ "versions": list })))
+    Ok(Json(json!(VersionList { versions })))
 }
 
 /// Restores the routing configuration of an earlier version as a new version (operator).
@@ -707,25 +711,25 @@ pub async fn register_node(db: &sqlx::PgPool, id: &str, token: &str) -> ApiResul
 
 pub async fn list_nodes(State(s): State<AppState>, caller: Caller) -> Reply {
     caller.require(Role::Operator)?;
-    let rows: Vec<(String, Option<i64>, Option<String>, Option<String>, Option<Value>)> = sqlx::query!(
+    let connected = s.hub.connected();
+    let nodes = sqlx::query!(
         r#"SELECT id, applied_version, last_error, to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS last_seen, health
            FROM data_planes ORDER BY id"#
     )
     .fetch_all(&s.db)
     .await?
     .into_iter()
-    .map(|r| (r.id, r.applied_version, r.last_error, r.last_seen, r.health))
+    .map(|r| NodeView {
+        connected: connected.contains(&r.id),
+        id: r.id,
+        applied_version: r.applied_version,
+        last_error: r.last_error,
+        last_seen: r.last_seen,
+        // A summary this version cannot read is left out rather than failing the list.
+        health: r.health.and_then(|h| serde_json::from_value(h).ok()),
+    })
     .collect();
-    let latest = s.hub.latest_version();
-    let connected = s.hub.connected();
-    let list: Vec<Value> = rows
-        .into_iter()
-        .map(|(id, applied, err, seen, health)| {
-            json!({ "id": id, "applied_version": applied, "last_error": err, "last_seen": seen, "health": health,
-                    "connected": connected.contains(&id) })
-        })
-        .collect();
-    Ok(Json(json!({ "latest_version": latest, "nodes": list })))
+    Ok(Json(json!(NodeList { latest_version: s.hub.latest_version().and_then(|v| i64::try_from(v).ok()), nodes })))
 }
 
 // ---------- audit ----------
@@ -742,7 +746,7 @@ pub struct AuditQuery {
 
 pub async fn list_audit(State(s): State<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> Reply {
     caller.require(Role::Operator)?;
-    let rows: Vec<(i64, String, String, String, Option<Value>, Option<Value>, String)> = sqlx::query!(
+    let entries = sqlx::query!(
         r#"SELECT id, operator, action, target, before, after, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS "at!"
            FROM audit_log WHERE ($1::text IS NULL OR operator = $1) AND ($2::text IS NULL OR target = $2)
            ORDER BY id DESC LIMIT $3"#,
@@ -753,13 +757,15 @@ pub async fn list_audit(State(s): State<AppState>, caller: Caller, Query(q): Que
     .fetch_all(&s.db)
     .await?
     .into_iter()
-    .map(|r| (r.id, r.operator, r.action, r.target, r.before, r.after, r.at))
+    .map(|r| AuditEntry {
+        id: r.id,
+        operator: r.operator,
+        action: r.action,
+        target: r.target,
+        before: r.before,
+        after: r.after,
+        at: r.at,
+    })
     .collect();
-    let list: Vec<Value> = rows
-        .into_iter()
-        .map(|(id, op, action, target, before, after, at)| {
-            json!({ "id": id, "operator": op, "action": action, "target": target, "before": before, "after": after, "at": at })
-        })
-        .collect();
-    Ok(Json(json!({ "entries": list })))
+    Ok(Json(json!(AuditList { entries })))
 }

@@ -6,10 +6,11 @@
 //! Each timeout has its own error: connect (the client's), first byte (`send` until headers),
 //! idle (between two body reads or stream events), total (the attempt's deadline).
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
 
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
 use crate::error::AxError;
@@ -59,7 +60,7 @@ pub async fn chat(
     if let Some(m) = &up.mock {
         return if req.stream {
             let source = Source::Mock(mock::MockStream::start(m, req)?);
-            Ok(ChatOutcome::Stream(Box::new(UpstreamStream { source, limits })))
+            Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, limits))))
         } else {
             let reply =
                 timeout_at(limits.deadline, mock::chat(m, model, req)).await.map_err(|_| AxError::UpstreamTimeout)?;
@@ -88,7 +89,7 @@ pub async fn chat(
         }
         let decoder = StreamDecoder::new(up.kind).ok_or(AxError::Internal)?;
         let source = Source::Http { resp, sse: SseDecoder::new(), decoder, state: HttpState::Reading };
-        return Ok(ChatOutcome::Stream(Box::new(UpstreamStream { source, limits })));
+        return Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, limits))));
     }
     let bytes = read_body(resp, limits).await?;
     match providers::decode_chat(up.kind, &bytes) {
@@ -224,6 +225,19 @@ fn log_upstream_error(up: &Upstream, status: u16, body: &[u8], err: &AxError) {
 pub struct UpstreamStream {
     source: Source,
     limits: Limits,
+    /// Made on the first pull and kept for the whole stream: a stream of thousands of events
+    /// arms no timer per event (two per event used to cost a timer-wheel insert and removal each).
+    timers: Option<Timers>,
+}
+
+struct Timers {
+    /// The attempt's deadline.
+    deadline: Pin<Box<Sleep>>,
+    /// Fires no earlier than `idle` after the current pull began; when it fires early (a later
+    /// pull moved the mark) it is re-armed, so it is reset about once per idle period, not per event.
+    idle: Pin<Box<Sleep>>,
+    /// When the current pull began: the idle limit counts from here.
+    pull_started: Instant,
 }
 
 enum Source {
@@ -247,24 +261,45 @@ enum HttpState {
 }
 
 impl UpstreamStream {
+    fn new(source: Source, limits: Limits) -> Self {
+        Self { source, limits, timers: None }
+    }
+
     /// The next canonical item; `None` once the stream is over.
     pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
         let limits = self.limits;
-        match timeout_at(limits.deadline, timeout(limits.idle, self.next_item())).await {
-            Ok(Ok(item)) => item,
-            Ok(Err(_)) => {
-                self.source = Source::Ended;
-                Some(Err(AxError::UpstreamIdleTimeout))
-            }
-            Err(_) => {
-                self.source = Source::Ended;
-                Some(Err(AxError::UpstreamTimeout))
+        let now = Instant::now();
+        let Self { source, timers, .. } = self;
+        let t = timers.get_or_insert_with(|| Timers {
+            deadline: Box::pin(sleep_until(limits.deadline)),
+            idle: Box::pin(sleep_until(now + limits.idle)),
+            pull_started: now,
+        });
+        t.pull_started = now;
+        loop {
+            tokio::select! {
+                biased;
+                item = Self::next_item(source) => return item,
+                () = t.deadline.as_mut() => {
+                    *source = Source::Ended;
+                    return Some(Err(AxError::UpstreamTimeout));
+                }
+                () = t.idle.as_mut() => {
+                    let quiet_until = t.pull_started + limits.idle;
+                    if Instant::now() >= quiet_until {
+                        *source = Source::Ended;
+                        return Some(Err(AxError::UpstreamIdleTimeout));
+                    }
+                    // Armed for an earlier pull: count from this one. (Cancelling the pull here
+                    // loses nothing: a body read that has not completed has taken no data.)
+                    t.idle.as_mut().reset(quiet_until);
+                }
             }
         }
     }
 
-    async fn next_item(&mut self) -> Option<Result<StreamItem, AxError>> {
-        let (resp, sse, decoder, state) = match &mut self.source {
+    async fn next_item(source: &mut Source) -> Option<Result<StreamItem, AxError>> {
+        let (resp, sse, decoder, state) = match source {
             Source::Mock(m) => return m.next().await,
             Source::Ended => return None,
             Source::Http { resp, sse, decoder, state } => (resp, sse, decoder, state),

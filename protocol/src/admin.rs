@@ -101,3 +101,63 @@ pub struct BudgetReport {
     /// The zone of the days and months (the usage rollups are UTC days).
     pub timezone: String,
 }
+
+/// One data plane in `GET /nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub id: String,
+    /// The configuration version it last applied; `None` before its first.
+    pub applied_version: Option<i64>,
+    /// Its last refusal (`version N: …`) or connection error.
+    pub last_error: Option<String>,
+    /// RFC 3339 UTC.
+    pub last_seen: Option<String>,
+    /// Its latest health summary (sent every 5 s).
+    pub health: Option<crate::health::NodeHealth>,
+    /// Connected to this control-plane replica now.
+    pub connected: bool,
+}
+
+/// `GET /nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeList {
+    pub latest_version: Option<i64>,
+    pub nodes: Vec<NodeView>,
+}
+
+/// One committed configuration in `GET /versions` (newest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionView {
+    pub version: i64,
+    /// SHA-256 of the document: equal hashes, equal configurations.
+    pub hash: String,
+    pub author: String,
+    pub summary: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+}
+
+/// `GET /versions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionList {
+    pub versions: Vec<VersionView>,
+}
+
+/// One change in `GET /audit`: who did what to which target, the entity before and after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub operator: String,
+    pub action: String,
+    pub target: String,
+    pub before: Option<serde_json::Value>,
+    pub after: Option<serde_json::Value>,
+    /// RFC 3339 UTC.
+    pub at: String,
+}
+
+/// `GET /audit`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditList {
+    pub entries: Vec<AuditEntry>,
+}

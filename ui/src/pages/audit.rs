@@ -1,5 +1,6 @@
 //! Audit log: who changed what, before and after, when; filtered by operator and target.
 
+use ax_protocol::admin::{AuditEntry, AuditList};
 use leptos::prelude::*;
 use serde_json::Value;
 
@@ -9,7 +10,7 @@ use crate::api::{self, ApiError};
 pub fn Audit() -> impl IntoView {
     let operator = RwSignal::new(String::new());
     let target = RwSignal::new(String::new());
-    let data = RwSignal::new(None::<Result<Vec<Value>, ApiError>>);
+    let data = RwSignal::new(None::<Result<Vec<AuditEntry>, ApiError>>);
     Effect::new(move |_| {
         let mut q = "limit=200".to_owned();
         for (k, v) in [("operator", operator.get()), ("target", target.get())] {
@@ -18,12 +19,15 @@ pub fn Audit() -> impl IntoView {
             }
         }
         leptos::task::spawn_local(async move {
-            let r = api::get::<Value>(&format!("/api/v1/audit?{q}")).await;
-            data.set(Some(r.map(|v| v["entries"].as_array().cloned().unwrap_or_default())));
+            let r = api::get::<AuditList>(&format!("/api/v1/audit?{q}")).await;
+            data.set(Some(r.map(|l| l.entries)));
         });
     });
-    let pretty =
-        |v: &Value| if v.is_null() { "—".to_owned() } else { serde_json::to_string_pretty(v).unwrap_or_default() };
+    let pretty = |v: &Option<Value>| {
+        v.as_ref()
+            .filter(|v| !v.is_null())
+            .map_or_else(|| "—".to_owned(), |v| serde_json::to_string_pretty(v).unwrap_or_default())
+    };
     view! {
         <h1>"Audit log"</h1>
         <form class="filters" on:submit=|ev| ev.prevent_default()>
@@ -40,16 +44,16 @@ pub fn Audit() -> impl IntoView {
                     <tbody>
                     {list.into_iter().map(|e| view! {
                         <tr>
-                            <td>{e["at"].as_str().unwrap_or("").replace('T', " ")}</td>
-                            <td>{e["operator"].as_str().unwrap_or("").to_owned()}</td>
-                            <td>{e["action"].as_str().unwrap_or("").to_owned()}</td>
-                            <td>{e["target"].as_str().unwrap_or("").to_owned()}</td>
+                            <td>{e.at.replace('T', " ")}</td>
+                            <td>{e.operator.clone()}</td>
+                            <td>{e.action.clone()}</td>
+                            <td>{e.target.clone()}</td>
                             <td>
                                 <details>
                                     <summary>"show"</summary>
                                     <div class="diff">
-                                        <pre>{pretty(&e["before"])}</pre>
-                                        <pre>{pretty(&e["after"])}</pre>
+                                        <pre>{pretty(&e.before)}</pre>
+                                        <pre>{pretty(&e.after)}</pre>
                                     </div>
                                 </details>
                             </td>

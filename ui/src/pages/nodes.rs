@@ -2,52 +2,52 @@
 //! error and its health summary (per upstream: breaker, requests, success rate, p95 latency).
 //! Refreshed every 2 s.
 
+use ax_protocol::admin::NodeList;
 use leptos::prelude::*;
-use serde_json::Value;
 
 use crate::api::{self, ApiError};
 use crate::fmt;
 
 #[component]
 pub fn Nodes() -> impl IntoView {
-    let data = RwSignal::new(None::<Result<Value, ApiError>>);
-    crate::every(2000, move || async move { data.set(Some(api::get::<Value>("/api/v1/nodes").await)) });
+    let data = RwSignal::new(None::<Result<NodeList, ApiError>>);
+    crate::every(2000, move || async move { data.set(Some(api::get::<NodeList>("/api/v1/nodes").await)) });
     view! {
         <h1>"Data planes"</h1>
         {move || match data.get() {
             None => view! { <p class="loading">"Loading…"</p> }.into_any(),
             Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
             Some(Ok(v)) => {
-                let latest = v["latest_version"].as_u64();
+                let latest = v.latest_version;
                 let now = js_sys::Date::now();
-                let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+                let nodes = v.nodes;
                 view! {
                     <p>{latest.map(|l| format!("Latest version: {l}"))}</p>
                     <table class="nodes">
                         <thead><tr><th>"Node"</th><th>"Applied"</th><th>"Connected"</th><th>"Last seen"</th><th>"Upstreams"</th><th>"Last error"</th></tr></thead>
                         <tbody>
                         {nodes.into_iter().map(|n| {
-                            let applied = n["applied_version"].as_u64();
+                            let applied = n.applied_version;
                             let behind = matches!((applied, latest), (Some(a), Some(l)) if a < l) || applied.is_none();
-                            let ups = n["health"]["upstreams"].as_array().cloned().unwrap_or_default();
+                            let ups = n.health.map(|h| h.upstreams).unwrap_or_default();
                             view! {
                                 <tr class:behind=behind>
-                                    <td>{n["id"].as_str().unwrap_or("").to_owned()}</td>
+                                    <td>{n.id}</td>
                                     <td>{applied.map_or_else(|| "none".to_owned(), |a| a.to_string())}</td>
-                                    <td>{if n["connected"].as_bool() == Some(true) { "yes" } else { "no" }}</td>
-                                    <td>{n["last_seen"].as_str().map_or_else(|| "never".to_owned(), |s| fmt::ago(s, now))}</td>
+                                    <td>{if n.connected { "yes" } else { "no" }}</td>
+                                    <td>{n.last_seen.as_deref().map_or_else(|| "never".to_owned(), |s| fmt::ago(s, now))}</td>
                                     <td>{ups.into_iter().map(|u| {
                                         let mut up = super::overview::Up::default();
                                         up.add(&u);
                                         view! {
                                             <div class="upstream">
                                                 {format!("{} · breaker {} · {} req · {} ok · p95 {}",
-                                                    u["upstream"].as_str().unwrap_or(""), up.breakers.join(", "),
+                                                    u.upstream, up.breakers.join(", "),
                                                     fmt::int(up.requests as i64), up.success(), fmt::ms(up.p95))}
                                             </div>
                                         }
                                     }).collect_view()}</td>
-                                    <td class="error">{n["last_error"].as_str().unwrap_or("").to_owned()}</td>
+                                    <td class="error">{n.last_error.unwrap_or_default()}</td>
                                 </tr>
                             }
                         }).collect_view()}

@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use ax_protocol::admin::{CostReport, NodeList};
+use ax_protocol::health::{BreakerState, UpstreamStatus};
 use leptos::prelude::*;
-use serde_json::Value;
 
 use crate::api::{self, ApiError};
 use crate::fmt;
@@ -30,18 +31,18 @@ fn max(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 }
 
 impl Up {
-    /// Adds one node's row for this upstream (`UpstreamStatus` of `ax_protocol::health`).
-    pub fn add(&mut self, u: &Value) {
-        let window_min = u["window_ms"].as_f64().filter(|w| *w > 0.0).unwrap_or(60_000.0) / 60_000.0;
-        for m in u["models"].as_array().into_iter().flatten() {
-            let r = m["requests"].as_f64().unwrap_or(0.0);
+    /// Adds one node's row for this upstream.
+    pub fn add(&mut self, u: &UpstreamStatus) {
+        let window_min = if u.window_ms > 0 { u.window_ms as f64 / 60_000.0 } else { 1.0 };
+        for m in &u.models {
+            let r = f64::from(m.requests);
             self.requests += r;
             self.per_min += r / window_min;
-            self.ok += r * m["success_rate"].as_f64().unwrap_or(1.0);
-            self.p95 = max(self.p95, m["latency_p95_ms"].as_f64());
-            self.ttft_p95 = max(self.ttft_p95, m["ttft_p95_ms"].as_f64());
+            self.ok += r * m.success_rate.unwrap_or(1.0);
+            self.p95 = max(self.p95, m.latency_p95_ms);
+            self.ttft_p95 = max(self.ttft_p95, m.ttft_p95_ms);
         }
-        self.breakers.push(u["breaker"]["state"].as_str().unwrap_or("?").to_owned());
+        self.breakers.push(breaker(u.breaker.state).to_owned());
     }
 
     /// The success rate, "–" without requests.
@@ -54,26 +55,33 @@ impl Up {
     }
 }
 
-fn fleet(nodes: &Value) -> BTreeMap<String, Up> {
+/// How a breaker state reads on the page.
+pub fn breaker(s: BreakerState) -> &'static str {
+    match s {
+        BreakerState::Closed => "closed",
+        BreakerState::Open => "open",
+        BreakerState::HalfOpen => "half-open",
+    }
+}
+
+fn fleet(nodes: &NodeList) -> BTreeMap<String, Up> {
     let mut out: BTreeMap<String, Up> = BTreeMap::new();
-    for n in nodes["nodes"].as_array().into_iter().flatten() {
-        for u in n["health"]["upstreams"].as_array().into_iter().flatten() {
-            out.entry(u["upstream"].as_str().unwrap_or("?").to_owned()).or_default().add(u);
-        }
+    for u in nodes.nodes.iter().filter_map(|n| n.health.as_ref()).flat_map(|h| &h.upstreams) {
+        out.entry(u.upstream.clone()).or_default().add(u);
     }
     out
 }
 
 #[component]
 pub fn Overview() -> impl IntoView {
-    let nodes = RwSignal::new(None::<Result<Value, ApiError>>);
+    let nodes = RwSignal::new(None::<Result<NodeList, ApiError>>);
     let spend = RwSignal::new(None::<Result<i64, ApiError>>);
     crate::every(5000, move || async move {
-        nodes.set(Some(api::get::<Value>("/api/v1/nodes").await));
+        nodes.set(Some(api::get::<NodeList>("/api/v1/nodes").await));
         let today = js_sys::Date::new_0().to_iso_string().as_string().unwrap_or_default();
         let day = today.get(..10).unwrap_or("").to_owned();
-        let r = api::get::<Value>(&format!("/api/v1/reports/cost?period=day&from={day}&to={day}")).await;
-        spend.set(Some(r.map(|v| v["total_micro_usd"].as_i64().unwrap_or(0))));
+        let r = api::get::<CostReport>(&format!("/api/v1/reports/cost?period=day&from={day}&to={day}")).await;
+        spend.set(Some(r.map(|c| c.total_micro_usd)));
     });
     view! {
         <h1>"Overview"</h1>
@@ -87,8 +95,8 @@ pub fn Overview() -> impl IntoView {
                 let per_min: f64 = ups.values().map(|u| u.per_min).sum();
                 let p95 = ups.values().fold(None, |a, u| max(a, u.p95));
                 let ttft = ups.values().fold(None, |a, u| max(a, u.ttft_p95));
-                let nodes_n = v["nodes"].as_array().map_or(0, Vec::len);
-                let connected = v["nodes"].as_array().into_iter().flatten().filter(|n| n["connected"] == true).count();
+                let nodes_n = v.nodes.len();
+                let connected = v.nodes.iter().filter(|n| n.connected).count();
                 view! {
                     <div class="tiles">
                         <div class="tile"><span>"Requests / min"</span><strong>{fmt::int(per_min.round() as i64)}</strong></div>

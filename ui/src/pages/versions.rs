@@ -1,6 +1,7 @@
 //! Versions: every committed configuration, newest first; any earlier one can be restored (after a
 //! confirmation), which commits it as a new version.
 
+use ax_protocol::admin::{VersionList, VersionView};
 use leptos::prelude::*;
 use serde_json::Value;
 
@@ -8,16 +9,16 @@ use crate::api::{self, ApiError};
 
 #[component]
 pub fn Versions() -> impl IntoView {
-    let data = RwSignal::new(None::<Result<Vec<Value>, ApiError>>);
+    let data = RwSignal::new(None::<Result<Vec<VersionView>, ApiError>>);
     let message = RwSignal::new(None::<Result<String, ApiError>>);
     let load = move || {
         leptos::task::spawn_local(async move {
-            let r = api::get::<Value>("/api/v1/versions").await;
-            data.set(Some(r.map(|v| v["versions"].as_array().cloned().unwrap_or_default())));
+            let r = api::get::<VersionList>("/api/v1/versions").await;
+            data.set(Some(r.map(|l| l.versions)));
         });
     };
     load();
-    let rollback = move |v: u64| {
+    let rollback = move |v: i64| {
         let ok = window()
             .confirm_with_message(&format!("Restore version {v}? It becomes the newest version."))
             .unwrap_or(false);
@@ -44,13 +45,13 @@ pub fn Versions() -> impl IntoView {
                     <thead><tr><th>"Version"</th><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th></th></tr></thead>
                     <tbody>
                     {list.into_iter().enumerate().map(|(i, v)| {
-                        let n = v["version"].as_u64().unwrap_or(0);
+                        let n = v.version;
                         view! {
                             <tr>
                                 <td>{n}</td>
-                                <td>{v["created_at"].as_str().unwrap_or("").replace('T', " ")}</td>
-                                <td>{v["author"].as_str().unwrap_or("").to_owned()}</td>
-                                <td>{v["summary"].as_str().unwrap_or("").to_owned()}</td>
+                                <td>{v.created_at.replace('T', " ")}</td>
+                                <td>{v.author}</td>
+                                <td>{v.summary}</td>
                                 <td>{(i > 0).then(|| view! { <button on:click=move |_| rollback(n)>"Restore"</button> })}</td>
                             </tr>
                         }

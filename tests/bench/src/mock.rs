@@ -1,0 +1,88 @@
+//! The mock upstream: answers OpenAI chat completions (JSON, or a paced SSE stream when the body
+//! asks for `"stream":true`) and Anthropic messages, as cheaply as hyper allows: a prebuilt body,
+//! TCP_NODELAY, one write per JSON response. It runs in its own process (`ax-bench mock`) so its
+//! CPU is not the load driver's.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::R;
+
+pub const OPENAI_BODY: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1730000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}"#;
+pub const ANTHROPIC_BODY: &str = r#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-real","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":9}}"#;
+
+/// The paced stream: `events` content chunks `gap` apart, then the finish chunk with usage and
+/// `[DONE]`.
+#[derive(Clone, Copy)]
+pub struct Pace {
+    pub events: u32,
+    pub gap: Duration,
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn json(body: &'static str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    r
+}
+
+fn stream(pace: Pace) -> Response<Body> {
+    let chunk = Bytes::from_static(
+        b"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1730000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok \"},\"finish_reason\":null}]}\n\n",
+    );
+    let end = Bytes::from_static(
+        b"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1730000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":50,\"total_tokens\":59}}\n\ndata: [DONE]\n\n",
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(pace.gap);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        for _ in 0..pace.events {
+            tick.tick().await;
+            if tx.send(Ok(Frame::data(chunk.clone()))).await.is_err() {
+                return;
+            }
+        }
+        let _ = tx.send(Ok(Frame::data(end))).await;
+    });
+    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    let mut r = Response::new(BodyExt::boxed(body));
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));
+    r
+}
+
+async fn handle(req: Request<Incoming>, pace: Pace) -> Result<Response<Body>, Infallible> {
+    let anthropic = req.uri().path().ends_with("/messages");
+    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    if anthropic {
+        return Ok(json(ANTHROPIC_BODY));
+    }
+    if memchr::memmem::find(&body, b"\"stream\":true").is_some() {
+        return Ok(stream(pace));
+    }
+    Ok(json(OPENAI_BODY))
+}
+
+/// Serves on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, pace: Pace) -> R<()> {
+    loop {
+        let (tcp, _) = listener.accept().await?;
+        tcp.set_nodelay(true)?;
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| handle(req, pace));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(tcp), svc)
+                .await;
+        });
+    }
+}
