@@ -97,7 +97,13 @@ fn bench(args: &[String]) -> R<()> {
         return Err(format!("{} is missing: cargo build --release -p ax-dataplane", o.ax.display()).into());
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run(o, args.join(" ")))
+    // Interrupted, the run is dropped, and with it every process it started.
+    rt.block_on(async move {
+        tokio::select! {
+            r = run(o, args.join(" ")) => r,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
+        }
+    })
 }
 
 fn say(s: &str) {
@@ -367,7 +373,9 @@ async fn run(o: Opts, command: String) -> R<()> {
                           "before_mib": before_soak, "after_mib": after_soak,
                           "after_vs_before": ratio(after_soak, before_soak), "growth_mib_per_min": (slope * 100.0).round() / 100.0,
                           "min_mib": samples.iter().map(|p| p.1).fold(f64::MAX, f64::min), "max_mib": samples.iter().map(|p| p.1).fold(0.0, f64::max),
-                          "samples_mib": samples.iter().map(|p| (p.1 * 10.0).round() / 10.0).collect::<Vec<_>>() } }),
+                          "samples_mib": samples.iter().map(|p| (p.1 * 10.0).round() / 10.0).collect::<Vec<_>>(),
+                          // Plateaus or a trend: the highest RSS of each 30-second window.
+                          "windows_max_mib": samples.chunks(30).map(|w| (w.iter().map(|p| p.1).fold(0.0, f64::max) * 10.0).round() / 10.0).collect::<Vec<_>>() } }),
     );
     }
     if o.only.as_ref().is_none_or(|l| l.contains(&3)) {
@@ -512,6 +520,8 @@ async fn run(o: Opts, command: String) -> R<()> {
         std::fs::write(&path, md)?;
         say("appended to docs/BENCHMARKS.md");
     }
+    // Everything started here stops before its directory goes.
+    drop((mock, nginx, ax, litellm));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -720,6 +730,10 @@ fn markdown(doc: &Value) -> String {
         v(&mem["soak"]["after_vs_before"]),
         v(&mem["soak"]["growth_mib_per_min"])
     );
+    let windows: Vec<String> = mem["soak"]["windows_max_mib"].as_array().into_iter().flatten().map(v).collect();
+    if !windows.is_empty() {
+        let _ = writeln!(s, "Soak RSS, highest of each 30 s (MiB): {}.\n", windows.join(", "));
+    }
     let sw = &r["swaps"];
     let _ = writeln!(
         s,

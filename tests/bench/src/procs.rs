@@ -3,7 +3,7 @@
 //! asked for its resident memory.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,16 +13,13 @@ use crate::R;
 pub struct Proc {
     pub addr: SocketAddr,
     child: Option<Child>,
-    /// nginx daemonizes: its master's pid file.
-    pid_file: Option<PathBuf>,
+    /// nginx daemonizes: its master's pid (read from its pid file once it listens).
+    daemon: Option<u32>,
 }
 
 impl Proc {
     pub fn pid(&self) -> Option<u32> {
-        match &self.pid_file {
-            Some(f) => std::fs::read_to_string(f).ok()?.trim().parse().ok(),
-            None => self.child.as_ref().map(Child::id),
-        }
+        self.daemon.or_else(|| self.child.as_ref().map(Child::id))
     }
 
     /// Resident memory in MiB (from /proc).
@@ -53,10 +50,16 @@ pub fn cpu_secs(pid: u32) -> f64 {
 impl Drop for Proc {
     fn drop(&mut self) {
         if let Some(c) = &mut self.child {
+            // SIGTERM first: LiteLLM stops its worker processes only when asked politely.
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
-        if let Some(pid) = self.pid_file.as_ref().and_then(|_| self.pid()) {
+        if let Some(pid) = self.daemon {
             let _ = Command::new("kill").arg(pid.to_string()).status();
         }
     }
@@ -116,7 +119,7 @@ pub fn mock(dir: &Path, events: u32, gap_ms: u64) -> R<Proc> {
         .stdin(Stdio::null())
         .spawn()?;
     let addr = read_addr(&addr_file, &mut child, "mock")?;
-    Ok(Proc { addr, child: Some(child), pid_file: None })
+    Ok(Proc { addr, child: Some(child), daemon: None })
 }
 
 /// ax's data plane from a YAML file.
@@ -136,7 +139,7 @@ pub fn ax(bin: &Path, dir: &Path, name: &str, yaml: &str) -> R<Proc> {
         .stderr(log)
         .spawn()?;
     let addr = read_addr(&addr_file, &mut child, name)?;
-    Ok(Proc { addr, child: Some(child), pid_file: None })
+    Ok(Proc { addr, child: Some(child), daemon: None })
 }
 
 /// nginx as a reverse proxy to `upstream` with keep-alive (the cost of "one more hop"); `None`
@@ -163,7 +166,8 @@ pub fn nginx(dir: &Path, upstream: SocketAddr) -> R<Option<Proc>> {
     }
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     wait_port(addr, 10, "nginx")?;
-    Ok(Some(Proc { addr, child: None, pid_file: Some(pid_file) }))
+    let daemon = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+    Ok(Some(Proc { addr, child: None, daemon: Some(daemon) }))
 }
 
 /// LiteLLM's master key (it refuses to start without one; callers send it as their bearer token).
@@ -194,7 +198,7 @@ pub fn litellm(bin: &Path, dir: &Path, upstream: SocketAddr) -> R<Proc> {
         .stderr(log)
         .spawn()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let p = Proc { addr, child: Some(child), pid_file: None };
+    let p = Proc { addr, child: Some(child), daemon: None };
     wait_port(addr, 120, "litellm")?;
     Ok(p)
 }
