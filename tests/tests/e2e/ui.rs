@@ -549,10 +549,19 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
                  "price_per_mtok": { "input": 0.5, "output": 1.5 } }])
     );
     // Edit upstream a: a timeout changes, its stored key stays.
+    let mut keyed = mock_upstream();
+    keyed["api_key"] = json!("sk-ui-stored-key-0123456789");
+    admin.ok("PUT", "/api/v1/upstreams/a", Some(&keyed)).await;
+    b.client.refresh().await.unwrap();
+    b.wait_text("stored (write-only)", 10).await;
     b.find("section[aria-label='upstream a'] > button").await.click().await.unwrap();
     b.type_into("form.upstream-editor input[name='timeouts.first_byte_ms']", "1234").await;
     b.find("form.upstream-editor button[type=submit]").await.click().await.unwrap();
     b.wait_text("first byte 1,234 ms", 10).await;
+    let a = admin.ok("GET", "/api/v1/upstreams", None).await["upstreams"][0].clone();
+    assert_eq!((a["name"].as_str(), a["has_key"].as_bool()), (Some("a"), Some(true)), "the edit kept the key: {a}");
+    assert_eq!(a["timeouts"]["first_byte_ms"], 1234);
+    assert!(!b.client.source().await.unwrap().contains("sk-ui-stored-key"), "the key is on the page");
 
     // Routes: fallback aliases; an unknown one is the server's field error.
     b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
