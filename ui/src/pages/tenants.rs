@@ -135,8 +135,8 @@ fn action_text(a: &BudgetAction) -> String {
     }
 }
 
-/// One budget's burn: what its current day or month spent against its cap, as a meter that turns
-/// amber past the warning threshold and red at the cap.
+/// One budget's burn: what its current day or month spent against its cap, as a meter that is
+/// green below the warning threshold and red past it.
 #[component]
 fn Burn(b: BudgetBurn) -> impl IntoView {
     let scope = b.alias.as_deref().map_or_else(String::new, |a| format!(" ({a})"));
