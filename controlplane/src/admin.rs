@@ -65,11 +65,12 @@ pub async fn list_tenants(State(s): State<AppState>, caller: Caller) -> Reply {
     .into_iter()
     .map(|r| (r.spec, r.active, r.all))
     .collect();
+    // A stored spec that no longer reads is an error, not a tenant silently missing from the list.
     let tenants = rows
         .into_iter()
-        .filter_map(|(spec, active_keys, keys)| {
-            let t: TenantSpec = serde_json::from_value(spec).ok()?;
-            Some(TenantView {
+        .map(|(spec, active_keys, keys)| {
+            let t: TenantSpec = serde_json::from_value(spec).map_err(|e| ApiError::internal("tenant spec", e))?;
+            Ok(TenantView {
                 id: t.id,
                 allowed_aliases: t.allowed_aliases,
                 limits: t.limits,
@@ -78,7 +79,7 @@ pub async fn list_tenants(State(s): State<AppState>, caller: Caller) -> Reply {
                 keys,
             })
         })
-        .collect();
+        .collect::<ApiResult<Vec<_>>>()?;
     Ok(Json(json!(TenantList { tenants })))
 }
 

@@ -282,33 +282,33 @@ pub async fn cost_report(
         return Ok(resp);
     }
     let total: i64 = rows.iter().map(|r| r.8).sum();
-    let rows: Vec<Value> = rows
+    let rows = rows
         .into_iter()
-        .map(|r| {
-            let mut row = json!(CostRow {
-                cost_usd: micro_usd(r.8),
-                period: r.0,
-                group: r.1.clone(),
-                requests: r.2,
-                errors: r.3,
-                prompt_tokens: r.4,
-                completion_tokens: r.5,
-                cached_tokens: r.6,
-                cache_write_tokens: r.7,
-                cost_micro_usd: r.8,
-            });
-            row[group] = Value::from(r.1);
-            row
+        .map(|r| CostRow {
+            cost_usd: micro_usd(r.8),
+            period: r.0,
+            group: r.1,
+            requests: r.2,
+            errors: r.3,
+            prompt_tokens: r.4,
+            completion_tokens: r.5,
+            cached_tokens: r.6,
+            cache_write_tokens: r.7,
+            cost_micro_usd: r.8,
         })
         .collect();
     let mut report = json!(CostReport {
         period: period.to_owned(),
         by: group.to_owned(),
-        rows: Vec::new(),
+        rows,
         total_micro_usd: total,
         total_usd: micro_usd(total),
     });
-    report["rows"] = Value::from(rows);
+    // Each row also names its group under the group's own key (`"tenant": "acme"`), as before
+    // `group` existed.
+    for row in report["rows"].as_array_mut().into_iter().flatten() {
+        row[group] = row["group"].clone();
+    }
     Ok(Json(report).into_response())
 }
 

@@ -84,15 +84,44 @@ impl Field {
     }
 
     pub fn view(self, error: RwSignal<Option<ApiError>>, prefix: &'static str) -> impl IntoView {
-        let path = format!("{prefix}{}", self.path);
-        let err = move || error.get().and_then(|e| e.field(&path));
         view! {
             <label class="field">
                 <span>{self.label}</span>
                 <input type="text" name=self.path placeholder="default" prop:value=move || self.value.get()
                     on:input=move |ev| self.value.set(event_target_value(&ev))/>
-                {move || err().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}
+                {error_at(error, format!("{prefix}{}", self.path))}
             </label>
         }
     }
+}
+
+/// The server's error for `path` (or, with a trailing `*`, for the first path starting with the
+/// rest), shown where this is placed.
+pub fn error_at(error: RwSignal<Option<ApiError>>, path: String) -> impl Fn() -> Option<AnyView> {
+    move || {
+        let e = error.get()?;
+        let m = match path.strip_suffix('*') {
+            Some(prefix) => e.fields.iter().find(|(p, _)| p.starts_with(prefix)).map(|(_, m)| m.clone()),
+            None => e.field(&path),
+        }?;
+        Some(view! { <span class="field-error" role="alert">{m}</span> }.into_any())
+    }
+}
+
+/// The line for the server's errors that no input shows: their paths and messages, its message
+/// when it named no field, or "Fix the marked fields." when every field error is at its input.
+pub fn unplaced(e: &ApiError, placed: impl Fn(&str) -> bool) -> String {
+    let rest: Vec<String> = e.fields.iter().filter(|(p, _)| !placed(p)).map(|(p, m)| format!("{p}: {m}")).collect();
+    if !rest.is_empty() {
+        rest.join("; ")
+    } else if e.fields.is_empty() {
+        e.message.clone()
+    } else {
+        "Fix the marked fields.".to_owned()
+    }
+}
+
+/// `"chat, embed"` → `["chat", "embed"]`.
+pub fn list(s: &str) -> Vec<String> {
+    s.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect()
 }

@@ -12,6 +12,9 @@
 //! snapshot swaps every 100 ms under load; rate limits and budgets on (local, then Redis).
 //! Writes `target/bench/ax-bench-<time>.json` and, in full mode, appends a section to
 //! `docs/BENCHMARKS.md`. `--quick` runs every scenario for a moment (CI: the harness cannot rot).
+//! For investigations: `--only 2,3` runs those scenarios (and writes no docs), `AX_BENCH_DEBUG=1`
+//! prints every step of the frontier, `AX_BENCH_ROUNDS=N` repeats each stream burst above one
+//! stream N times (the later rounds find the upstream connections already open).
 
 mod load;
 mod mock;
@@ -239,8 +242,9 @@ async fn run(o: Opts, command: String) -> R<()> {
     let ax_anthropic = target("ax-anthropic", ax.addr, "/v1/chat/completions", true, CLAUDE);
     let mut results = serde_json::Map::new();
 
+    let on = |n: u8| o.only.as_ref().is_none_or(|l| l.contains(&n));
     let (mut rss_peak, mut rss_after) = (0.0_f64, 0.0_f64);
-    if o.only.as_ref().is_none_or(|l| l.contains(&1)) {
+    if on(1) {
         // 1. Added latency at concurrency 1.
         say("1/6 added latency at concurrency 1");
         let mut lat = serde_json::Map::new();
@@ -276,7 +280,7 @@ async fn run(o: Opts, command: String) -> R<()> {
         );
         results.insert("latency_c1".into(), Value::Object(lat));
     }
-    if o.only.as_ref().is_none_or(|l| l.contains(&2)) {
+    if on(2) {
         // 2. Throughput at concurrency 64, and the frontier.
         say("2/6 throughput at concurrency 64 and the p99 frontier");
         let mut tp = serde_json::Map::new();
@@ -332,7 +336,7 @@ async fn run(o: Opts, command: String) -> R<()> {
         tokio::time::sleep(Duration::from_secs(2)).await;
         rss_after = ax.rss_mib();
     }
-    if o.only.as_ref().is_none_or(|l| l.contains(&4)) {
+    if on(4) {
         // 4. Memory: idle, under load, after, and a soak; before the streams, whose thousand
         // connections' buffers would inflate the allocator's footprint the soak starts from.
         say(&format!("4/6 memory soak for {} s", o.soak.as_secs()));
@@ -378,7 +382,7 @@ async fn run(o: Opts, command: String) -> R<()> {
                           "windows_max_mib": samples.chunks(30).map(|w| (w.iter().map(|p| p.1).fold(0.0, f64::max) * 10.0).round() / 10.0).collect::<Vec<_>>() } }),
     );
     }
-    if o.only.as_ref().is_none_or(|l| l.contains(&3)) {
+    if on(3) {
         // 3. Paced streams.
         say("3/6 paced streams (50 events, 20 ms apart)");
         let levels: &[usize] = if o.quick { &[1, 20] } else { &[1, 100, 1000] };
@@ -446,7 +450,7 @@ async fn run(o: Opts, command: String) -> R<()> {
             .max();
         results.insert("streams".into(), json!({ "levels": st, "most_held_with_gaps_under_5ms_added": held }));
     }
-    if o.only.as_ref().is_none_or(|l| l.contains(&5)) {
+    if on(5) {
         // 5. Snapshot swaps every 100 ms under full load.
         say("5/6 snapshot swaps every 100 ms under load");
         let swap_dur = if o.quick { Duration::from_secs(1) } else { Duration::from_secs(10) };
@@ -476,7 +480,7 @@ async fn run(o: Opts, command: String) -> R<()> {
                 "p99_ratio": ratio(f64::from(under_swaps.pct(99.0)), f64::from(calm.pct(99.0))) }),
         );
     }
-    if o.only.as_ref().is_none_or(|l| l.contains(&6)) {
+    if on(6) {
         // 6. Governance: limits and a budget, local, then fleet-wide through Redis.
         say("6/6 governance cost");
         let plain = load::closed(&via_ax, 64, warm, dur).await;

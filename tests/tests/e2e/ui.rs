@@ -138,6 +138,19 @@ fn control_plane(db: &TestDb, dir: &Path) -> Process {
     Process::spawn(cmd, dir, "cp")
 }
 
+/// A fresh database and control plane, an admin logged in through the API, and two mock
+/// upstreams `a` and `b` serving model `m`.
+async fn admin_plane(tag: &str) -> (TestDb, PathBuf, Process, Session) {
+    let db = TestDb::create(&format!("ui_{tag}"));
+    create_operator(&db, "root", "admin");
+    let dir = ax_tests::temp_dir(&format!("ui-{tag}"));
+    let cp = control_plane(&db, &dir);
+    let admin = Session::login(&cp.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    admin.ok("PUT", "/api/v1/upstreams/a", Some(&mock_upstream())).await;
+    admin.ok("PUT", "/api/v1/upstreams/b", Some(&mock_upstream())).await;
+    (db, dir, cp, admin)
+}
+
 async fn split(dp: &str, key: &str, n: usize) -> usize {
     let client = reqwest::Client::new();
     let mut a = 0;
@@ -162,13 +175,7 @@ async fn split(dp: &str, key: &str, n: usize) -> usize {
 /// shows the server's field error and changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_changes_weights_in_the_browser() {
-    let db = TestDb::create("ui_weights");
-    create_operator(&db, "root", "admin");
-    let dir = ax_tests::temp_dir("ui-weights");
-    let cp = control_plane(&db, &dir);
-    let admin = Session::login(&cp.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
-    admin.ok("PUT", "/api/v1/upstreams/a", Some(&mock_upstream())).await;
-    admin.ok("PUT", "/api/v1/upstreams/b", Some(&mock_upstream())).await;
+    let (db, dir, cp, admin) = admin_plane("weights").await;
     let route = json!({ "candidates": [{ "upstream": "a", "model": "m", "weight": 80 }, { "upstream": "b", "model": "m", "weight": 20 }] });
     admin.ok("PUT", "/api/v1/routes/chat", Some(&route)).await;
     admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "allowed_aliases": ["*"] }))).await;
@@ -310,26 +317,9 @@ async fn finance_sees_cost_only() {
     let cp = control_plane(&db, &dir);
     // Seeded usage, shipped as a data plane ships it: two tenants, odd amounts.
     let token = create_node(&db, "dp-1");
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    let mut body = String::new();
-    let mut expected = 0u64;
-    for i in 0..57u64 {
-        let cost = 1_234 + i * 7_919;
-        expected += cost;
-        let rec = json!({ "request_id": format!("seed-{i}"), "started_at_ms": now_ms - i * 1000,
-            "tenant": if i % 3 == 0 { "globex" } else { "acme" }, "key_id": "k", "alias": "chat", "upstream": "a",
-            "model": "m", "status": 200, "prompt_tokens": 100 + i, "completion_tokens": 20, "cost_micro_usd": cost,
-            "latency_ms": 5 });
-        body.push_str(&format!("{rec}\n"));
-    }
-    let r = reqwest::Client::new()
-        .post(format!("{}/api/v1/usage", cp.url))
-        .bearer_auth(&token)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let seeded: Vec<(&str, u64)> =
+        (0..57u64).map(|i| (if i % 3 == 0 { "globex" } else { "acme" }, 1_234 + i * 7_919)).collect();
+    let expected = seed_usage(&cp.url, &token, &seeded).await;
     let rows: u64 = db.query("SELECT count(*) FROM usage_events").parse().unwrap();
     let sum: u64 = db.query("SELECT sum(cost_micro_usd) FROM usage_events").parse().unwrap();
     assert_eq!((rows, sum), (57, expected));
@@ -391,14 +381,15 @@ async fn finance_sees_cost_only() {
     assert_eq!(fin.send("GET", "/api/v1/routes", None).await.status(), 403);
 }
 
-/// Ships usage records for `tenant` as a data plane does; returns their total cost.
-async fn seed_usage(cp: &str, node_token: &str, tenant: &str, costs: &[u64]) -> u64 {
+/// Ships one usage record per `(tenant, micro-USD)` as a data plane ships them (a second apart,
+/// the newest now); returns their total cost.
+async fn seed_usage(cp: &str, node_token: &str, records: &[(&str, u64)]) -> u64 {
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     let mut body = String::new();
-    for (i, cost) in costs.iter().enumerate() {
-        let rec = json!({ "request_id": format!("{tenant}-{i}"), "started_at_ms": now_ms - i as u64 * 1000,
+    for (i, (tenant, cost)) in records.iter().enumerate() {
+        let rec = json!({ "request_id": format!("seed-{i}"), "started_at_ms": now_ms - i as u64 * 1000,
             "tenant": tenant, "key_id": "k", "alias": "chat", "upstream": "a", "model": "m", "status": 200,
-            "prompt_tokens": 100, "completion_tokens": 20, "cost_micro_usd": cost, "latency_ms": 5 });
+            "prompt_tokens": 100 + i, "completion_tokens": 20, "cost_micro_usd": cost, "latency_ms": 5 });
         body.push_str(&format!("{rec}\n"));
     }
     let r = reqwest::Client::new()
@@ -409,7 +400,7 @@ async fn seed_usage(cp: &str, node_token: &str, tenant: &str, costs: &[u64]) -> 
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    costs.iter().sum()
+    records.iter().map(|r| r.1).sum()
 }
 
 /// WebDriver key codes.
@@ -457,13 +448,7 @@ impl Browser {
 /// and every page fits a 390 px screen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_edits_tenants_upstreams_and_fallbacks() {
-    let db = TestDb::create("ui_edit");
-    create_operator(&db, "root", "admin");
-    let dir = ax_tests::temp_dir("ui-edit");
-    let cp = control_plane(&db, &dir);
-    let admin = Session::login(&cp.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
-    admin.ok("PUT", "/api/v1/upstreams/a", Some(&mock_upstream())).await;
-    admin.ok("PUT", "/api/v1/upstreams/b", Some(&mock_upstream())).await;
+    let (db, _dir, cp, admin) = admin_plane("edit").await;
     for (alias, up) in [("chat", "a"), ("chat-mini", "b")] {
         let route = json!({ "candidates": [{ "upstream": up, "model": "m", "weight": 1 }] });
         admin.ok("PUT", &format!("/api/v1/routes/{alias}"), Some(&route)).await;
@@ -471,7 +456,7 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
     admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "allowed_aliases": ["*"] }))).await;
     let token = create_node(&db, "dp-1");
     // Today's spend of acme: $0.006 (for the burn against a $0.01 day budget: 60 %).
-    assert_eq!(seed_usage(&cp.url, &token, "acme", &[2_000, 2_500, 1_500]).await, 6_000);
+    assert_eq!(seed_usage(&cp.url, &token, &[("acme", 2_000), ("acme", 2_500), ("acme", 1_500)]).await, 6_000);
 
     let b = Browser::start("edit").await;
     // Keyboard only: type the user name, Tab to the password, Enter submits.

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use serde_json::{json, Value};
 
 use crate::api::{self, ApiError};
-use crate::fmt;
+use crate::{fmt, form};
 
 /// One candidate as edited: the weight stays text so that what the operator typed (even a
 /// negative number) reaches the server, whose field error is then shown next to it. The inputs are
@@ -154,9 +154,7 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
                             "priority": number_or_text(&c.priority.get_untracked()), "enabled": c.enabled.get_untracked() })
                 })
                 .collect();
-            let fb: Vec<String> =
-                fallbacks.get_untracked().split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
-            b["fallbacks"] = json!(fb);
+            b["fallbacks"] = json!(form::list(&fallbacks.get_untracked()));
             b
         }
     };
@@ -209,12 +207,6 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
                     let c = c.clone();
                     let all = cands.clone();
                     let strategy = strategy_view.clone();
-                    let field = move |name: &str| {
-                        let path = format!("candidates[{i}].{name}");
-                        move || error.get().and_then(|e| e.field(&path))
-                    };
-                    let weight_err = field("weight");
-                    let weight_err2 = field("weight");
                     let label = format!("{}/{}", c.upstream, c.model);
                     view! {
                         <tr>
@@ -226,14 +218,13 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
                                 <input type="range" min="0" max="100" aria-label=format!("weight slider of {label}")
                                     prop:value=move || c.weight.get()
                                     on:input=move |ev| { c.weight.set(event_target_value(&ev)); edit(); }/>
-                                <Show when=move || weight_err().is_some()>
-                                    <p class="field-error" role="alert">{weight_err2.clone()}</p>
-                                </Show>
+                                {form::error_at(error, format!("candidates[{i}].weight"))}
                             </td>
                             <td class="share">{move || fmt::pct(shares(&strategy, &all)[i])}</td>
                             <td><input type="text" inputmode="numeric" class="priority" aria-label=format!("priority of {label}")
                                 prop:value=move || c.priority.get()
-                                on:input=move |ev| { c.priority.set(event_target_value(&ev)); edit(); }/></td>
+                                on:input=move |ev| { c.priority.set(event_target_value(&ev)); edit(); }/>
+                                {form::error_at(error, format!("candidates[{i}].priority"))}</td>
                             <td><input type="checkbox" aria-label=format!("{label} enabled")
                                 prop:checked=move || c.enabled.get()
                                 on:change=move |ev| { c.enabled.set(event_target_checked(&ev)); edit(); }/></td>
@@ -245,15 +236,13 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
             <label class="field wide"><span>"Fallback aliases, tried in order when every candidate failed (comma-separated)"</span>
                 <input type="text" name="fallbacks" placeholder="none" prop:value=move || fallbacks.get()
                     on:input=move |ev| { fallbacks.set(event_target_value(&ev)); edit(); }/>
-                {move || error.get().and_then(|e| e.fields.iter().find(|(p, _)| p.starts_with("fallbacks")).map(|(_, m)| m.clone()))
-                    .map(|m| view! { <span class="field-error" role="alert">{m}</span> })}
+                {form::error_at(error, "fallbacks*".into())}
             </label>
             <Show when=move || error.get().is_some()>
                 <div class="error" role="alert">
-                    {move || error.get().map(|e| {
-                        let general: Vec<String> = e.fields.iter().filter(|(p, _)| !p.starts_with("candidates[") && !p.starts_with("fallbacks")).map(|(p, m)| format!("{p}: {m}")).collect();
-                        if general.is_empty() && !e.fields.is_empty() { "Fix the marked fields.".to_owned() } else if general.is_empty() { e.message.clone() } else { general.join("; ") }
-                    })}
+                    {move || error.get().map(|e| form::unplaced(&e, |p| {
+                        p.starts_with("fallbacks") || (p.starts_with("candidates[") && (p.ends_with(".weight") || p.ends_with(".priority")))
+                    }))}
                 </div>
             </Show>
             <div class="actions">

@@ -36,7 +36,7 @@ pub fn Tenants() -> impl IntoView {
     let create = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let id = new_id.get_untracked().trim().to_owned();
-        let aliases = alias_list(&new_aliases.get_untracked());
+        let aliases = form::list(&new_aliases.get_untracked());
         leptos::task::spawn_local(async move {
             let body = json!({ "allowed_aliases": aliases });
             match api::send::<Value>("PUT", &format!("/api/v1/tenants/{id}"), Some(&body)).await {
@@ -108,11 +108,6 @@ pub fn Tenants() -> impl IntoView {
             (!t.is_empty()).then(|| view! { <Keys tenant=t reload=Callback::new(move |()| load())/> })
         }}
     }
-}
-
-/// `"chat, embed"` → `["chat", "embed"]`.
-fn alias_list(s: &str) -> Vec<String> {
-    s.split(',').map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect()
 }
 
 fn limits_text(l: &LimitsSpec) -> String {
@@ -235,7 +230,7 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
     let id = t.id.clone();
     let save = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let mut body = json!({ "allowed_aliases": alias_list(&aliases.get_untracked()), "limits": {} });
+        let mut body = json!({ "allowed_aliases": form::list(&aliases.get_untracked()), "limits": {} });
         for f in &fields {
             f.apply(&mut body);
         }
@@ -251,14 +246,12 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
             }
         });
     };
-    let budget_err =
-        move |i: usize, f: &'static str| move || error.get().and_then(|e| e.field(&format!("budgets[{i}].{f}")));
     view! {
         <form class="editor tenant-editor" on:submit=save aria-label=format!("edit tenant {}", t.id)>
             <h2>{format!("Tenant {}", t.id)}</h2>
             <label class="field wide"><span>"Allowed aliases (comma-separated, * for all)"</span>
                 <input type="text" name="allowed-aliases" prop:value=move || aliases.get() on:input=move |ev| aliases.set(event_target_value(&ev))/>
-                {move || error.get().and_then(|e| e.field("allowed_aliases")).map(|m| view! { <span class="field-error" role="alert">{m}</span> })}
+                {form::error_at(error, "allowed_aliases".into())}
             </label>
             <fieldset><legend>"Limits (blank: unlimited)"</legend>
                 <div class="fields">{fields.map(|f| f.view(error, "")).collect_view()}</div>
@@ -280,10 +273,10 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
                                     </select></label>
                                 <label class="field"><span>"Cap (USD)"</span>
                                     <input type="text" inputmode="decimal" name="budget-usd" prop:value=move || r.usd.get() on:input=move |ev| r.usd.set(event_target_value(&ev))/>
-                                    {move || budget_err(i, "usd")().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}</label>
+                                    {form::error_at(error, format!("budgets[{i}].usd"))}</label>
                                 <label class="field"><span>"Alias (blank: all)"</span>
                                     <input type="text" name="budget-alias" prop:value=move || r.alias.get() on:input=move |ev| r.alias.set(event_target_value(&ev))/>
-                                    {move || budget_err(i, "alias")().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}</label>
+                                    {form::error_at(error, format!("budgets[{i}].alias"))}</label>
                                 <label class="field"><span>"When spent"</span>
                                     <select name="budget-action" prop:value=move || r.action.get() on:change=move |ev| r.action.set(event_target_value(&ev))>
                                         <option value="reject">"reject"</option>
@@ -293,13 +286,13 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
                                 <Show when=move || r.action.get() == "downgrade">
                                     <label class="field"><span>"Downgrade to"</span>
                                         <input type="text" name="budget-downgrade" prop:value=move || r.downgrade_to.get() on:input=move |ev| r.downgrade_to.set(event_target_value(&ev))/>
-                                        {move || budget_err(i, "action.downgrade_to")().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}</label>
+                                        {form::error_at(error, format!("budgets[{i}].action.downgrade_to"))}</label>
                                 </Show>
                                 <label class="field"><span>"Warn at (%)"</span>
                                     <input type="text" inputmode="decimal" name="budget-warn" prop:value=move || r.warn_pct.get() on:input=move |ev| r.warn_pct.set(event_target_value(&ev))/>
-                                    {move || budget_err(i, "warn_at")().map(|m| view! { <span class="field-error" role="alert">{m}</span> })}</label>
+                                    {form::error_at(error, format!("budgets[{i}].warn_at"))}</label>
                                 <button type="button" class="link" on:click=move |_| budgets.update(|l| l.retain(|b| b.id != rid))>"Remove"</button>
-                                {move || error.get().and_then(|e| e.field(&format!("budgets[{i}]"))).map(|m| view! { <p class="field-error" role="alert">{m}</p> })}
+                                {form::error_at(error, format!("budgets[{i}]"))}
                             </div>
                         }
                     }).collect_view().into_any()
@@ -311,8 +304,8 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
                 }>"Add budget"</button>
             </fieldset>
             {move || error.get().map(|e| {
-                let shown = e.fields.iter().filter(|(p, _)| p == "allowed_aliases" || p.starts_with("limits.") || p.starts_with("budgets[")).count();
-                (shown < e.fields.len() || e.fields.is_empty()).then(|| view! { <p class="error" role="alert">{e.message.clone()}</p> })
+                let text = form::unplaced(&e, |p| p == "allowed_aliases" || p.starts_with("limits.") || p.starts_with("budgets["));
+                view! { <p class="error" role="alert">{text}</p> }
             })}
             <div class="actions">
                 <button type="submit" class="primary" disabled=move || busy.get()>"Save tenant"</button>

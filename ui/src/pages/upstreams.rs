@@ -161,14 +161,7 @@ fn UpstreamEditor(u: Value, close: Callback<bool>) -> impl IntoView {
             }
         });
     };
-    let err_at = move |path: String| {
-        move || {
-            error
-                .get()
-                .and_then(|e| e.field(&path))
-                .map(|m| view! { <span class="field-error" role="alert">{m}</span> })
-        }
-    };
+    let err_at = move |path: String| form::error_at(error, path);
     view! {
         <form class="upstream-editor" on:submit=save aria-label=if is_new { "new upstream".to_owned() } else { format!("edit upstream {}", name.get_untracked()) }>
             <h2>{if is_new { "New upstream".to_owned() } else { format!("Edit {}", name.get_untracked()) }}</h2>
@@ -223,9 +216,7 @@ fn UpstreamEditor(u: Value, close: Callback<bool>) -> impl IntoView {
                 }>"Add model"</button>
             </fieldset>
             {move || error.get().map(|e| {
-                let placed = |p: &str| p == "name" || p == "provider" || p.starts_with("models[") || fields.iter().any(|f| f.path == p);
-                let rest: Vec<String> = e.fields.iter().filter(|(p, _)| !placed(p)).map(|(p, m)| format!("{p}: {m}")).collect();
-                let text = if !rest.is_empty() { rest.join("; ") } else if e.fields.is_empty() { e.message.clone() } else { "Fix the marked fields.".to_owned() };
+                let text = form::unplaced(&e, |p| p == "name" || p == "provider" || p.starts_with("models[") || fields.iter().any(|f| f.path == p));
                 view! { <p class="error" role="alert">{text}</p> }
             })}
             <div class="actions">
