@@ -13,6 +13,7 @@ use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
 
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
+use crate::client::{self, Response};
 use crate::error::AxError;
 use crate::providers::{self, mock, Ctx, StreamDecoder};
 use crate::snapshot::{Model, Route, Upstream};
@@ -73,7 +74,7 @@ pub async fn chat(
     let resp = send(up, url.as_ref(), body, request_id, limits).await?;
     if req.stream {
         let is_sse = resp
-            .headers()
+            .headers
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
@@ -122,32 +123,31 @@ pub async fn embeddings(
 /// provider-side logs can be matched.
 async fn send(
     up: &Upstream,
-    url: Option<&reqwest::Url>,
+    target: Option<&http::Uri>,
     body: Vec<u8>,
     request_id: &str,
     limits: Limits,
-) -> Result<reqwest::Response, AxError> {
-    let url = url.ok_or(AxError::Internal)?.clone();
-    let fut = up
-        .client()
-        .post(url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header("x-request-id", request_id)
-        .body(body)
-        .send();
+) -> Result<Response, AxError> {
+    let (Some(client), Some(target)) = (up.client(), target) else { return Err(AxError::Internal) };
+    let fut = client.post_json(target, body, request_id);
     let resp = timeout_at(limits.deadline, timeout(limits.first_byte, fut))
         .await
         .map_err(|_| AxError::UpstreamTimeout)?
         .map_err(|_| AxError::UpstreamFirstByteTimeout)?
         .map_err(|e| {
-            tracing::warn!(upstream = %up.name, error = %without_url(&e), "upstream request failed");
-            map_reqwest(&e)
+            tracing::warn!(upstream = %up.name, error = %e, "upstream request failed");
+            match e {
+                client::Error::ConnectTimeout => AxError::UpstreamConnectTimeout,
+                client::Error::Connect(_) => AxError::UpstreamConnect,
+                // Typically a connection reset or closed before any response byte.
+                client::Error::Request(_) => AxError::UpstreamFailed(String::new()),
+            }
         })?;
-    let status = resp.status();
+    let status = resp.status;
     if status.is_success() {
         return Ok(resp);
     }
-    let retry_after = retry_after(resp.headers());
+    let retry_after = retry_after(&resp.headers);
     let bytes = read_body(resp, limits).await.unwrap_or_default();
     let err = providers::decode_error(up.kind, status.as_u16(), &bytes, retry_after);
     log_upstream_error(up, status.as_u16(), &bytes, &err);
@@ -164,44 +164,23 @@ fn retry_after(h: &http::HeaderMap) -> Option<Duration> {
 }
 
 /// Reads a whole body chunk by chunk, so a body that stops arriving hits the idle timeout.
-async fn read_body(mut resp: reqwest::Response, limits: Limits) -> Result<bytes::Bytes, AxError> {
+async fn read_body(mut resp: Response, limits: Limits) -> Result<bytes::Bytes, AxError> {
     let mut buf = BytesMut::new();
     loop {
         let chunk = timeout_at(limits.deadline, timeout(limits.idle, resp.chunk()))
             .await
             .map_err(|_| AxError::UpstreamTimeout)?
             .map_err(|_| AxError::UpstreamIdleTimeout)?
-            .map_err(|e| map_reqwest(&e))?;
+            .map_err(|e| {
+                tracing::warn!(error = %e, "upstream body failed");
+                AxError::UpstreamStreamTruncated
+            })?;
         match chunk {
             Some(c) if buf.len() + c.len() > MAX_BODY_BYTES => return Err(AxError::UpstreamInvalidResponse),
             Some(c) => buf.extend_from_slice(&c),
             None => return Ok(buf.freeze()),
         }
     }
-}
-
-fn map_reqwest(e: &reqwest::Error) -> AxError {
-    if e.is_connect() && e.is_timeout() {
-        AxError::UpstreamConnectTimeout
-    } else if e.is_connect() {
-        AxError::UpstreamConnect
-    } else if e.is_timeout() {
-        AxError::UpstreamTimeout
-    } else if e.is_body() || e.is_decode() {
-        AxError::UpstreamStreamTruncated
-    } else {
-        // Typically a connection reset or closed before any response byte.
-        AxError::UpstreamFailed(String::new())
-    }
-}
-
-/// reqwest errors print the URL, which for some providers carries a key in the query string.
-fn without_url(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
-    if let Some(url) = e.url() {
-        s = s.replace(url.as_str(), "<upstream url>");
-    }
-    s
 }
 
 fn log_upstream_error(up: &Upstream, status: u16, body: &[u8], err: &AxError) {
@@ -242,7 +221,7 @@ struct Timers {
 
 enum Source {
     Http {
-        resp: reqwest::Response,
+        resp: Response,
         sse: SseDecoder,
         decoder: StreamDecoder,
         state: HttpState,
@@ -357,7 +336,7 @@ impl UpstreamStream {
                 }
                 Err(e) => {
                     *state = HttpState::Over;
-                    tracing::warn!(error = %without_url(&e), "upstream stream failed");
+                    tracing::warn!(error = %e, "upstream stream failed");
                     return Some(Err(AxError::UpstreamStreamTruncated));
                 }
             }

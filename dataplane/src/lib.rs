@@ -17,6 +17,7 @@
 
 pub mod budget;
 pub mod canonical;
+pub mod client;
 pub mod config;
 pub mod control;
 pub mod cost;

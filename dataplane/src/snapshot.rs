@@ -63,8 +63,9 @@ pub struct Snapshot {
 pub struct Upstream {
     pub name: String,
     pub kind: ProviderKind,
-    /// One pooled client per serving thread (`worker`), so connections stay on their thread.
-    clients: Box<[reqwest::Client]>,
+    /// The pooled HTTP client (one pool per serving thread, so connections stay on their
+    /// thread); `None` for a mock upstream.
+    client: Option<Arc<crate::client::Client>>,
     pub timeouts: TimeoutsSpec,
     pub max_concurrency: u32,
     pub breaker: BreakerSpec,
@@ -76,6 +77,8 @@ pub struct Upstream {
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
     /// warm connections) across reloads.
     client_fingerprint: [u8; 32],
+    /// Serving threads the client's pools were made for.
+    threads: usize,
 }
 
 #[derive(Debug)]
@@ -95,10 +98,11 @@ pub struct Model {
     pub prices: Option<crate::cost::Prices>,
     /// Live statistics, kept across reloads for the same (upstream, model).
     pub health: Arc<ModelHealth>,
-    /// Upstream URLs, formatted and parsed once here so no request does either.
-    pub chat_url: Option<reqwest::Url>,
-    pub stream_url: Option<reqwest::Url>,
-    pub embed_url: Option<reqwest::Url>,
+    /// Upstream request targets (path and query on the upstream's origin), formatted and parsed
+    /// once here so no request does either.
+    pub chat_url: Option<http::Uri>,
+    pub stream_url: Option<http::Uri>,
+    pub embed_url: Option<http::Uri>,
 }
 
 /// The capability matrix row of one model, as a bit set.
@@ -183,9 +187,9 @@ pub struct KeyRef {
 }
 
 impl Upstream {
-    /// The pooled HTTP client of the calling serving thread.
-    pub fn client(&self) -> &reqwest::Client {
-        &self.clients[crate::worker::current() % self.clients.len()]
+    /// The pooled HTTP client; `None` for a mock upstream.
+    pub fn client(&self) -> Option<&crate::client::Client> {
+        self.client.as_deref()
     }
 }
 
@@ -576,22 +580,21 @@ fn build_upstream(
     let reused = prev.and_then(|p| {
         p.upstreams
             .iter()
-            .find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint && o.clients.len() == threads)
+            .find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint && o.threads == threads)
     });
-    let clients = match reused {
-        Some(o) => o.clients.clone(),
-        None => (0..threads)
-            .map(|_| {
-                reqwest::Client::builder()
-                    .default_headers(headers.clone())
-                    .tcp_nodelay(true)
-                    .connect_timeout(Duration::from_millis(u.timeouts.connect_ms))
-                    .pool_idle_timeout(Duration::from_secs(90))
-                    .pool_max_idle_per_host(1024)
-                    .build()
-                    .map_err(|e| err(path, format!("cannot build HTTP client: {e}")))
-            })
-            .collect::<Result<Box<[_]>, _>>()?,
+    let base = match u.provider {
+        ProviderKind::Mock => None,
+        _ => Some(
+            reqwest::Url::parse(&base_url).map_err(|e| err(format!("{path}.base_url"), format!("invalid URL: {e}")))?,
+        ),
+    };
+    let client = match (reused, &base) {
+        (Some(o), _) => o.client.clone(),
+        (None, None) => None,
+        (None, Some(base)) => Some(Arc::new(
+            crate::client::Client::new(base, headers, Duration::from_millis(u.timeouts.connect_ms), threads)
+                .map_err(|e| err(format!("{path}.base_url"), e))?,
+        )),
     };
 
     if u.models.is_empty() {
@@ -625,13 +628,15 @@ fn build_upstream(
             None => None,
         };
         let (chat_url, stream_url, embed_url) = urls(u, &base_url, &m.name);
-        let parse = |url: String| -> Result<Option<reqwest::Url>, ConfigError> {
+        // Parsed as a whole URL (the same rules as the base), then kept as the origin-form
+        // target the client sends.
+        let parse = |url: String| -> Result<Option<http::Uri>, ConfigError> {
             if url.is_empty() {
                 return Ok(None);
             }
-            reqwest::Url::parse(&url)
-                .map(Some)
-                .map_err(|e| err(format!("{path}.base_url"), format!("invalid URL {url}: {e}")))
+            let invalid = |e: String| err(format!("{path}.base_url"), format!("invalid URL {url}: {e}"));
+            let parsed = reqwest::Url::parse(&url).map_err(|e| invalid(e.to_string()))?;
+            parsed[url::Position::BeforePath..].parse::<http::Uri>().map(Some).map_err(|e| invalid(e.to_string()))
         };
         let (chat_url, stream_url, embed_url) = (parse(chat_url)?, parse(stream_url)?, parse(embed_url)?);
         let health = prev_upstream
@@ -656,7 +661,8 @@ fn build_upstream(
     Ok(Upstream {
         name: u.name.clone(),
         kind: u.provider,
-        clients,
+        client,
+        threads,
         timeouts: u.timeouts.clone(),
         max_concurrency: u.max_concurrency,
         breaker: u.breaker.clone(),
