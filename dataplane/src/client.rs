@@ -37,6 +37,9 @@ use tokio_rustls::TlsConnector;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per upstream and serving thread.
 const MAX_IDLE: usize = 1024;
+/// What is read, at most, of a body after its last event to keep its connection.
+const DRAIN_BYTES: usize = 64 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(1);
 /// Pooled connections tried before a new one is opened for a request.
 const MAX_STALE_TRIES: usize = 4;
 
@@ -265,6 +268,43 @@ impl Response {
     }
 }
 
+impl Response {
+    /// Hands what is left of the body to a background read, so the connection goes back to the
+    /// pool: a stream's decoder sees its last event (`[DONE]`) before the body's end (a chunked
+    /// body's last chunk) arrives. Dropping the response instead would close a connection that
+    /// is good for the next request, and every stream would pay a new connect (and TLS handshake).
+    /// Gives up (closing the connection) past [`DRAIN_BYTES`] or [`DRAIN_TIME`].
+    pub fn finish_in_background(mut self) {
+        if self.lease.is_none() {
+            return;
+        }
+        // Usually the end is already here: no task needed.
+        match futures_util::FutureExt::now_or_never(self.body.frame()) {
+            Some(None) => {
+                if let Some(lease) = self.lease.take() {
+                    lease.release();
+                }
+                return;
+            }
+            Some(Some(Ok(_))) | None => {}
+            Some(Some(Err(_))) => return,
+        }
+        tokio::spawn(async move {
+            let drain = async {
+                let mut read = 0;
+                while let Ok(Some(c)) = self.chunk().await {
+                    read += c.len();
+                    if read > DRAIN_BYTES {
+                        self.lease = None;
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        });
+    }
+}
+
 impl Lease {
     fn release(self) {
         if self.sender.is_closed() {
@@ -317,6 +357,11 @@ mod tests {
     }
 
     async fn server(close_after_one: bool) -> Server {
+        server_with(close_after_one, false).await
+    }
+
+    /// `chunked`: the answer is a chunked body of two chunks, the second sent 20 ms after the first.
+    async fn server_with(close_after_one: bool, chunked: bool) -> Server {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = reqwest::Url::parse(&format!("http://{}/v1", l.local_addr().unwrap())).unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -346,6 +391,18 @@ mod tests {
                         }
                         buf.drain(..end + 4 + len);
                         h.lock().unwrap().push(head);
+                        if chunked {
+                            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                            let first = format!("{head}b\r\ndata: one\n\n\r\n");
+                            if s.write_all(first.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            if s.write_all(b"0\r\n\r\n").await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
                         let body = r#"{"ok":true}"#;
                         let resp = format!(
                             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -407,6 +464,22 @@ mod tests {
         assert_eq!(c.idle(), 0);
         call(&c).await.unwrap();
         assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_stream_left_after_its_last_event_keeps_its_connection() {
+        let s = server_with(false, true).await;
+        let c = client(&s.url);
+        let target: Uri = "/v1/chat/completions".parse().unwrap();
+        let mut resp = c.post_json(&target, b"{}".to_vec(), "req-1").await.unwrap();
+        assert_eq!(resp.chunk().await.unwrap().unwrap(), &b"data: one\n\n"[..]);
+        // The caller has its last event and moves on; the body's end arrives 20 ms later.
+        resp.finish_in_background();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(c.idle(), 1);
+        let mut resp = c.post_json(&target, b"{}".to_vec(), "req-2").await.unwrap();
+        while resp.chunk().await.unwrap().is_some() {}
+        assert_eq!(s.accepted.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -296,7 +296,11 @@ impl UpstreamStream {
                 Ok(Some(ev)) => match decoder.on_event(&ev) {
                     Ok(Some(item)) => {
                         if item == StreamItem::Done {
-                            *state = HttpState::Over;
+                            // The rest of the body is read in the background: its connection is
+                            // kept for the next request.
+                            if let Source::Http { resp, .. } = std::mem::replace(source, Source::Ended) {
+                                resp.finish_in_background();
+                            }
                         }
                         return Some(Ok(item));
                     }
