@@ -506,6 +506,33 @@ mod tests {
         assert!(matches!(c.post_json(&target, Vec::new(), "r").await, Err(Error::Connect(_))));
     }
 
+    #[tokio::test]
+    async fn a_failed_tls_handshake_is_a_connect_error_and_a_silent_one_times_out() {
+        // A server that closes at once: the handshake fails.
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = reqwest::Url::parse(&format!("https://{}", l.local_addr().unwrap())).unwrap();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                drop(s);
+            }
+        });
+        let target: Uri = "/".parse().unwrap();
+        let c = Client::new(&url, HeaderMap::new(), Duration::from_secs(2), 1).unwrap();
+        let e = c.post_json(&target, Vec::new(), "r").await.err().unwrap();
+        assert!(matches!(&e, Error::Connect(m) if m.starts_with("TLS")), "{e}");
+        // One that accepts and says nothing: the connect timeout covers the handshake.
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = reqwest::Url::parse(&format!("https://{}", l.local_addr().unwrap())).unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+            }
+        });
+        let c = Client::new(&url, HeaderMap::new(), Duration::from_millis(200), 1).unwrap();
+        assert!(matches!(c.post_json(&target, Vec::new(), "r").await, Err(Error::ConnectTimeout)));
+    }
+
     #[test]
     fn origins_are_checked_and_https_gets_tls() {
         let new = |u: &str| Client::new(&reqwest::Url::parse(u).unwrap(), HeaderMap::new(), Duration::from_secs(1), 2);
