@@ -122,6 +122,8 @@ struct FakeState {
     max_in_flight: AtomicUsize,
     /// Streams the client (the gateway) dropped before the last piece was sent.
     cancelled: AtomicUsize,
+    /// TCP connections accepted.
+    connections: AtomicUsize,
 }
 
 /// A fake upstream server. Dropping it does not stop the server task (it dies with the runtime).
@@ -140,10 +142,15 @@ impl FakeUpstream {
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fake upstream");
         let addr = listener.local_addr().expect("fake upstream addr");
         let app = axum::Router::new().fallback(fake_handler).with_state(state.clone());
+        let counted = state.clone();
+        let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+            counted.connections.fetch_add(1, Ordering::SeqCst);
+        });
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -164,6 +171,10 @@ impl FakeUpstream {
     /// The most requests this fake was answering at the same time.
     pub fn max_in_flight(&self) -> usize {
         self.state.max_in_flight.load(Ordering::SeqCst)
+    }
+    /// TCP connections the gateway opened to this fake.
+    pub fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
     }
     pub fn cancelled(&self) -> usize {
         self.state.cancelled.load(Ordering::SeqCst)

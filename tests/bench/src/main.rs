@@ -220,7 +220,7 @@ async fn run(o: Opts, command: String) -> R<()> {
     let nginx = procs::nginx(&dir, mock.addr)?;
     let ax = procs::ax(&o.ax, &dir, "ax", &yaml(mock.addr, "", false, 1))?;
     let rss_idle = ax.rss_mib();
-    let litellm = match &o.litellm {
+    let mut litellm = match &o.litellm {
         Some(bin) => match procs::litellm(bin, &dir, mock.addr) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -335,6 +335,15 @@ async fn run(o: Opts, command: String) -> R<()> {
         rss_peak = rss_peak.max(ax.rss_mib());
         tokio::time::sleep(Duration::from_secs(2)).await;
         rss_after = ax.rss_mib();
+    }
+    // LiteLLM is measured in 1 and 2 only. Stopped here, so the later scenarios do not share the
+    // cores with whatever it does when idle (measured first: its CPU over 5 quiet seconds).
+    if let Some(l) = litellm.take() {
+        let before = l.cpu_secs();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let cores = (l.cpu_secs() - before) / 5.0;
+        say(&format!("  LiteLLM idle after its load: {:.0} % of a core; stopped", cores * 100.0));
+        results.insert("litellm_idle_cores".into(), json!((cores * 1000.0).round() / 1000.0));
     }
     if on(4) {
         // 4. Memory: idle, under load, after, and a soak; before the streams, whose thousand
@@ -658,6 +667,13 @@ fn markdown(doc: &Value) -> String {
         v(&t["ax_ratio"]["to_direct"]),
         v(&t["ax_ratio"]["litellm_to_nginx"])
     );
+    if let Some(c) = r["litellm_idle_cores"].as_f64() {
+        let _ = writeln!(
+            s,
+            "LiteLLM, idle for 5 s after its load, used {:.0} % of a core; it was stopped before the scenarios below.\n",
+            c * 100.0
+        );
+    }
     let cpu = &t["cpu_us_per_request"];
     let _ = writeln!(
         s,

@@ -319,6 +319,38 @@ async fn error_inside_200_every_provider() {
     }
 }
 
+/// Upstream connections are kept: sequential requests, streamed or not, share one connection
+/// (a stream's connection is kept although its last event arrives before its body's end).
+#[tokio::test]
+async fn sequential_requests_share_one_upstream_connection() {
+    for p in ALL {
+        for stream in [true, false] {
+            let up = if stream {
+                streamed(p, &["one ", "two "], &[], stop_of(p).0, Framing::default(), &[7, 64])
+            } else {
+                plain(p, Some("one two "), &[], stop_of(p).0, 0)
+            };
+            let up = FakeUpstream::fixed(up).await;
+            let gw = gateway_for(p, &up).await;
+            for i in 0..3 {
+                let resp = post(&gw.url, "/v1/chat/completions", &chat(stream)).await;
+                assert_eq!(resp.status(), 200, "{p:?} stream={stream} #{i}");
+                let text = if stream {
+                    assemble(&sse_events(resp).await).text
+                } else {
+                    let v: Value = resp.json().await.unwrap();
+                    v["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+                };
+                assert_eq!(text, "one two ", "{p:?} stream={stream} #{i}");
+                // The background read of a stream's end takes a moment.
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            assert_eq!(up.hits(), 3);
+            assert_eq!(up.connections(), 1, "{p:?} stream={stream}: one connection for three requests");
+        }
+    }
+}
+
 #[tokio::test]
 async fn stream_cut_without_end_is_an_error_not_a_success() {
     for p in [P::OpenAi, P::Anthropic] {
