@@ -1,7 +1,7 @@
 //! Thread-per-core serving: which serving thread this is, and how many there are.
 //!
 //! The binary runs one current-thread tokio runtime per core, each accepting on its own
-//! `SO_REUSEPORT` listener. Each upstream has one pooled HTTP client per serving thread, so a
+//! `SO_REUSEPORT` listener. Each upstream has one connection pool per serving thread, so a
 //! request and its upstream connection stay on one thread: no cross-thread wake-ups on the hot
 //! path (they cost more than half the gap to nginx in `docs/BENCHMARKS.md`).
 
