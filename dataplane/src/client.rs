@@ -58,7 +58,7 @@ pub enum Error {
 
 /// The client of one upstream origin (scheme, host, port).
 pub struct Client {
-    origin: Arc<Origin>,
+    origin: Origin,
     /// Headers sent on every request (credentials among them), then `content-type` and the id.
     headers: HeaderMap,
     connect_timeout: Duration,
@@ -140,7 +140,7 @@ impl Client {
             None
         };
         Ok(Self {
-            origin: Arc::new(Origin { host, port, host_header, tls }),
+            origin: Origin { host, port, host_header, tls },
             headers,
             connect_timeout,
             pools: (0..threads.max(1)).map(|_| Mutex::new(Vec::new())).collect(),
@@ -223,8 +223,14 @@ impl Client {
         tokio::time::timeout(self.connect_timeout, connect).await.map_err(|_| Error::ConnectTimeout)?
     }
 
-    /// Idle connections held now, over all serving threads (for tests and metrics).
-    pub fn idle(&self) -> usize {
+    /// Serving threads this client has pools for.
+    pub fn threads(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// Idle connections held now, over all serving threads.
+    #[cfg(test)]
+    fn idle(&self) -> usize {
         self.pools.iter().map(|p| p.lock().unwrap_or_else(PoisonError::into_inner).len()).sum()
     }
 }

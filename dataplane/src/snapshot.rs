@@ -77,8 +77,6 @@ pub struct Upstream {
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
     /// warm connections) across reloads.
     client_fingerprint: [u8; 32],
-    /// Serving threads the client's pools were made for.
-    threads: usize,
 }
 
 #[derive(Debug)]
@@ -580,7 +578,8 @@ fn build_upstream(
     let reused = prev.and_then(|p| {
         p.upstreams
             .iter()
-            .find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint && o.threads == threads)
+            .find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint)
+            .filter(|o| o.client.as_ref().is_some_and(|c| c.threads() == threads))
     });
     let base = match u.provider {
         ProviderKind::Mock => None,
@@ -662,7 +661,6 @@ fn build_upstream(
         name: u.name.clone(),
         kind: u.provider,
         client,
-        threads,
         timeouts: u.timeouts.clone(),
         max_concurrency: u.max_concurrency,
         breaker: u.breaker.clone(),
