@@ -547,6 +547,11 @@ pub struct Usage {
     pub reasoning_tokens: u64,
 }
 
+/// Seconds since the Unix epoch: `created` of an answer that came without one.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 impl Usage {
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
@@ -561,14 +566,22 @@ impl Serialize for Usage {
         m.serialize_entry("total_tokens", &self.total())?;
         m.serialize_entry(
             "prompt_tokens_details",
-            &serde_json::json!({ "cached_tokens": self.cached_tokens, "cache_write_tokens": self.cache_write_tokens }),
+            &PromptDetails { cached_tokens: self.cached_tokens, cache_write_tokens: self.cache_write_tokens },
         )?;
-        m.serialize_entry(
-            "completion_tokens_details",
-            &serde_json::json!({ "reasoning_tokens": self.reasoning_tokens }),
-        )?;
+        m.serialize_entry("completion_tokens_details", &CompletionDetails { reasoning_tokens: self.reasoning_tokens })?;
         m.end()
     }
+}
+
+#[derive(Serialize)]
+struct PromptDetails {
+    cached_tokens: u64,
+    cache_write_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct CompletionDetails {
+    reasoning_tokens: u64,
 }
 
 // ---------------------------------------------------------------------------------------------

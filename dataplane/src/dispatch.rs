@@ -12,9 +12,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
 
-use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
+use crate::canonical::{ChatRequest, EmbeddingsRequest, EmbeddingsResponse, StreamItem, Usage};
 use crate::client::{self, Response};
 use crate::error::AxError;
+use crate::providers::openai::{self, Fill};
 use crate::providers::{self, mock, Ctx, StreamDecoder};
 use crate::snapshot::{Model, Route, Upstream};
 use crate::sse::SseDecoder;
@@ -46,7 +47,8 @@ impl Limits {
 }
 
 pub enum ChatOutcome {
-    Full(ChatResponse),
+    /// A whole answer, already in ax's wire form (OpenAI JSON), and the usage it reports.
+    Full { body: Vec<u8>, usage: Option<Usage> },
     Stream(Box<UpstreamStream>),
 }
 
@@ -63,9 +65,10 @@ pub async fn chat(
             let source = Source::Mock(mock::MockStream::start(m, req)?);
             Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, limits))))
         } else {
-            let reply =
-                timeout_at(limits.deadline, mock::chat(m, model, req)).await.map_err(|_| AxError::UpstreamTimeout)?;
-            Ok(ChatOutcome::Full(reply?))
+            let mut reply =
+                timeout_at(limits.deadline, mock::chat(m, model, req)).await.map_err(|_| AxError::UpstreamTimeout)??;
+            openai::fill_response(&mut reply, &Fill { request_id, model: &model.name });
+            Ok(ChatOutcome::Full { body: openai::encode_response(&reply), usage: reply.usage })
         };
     }
     let ctx = Ctx { upstream: up, model, default_max_tokens };
@@ -94,7 +97,10 @@ pub async fn chat(
     }
     let bytes = read_body(resp, limits).await?;
     match providers::decode_chat(up.kind, &bytes) {
-        Ok(r) => Ok(ChatOutcome::Full(r)),
+        Ok(mut r) => {
+            openai::fill_response(&mut r, &Fill { request_id, model: &model.name });
+            Ok(ChatOutcome::Full { body: openai::encode_response(&r), usage: r.usage })
+        }
         Err(e) => {
             log_upstream_error(up, 200, &bytes, &e);
             Err(e)

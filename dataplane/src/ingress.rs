@@ -165,22 +165,19 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes,
 /// Decodes a JSON body, naming the failing field path; unknown fields are collected, then
 /// refused (strict) or dropped with a warning (lenient).
 fn decode<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let mut unknown = Vec::new();
-    let mut track = serde_path_to_error::Track::new();
-    let value = {
-        let pd = serde_path_to_error::Deserializer::new(&mut de, &mut track);
-        serde_ignored::deserialize(pd, |path| unknown.push(path.to_string()))
+    // UTF-8 is checked once for the whole body (`from_slice` checks each string on its own).
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson("the body is not UTF-8".into())));
     };
-    let value: T = value.map_err(|e| {
-        let path = track.path().to_string();
-        if path.is_empty() || path == "." {
-            AxError::InvalidJson(e.to_string())
-        } else {
-            AxError::InvalidJson(format!("{path}: {e}"))
-        }
-    })?;
-    de.end().map_err(|e| AxError::InvalidJson(e.to_string()))?;
+    let mut unknown = Vec::new();
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value: T = match serde_ignored::deserialize(&mut de, |path| unknown.push(path.to_string()))
+        .and_then(|v| de.end().map(|()| v))
+    {
+        Ok(v) => v,
+        // Field paths are tracked only to explain a failure: a second pass, off the common path.
+        Err(e) => return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson(e.to_string()))),
+    };
     if let Some(first) = unknown.first() {
         match mode {
             ParamsMode::Strict => {
@@ -192,6 +189,28 @@ fn decode<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxEr
         }
     }
     Ok(value)
+}
+
+/// The error of a body `decode` refused, with the path of the field at fault.
+fn explain<T: DeserializeOwned>(bytes: &[u8]) -> Option<AxError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut track = serde_path_to_error::Track::new();
+    let value: Result<T, _> = {
+        let pd = serde_path_to_error::Deserializer::new(&mut de, &mut track);
+        serde_ignored::deserialize(pd, |_| ())
+    };
+    let err = match value {
+        Err(e) => {
+            let path = track.path().to_string();
+            if path.is_empty() || path == "." {
+                AxError::InvalidJson(e.to_string())
+            } else {
+                AxError::InvalidJson(format!("{path}: {e}"))
+            }
+        }
+        Ok(_) => AxError::InvalidJson(de.end().err()?.to_string()),
+    };
+    Some(err)
 }
 
 fn alias_allowed<'s>(
@@ -306,7 +325,8 @@ async fn admit<'s, T: ModelRequest>(
 
 /// What a successful chat attempt produced.
 enum ChatReply {
-    Full(crate::canonical::ChatResponse),
+    /// The answer's JSON, and the usage it reports.
+    Full { body: Vec<u8>, usage: Option<crate::canonical::Usage> },
     Stream(Box<EgressStream>),
 }
 
@@ -365,18 +385,18 @@ async fn chat(
         let req = for_provider(req, &needs.params, up.kind);
         match dispatch::chat(up, model, &req, snap.default_max_tokens, rid, limits).await {
             Err(e) => Err((e, guard)),
-            Ok(ChatOutcome::Full(resp)) => {
+            Ok(ChatOutcome::Full { body, usage }) => {
                 let mut guard = guard;
-                if let Some(u) = &resp.usage {
+                if let Some(u) = &usage {
                     guard.usage(u.total());
                 }
                 guard.finish(Outcome::Success);
-                Ok(ChatReply::Full(resp))
+                Ok(ChatReply::Full { body, usage })
             }
             Ok(ChatOutcome::Stream(us)) => {
                 let enc = openai::ChunkEncoder {
                     id: format!("chatcmpl-{rid}"),
-                    created: unix_now(),
+                    created: crate::canonical::unix_now(),
                     model: model.name.clone(),
                 };
                 EgressStream::open(us, enc, rid.to_owned(), req.include_usage(), req.n.unwrap_or(1), guard)
@@ -393,22 +413,13 @@ async fn chat(
     };
     meter.served_by(&served);
     let mut r = match reply {
-        ChatReply::Full(mut resp) => {
-            if resp.id.is_empty() {
-                resp.id = format!("chatcmpl-{rid}");
-            }
-            if resp.created == 0 {
-                resp.created = unix_now();
-            }
-            if resp.model.is_empty() {
-                resp.model.clone_from(&served.model.name);
-            }
-            if let Some(u) = &resp.usage {
+        ChatReply::Full { body, usage } => {
+            if let Some(u) = &usage {
                 meter.usage(u);
             }
             let cost = meter.cost_micro_usd();
             meter.finish(200, None);
-            let mut r = json_response(StatusCode::OK, openai::encode_response(&resp), rid);
+            let mut r = json_response(StatusCode::OK, body, rid);
             if let Some(c) = cost {
                 r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&crate::cost::format_usd(c)));
             }
@@ -586,6 +597,3 @@ async fn method_not_allowed(headers: HeaderMap, method: axum::http::Method, uri:
     error_response(&AxError::MethodNotAllowed(format!("{method} {}", uri.path())), &rid)
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}

@@ -287,7 +287,7 @@ fn embedded_error(v: &Value) -> Option<AxError> {
 }
 
 pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let r: AnthropicResponse = serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    let r: AnthropicResponse = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.kind.0 {
         return Err(error_body(body, embedded_error));
     }

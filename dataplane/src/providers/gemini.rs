@@ -425,7 +425,7 @@ fn candidate_parts(c: GCandidate) -> CandidateParts {
 }
 
 pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let r: GeminiResponse = serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    let r: GeminiResponse = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() {
         return Err(error_body(body, embedded_error));
     }

@@ -210,7 +210,7 @@ fn embedded_error(v: &Value) -> Option<AxError> {
 }
 
 pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let r: OpenAiResponse = serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    let r: OpenAiResponse = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() || r.object.0 {
         return Err(error_body(body, embedded_error));
     }
@@ -236,6 +236,26 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
         usage: r.usage.map(Usage::from),
         system_fingerprint: r.system_fingerprint,
     })
+}
+
+/// What ax writes where the upstream left a field out: an id from the request's own, the time
+/// of the answer, the upstream model's name.
+pub struct Fill<'a> {
+    pub request_id: &'a str,
+    pub model: &'a str,
+}
+
+/// Fills what the upstream left out of a decoded answer (see `Fill`).
+pub fn fill_response(r: &mut ChatResponse, fill: &Fill<'_>) {
+    if r.id.is_empty() {
+        r.id = format!("chatcmpl-{}", fill.request_id);
+    }
+    if r.created == 0 {
+        r.created = crate::canonical::unix_now();
+    }
+    if r.model.is_empty() {
+        r.model = fill.model.to_owned();
+    }
 }
 
 pub fn error_code(body: &[u8]) -> Option<String> {
@@ -397,7 +417,7 @@ struct OpenAiEmbedding {
 }
 
 pub fn decode_embeddings(body: &[u8]) -> Result<EmbeddingsResponse, AxError> {
-    let mut r: OpenAiEmbeddingsResponse = serde_json::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
+    let mut r: OpenAiEmbeddingsResponse = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() || r.object.0 || r.data.is_empty() {
         return Err(error_body(body, embedded_error));
     }
