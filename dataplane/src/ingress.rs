@@ -30,7 +30,7 @@ use crate::limits::Kind;
 use crate::meter::Meter;
 use crate::providers::{self, openai};
 use crate::route;
-use crate::snapshot::{Snapshot, Tenant};
+use crate::snapshot::{header_value, Snapshot, Tenant};
 use crate::stream::EgressStream;
 use crate::App;
 
@@ -66,12 +66,14 @@ fn request_id(headers: &HeaderMap) -> String {
         }
     }
     let n: u128 = rand::random();
-    format!("req_{n:032x}")
+    let mut id = String::with_capacity(36);
+    id.push_str("req_");
+    for shift in (0..32).rev() {
+        id.push(char::from(b"0123456789abcdef"[((n >> (shift * 4)) & 0xf) as usize]));
+    }
+    id
 }
 
-fn header_value(s: &str) -> HeaderValue {
-    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("-"))
-}
 
 fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Response {
     let mut r = Response::new(Body::from(body));
@@ -117,8 +119,8 @@ pub fn error_response(e: &AxError, request_id: &str) -> Response {
 
 fn served_headers(r: &mut Response, s: &Served<'_>) {
     let h = r.headers_mut();
-    h.insert(X_AX_UPSTREAM.clone(), header_value(&s.up.name));
-    h.insert(X_AX_MODEL.clone(), header_value(&s.model.name));
+    h.insert(X_AX_UPSTREAM.clone(), s.up.name_header.clone());
+    h.insert(X_AX_MODEL.clone(), s.model.name_header.clone());
     h.insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(s.attempts));
     if let Some(f) = s.fallback {
         h.insert(X_AX_FALLBACK.clone(), header_value(f));

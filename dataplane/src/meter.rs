@@ -361,7 +361,14 @@ impl Drop for Meter {
 
 /// `<request_id>#<n>`.
 pub fn attempt_id(request_id: &str, n: u32) -> String {
-    format!("{request_id}#{n}")
+    let mut id = String::with_capacity(request_id.len() + 4);
+    id.push_str(request_id);
+    id.push('#');
+    match char::from_digit(n, 10) {
+        Some(d) => id.push(d),
+        None => id.push_str(&n.to_string()),
+    }
+    id
 }
 
 /// The health table served at `/admin/health` and sent to the control plane.

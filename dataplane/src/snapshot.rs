@@ -62,6 +62,8 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct Upstream {
     pub name: String,
+    /// `name` as a response header value, made once here.
+    pub name_header: http::HeaderValue,
     pub kind: ProviderKind,
     /// The pooled HTTP client (one pool per serving thread, so connections stay on their
     /// thread); `None` for a mock upstream.
@@ -89,6 +91,8 @@ pub struct MockUpstream {
 #[derive(Debug)]
 pub struct Model {
     pub name: String,
+    /// `name` as a response header value, made once here.
+    pub name_header: http::HeaderValue,
     pub context_window: u32,
     pub max_output_tokens: Option<u32>,
     pub caps: Caps,
@@ -182,6 +186,11 @@ pub struct KeyRef {
     /// Unix seconds after which the key is refused.
     pub expires_at: Option<i64>,
     pub limiter: Limiter,
+}
+
+/// A header value for a name; `-` for a name no header can carry.
+pub fn header_value(s: &str) -> http::HeaderValue {
+    http::HeaderValue::from_str(s).unwrap_or_else(|_| http::HeaderValue::from_static("-"))
 }
 
 impl Upstream {
@@ -645,6 +654,7 @@ fn build_upstream(
             prices,
             health,
             name: m.name.clone(),
+            name_header: header_value(&m.name),
             context_window: m.context_window,
             max_output_tokens: m.max_output_tokens,
             caps: Caps::from_list(&m.capabilities),
@@ -659,6 +669,7 @@ fn build_upstream(
 
     Ok(Upstream {
         name: u.name.clone(),
+        name_header: header_value(&u.name),
         kind: u.provider,
         client,
         timeouts: u.timeouts.clone(),

@@ -490,7 +490,20 @@ pub fn encode_response(r: &ChatResponse) -> Vec<u8> {
         usage: r.usage.as_ref(),
         system_fingerprint: r.system_fingerprint.as_deref(),
     };
-    serde_json::to_vec(&out).unwrap_or_default()
+    // Sized for the whole answer up front: growing the buffer copies it each time.
+    let text: usize = r
+        .choices
+        .iter()
+        .map(|c| {
+            c.content.as_ref().map_or(0, String::len)
+                + c.tool_calls.iter().map(|t| t.function.arguments.len() + 64).sum::<usize>()
+        })
+        .sum();
+    let mut buf = Vec::with_capacity(384 + text + text / 8);
+    match serde_json::to_writer(&mut buf, &out) {
+        Ok(()) => buf,
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Writes `chat.completion.chunk` events for one stream; id, created and model are fixed.
