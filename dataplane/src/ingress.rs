@@ -396,11 +396,8 @@ async fn chat(
                 Ok(ChatReply::Full { body, usage })
             }
             Ok(ChatOutcome::Stream(us)) => {
-                let enc = openai::ChunkEncoder {
-                    id: format!("chatcmpl-{rid}"),
-                    created: crate::canonical::unix_now(),
-                    model: model.name.clone(),
-                };
+                let enc =
+                    openai::ChunkEncoder::new(&format!("chatcmpl-{rid}"), crate::canonical::unix_now(), &model.name);
                 EgressStream::open(us, enc, rid.to_owned(), req.include_usage(), req.n.unwrap_or(1), guard)
                     .await
                     .map(ChatReply::Stream)

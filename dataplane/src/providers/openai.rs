@@ -16,7 +16,7 @@ use crate::canonical::{
     Usage,
 };
 use crate::error::AxError;
-use crate::sse::{self, SseEvent};
+use crate::sse::SseEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Upstream request
@@ -508,20 +508,17 @@ pub fn encode_response(r: &ChatResponse) -> Vec<u8> {
 
 /// Writes `chat.completion.chunk` events for one stream; id, created and model are fixed.
 pub struct ChunkEncoder {
-    pub id: String,
-    pub created: u64,
-    pub model: String,
+    /// `data: {"id":…,"object":"chat.completion.chunk","created":…,"model":…,"choices":`: what
+    /// every event of the stream starts with, written once.
+    head: Vec<u8>,
 }
 
 #[derive(Serialize)]
-struct OutChunk<'a> {
+struct ChunkHead<'a> {
     id: &'a str,
     object: &'static str,
     created: u64,
     model: &'a str,
-    choices: Vec<OutChunkChoice<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    usage: Option<&'a Usage>,
 }
 
 #[derive(Serialize)]
@@ -563,16 +560,32 @@ struct OutFunctionDelta<'a> {
 }
 
 impl ChunkEncoder {
-    fn event(&self, choices: Vec<OutChunkChoice<'_>>, usage: Option<&Usage>) -> Bytes {
-        let c = OutChunk {
-            id: &self.id,
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: &self.model,
-            choices,
-            usage,
-        };
-        sse::data_event(&serde_json::to_vec(&c).unwrap_or_default())
+    pub fn new(id: &str, created: u64, model: &str) -> Self {
+        let mut head = b"data: ".to_vec();
+        let fixed = ChunkHead { id, object: "chat.completion.chunk", created, model };
+        if serde_json::to_writer(&mut head, &fixed).is_ok() {
+            head.pop(); // the closing brace: the event goes on
+        }
+        head.extend_from_slice(b",\"choices\":");
+        Self { head }
+    }
+
+    /// One event, in one buffer so it goes out in one write.
+    fn event(&self, choices: Vec<OutChunkChoice<'_>>, usage: Option<&Usage>, text: usize) -> Bytes {
+        use bytes::BufMut;
+        let mut b = bytes::BytesMut::with_capacity(self.head.len() + 96 + text + text / 8 + 128 * choices.len());
+        b.put_slice(&self.head);
+        let mut w = b.writer();
+        let ok = serde_json::to_writer(&mut w, &choices).is_ok()
+            && usage.is_none_or(|u| {
+                std::io::Write::write_all(&mut w, b",\"usage\":").is_ok() && serde_json::to_writer(&mut w, u).is_ok()
+            });
+        let mut b = w.into_inner();
+        if !ok {
+            return Bytes::new(); // writing JSON to memory does not fail
+        }
+        b.put_slice(b"}\n\n");
+        b.freeze()
     }
 
     /// The opening event: role `assistant`, empty content, for each choice.
@@ -585,10 +598,17 @@ impl ChunkEncoder {
                 provider_finish_reason: None,
             })
             .collect();
-        self.event(choices, None)
+        self.event(choices, None, 0)
     }
 
     pub fn chunk(&self, choices: &[ChunkChoice]) -> Bytes {
+        let text = choices
+            .iter()
+            .map(|c| {
+                c.content.as_ref().map_or(0, String::len)
+                    + c.tool_calls.iter().map(|t| t.arguments.len() + 64).sum::<usize>()
+            })
+            .sum();
         let choices = choices
             .iter()
             .map(|c| OutChunkChoice {
@@ -612,12 +632,12 @@ impl ChunkEncoder {
                 provider_finish_reason: c.finish_reason.as_ref().and_then(FinishReason::raw),
             })
             .collect();
-        self.event(choices, None)
+        self.event(choices, None, text)
     }
 
     /// The usage event sent before `[DONE]` when the caller set `stream_options.include_usage`.
     pub fn usage(&self, u: &Usage) -> Bytes {
-        self.event(Vec::new(), Some(u))
+        self.event(Vec::new(), Some(u), 0)
     }
 }
 

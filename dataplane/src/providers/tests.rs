@@ -159,3 +159,44 @@ fn classification_table() {
     assert_eq!(estimate_tokens(0), 0);
     assert_eq!(estimate_tokens(10), 4);
 }
+
+/// Every event is one `data:` line of a whole chunk object, the shared head (written once per
+/// stream) escaped like the rest.
+#[test]
+fn chunk_events_are_whole_json_objects() {
+    let enc = openai::ChunkEncoder::new("chatcmpl-a\"b\\c", 7, "gpt-\u{e9}");
+    let parse = |b: bytes::Bytes| {
+        let text = std::str::from_utf8(&b).unwrap();
+        let json = text.strip_prefix("data: ").and_then(|t| t.strip_suffix("\n\n")).unwrap();
+        assert!(!json.contains('\n'));
+        serde_json::from_str::<serde_json::Value>(json).unwrap()
+    };
+    let head = json!({ "id": "chatcmpl-a\"b\\c", "object": "chat.completion.chunk", "created": 7, "model": "gpt-\u{e9}" });
+    let with = |rest: serde_json::Value| {
+        let mut v = head.clone();
+        v.as_object_mut().unwrap().extend(rest.as_object().unwrap().clone());
+        v
+    };
+    assert_eq!(
+        parse(enc.role(2)),
+        with(json!({ "choices": [
+            { "index": 0, "delta": { "role": "assistant", "content": "" }, "finish_reason": null },
+            { "index": 1, "delta": { "role": "assistant", "content": "" }, "finish_reason": null }] }))
+    );
+    let c = crate::canonical::ChunkChoice {
+        index: 0,
+        content: Some("line\n\"q\"".into()),
+        refusal: None,
+        tool_calls: vec![],
+        finish_reason: Some(FinishReason::Unmapped("abort".into())),
+    };
+    assert_eq!(
+        parse(enc.chunk(&[c])),
+        with(json!({ "choices": [{ "index": 0, "delta": { "content": "line\n\"q\"" }, "finish_reason": null,
+            "provider_finish_reason": "abort" }] }))
+    );
+    let u = crate::canonical::Usage { prompt_tokens: 3, completion_tokens: 4, ..Default::default() };
+    let usage = parse(enc.usage(&u));
+    assert_eq!((usage["choices"].clone(), usage["usage"]["total_tokens"].clone()), (json!([]), json!(7)));
+    assert_eq!(usage["id"], head["id"]);
+}
