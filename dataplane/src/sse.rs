@@ -66,7 +66,7 @@ impl SseDecoder {
                 self.skip_lf = false;
             }
             let rest = &self.buf[self.pos..];
-            let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') else {
+            let Some(end) = memchr::memchr2(b'\n', b'\r', rest) else {
                 if rest.len() + self.data.len() > MAX_EVENT_BYTES {
                     return Err(SseError::TooLarge(MAX_EVENT_BYTES));
                 }
@@ -105,7 +105,7 @@ impl SseDecoder {
         if line[0] == b':' {
             return Ok(()); // comment, e.g. a keep-alive
         }
-        let (name, value) = match line.iter().position(|&b| b == b':') {
+        let (name, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let v = &line[i + 1..];
                 (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
