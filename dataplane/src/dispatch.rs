@@ -48,7 +48,10 @@ impl Limits {
 
 pub enum ChatOutcome {
     /// A whole answer, already in ax's wire form (OpenAI JSON), and the usage it reports.
-    Full { body: Vec<u8>, usage: Option<Usage> },
+    Full {
+        body: Vec<u8>,
+        usage: Option<Usage>,
+    },
     Stream(Box<UpstreamStream>),
 }
 
@@ -65,8 +68,9 @@ pub async fn chat(
             let source = Source::Mock(mock::MockStream::start(m, req)?);
             Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, limits))))
         } else {
-            let mut reply =
-                timeout_at(limits.deadline, mock::chat(m, model, req)).await.map_err(|_| AxError::UpstreamTimeout)??;
+            let mut reply = timeout_at(limits.deadline, mock::chat(m, model, req))
+                .await
+                .map_err(|_| AxError::UpstreamTimeout)??;
             openai::fill_response(&mut reply, &Fill { request_id, model: &model.name });
             Ok(ChatOutcome::Full { body: openai::encode_response(&reply), usage: reply.usage })
         };

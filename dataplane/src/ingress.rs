@@ -74,7 +74,6 @@ fn request_id(headers: &HeaderMap) -> String {
     id
 }
 
-
 fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = status;
@@ -328,7 +327,10 @@ async fn admit<'s, T: ModelRequest>(
 /// What a successful chat attempt produced.
 enum ChatReply {
     /// The answer's JSON, and the usage it reports.
-    Full { body: Vec<u8>, usage: Option<crate::canonical::Usage> },
+    Full {
+        body: Vec<u8>,
+        usage: Option<crate::canonical::Usage>,
+    },
     Stream(Box<EgressStream>),
 }
 
@@ -595,4 +597,3 @@ async fn method_not_allowed(headers: HeaderMap, method: axum::http::Method, uri:
     let rid = request_id(&headers);
     error_response(&AxError::MethodNotAllowed(format!("{method} {}", uri.path())), &rid)
 }
-

@@ -171,7 +171,8 @@ fn chunk_events_are_whole_json_objects() {
         assert!(!json.contains('\n'));
         serde_json::from_str::<serde_json::Value>(json).unwrap()
     };
-    let head = json!({ "id": "chatcmpl-a\"b\\c", "object": "chat.completion.chunk", "created": 7, "model": "gpt-\u{e9}" });
+    let head =
+        json!({ "id": "chatcmpl-a\"b\\c", "object": "chat.completion.chunk", "created": 7, "model": "gpt-\u{e9}" });
     let with = |rest: serde_json::Value| {
         let mut v = head.clone();
         v.as_object_mut().unwrap().extend(rest.as_object().unwrap().clone());
