@@ -251,10 +251,9 @@ impl<'de> serde::Deserialize<'de> for IsError {
     }
 }
 
-/// Re-reads a body known to carry an error (the rare path) and classifies it.
 /// Parses JSON from bytes, checking UTF-8 once for the whole body: `serde_json::from_slice`
-/// checks every string on its own, which on an answer of short strings costs about as much as
-/// the parse itself.
+/// checks every string on its own, a large share of the parse for an answer of short strings
+/// (about 90 instructions a string under callgrind).
 pub(crate) fn from_json<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<T> {
     match std::str::from_utf8(body) {
         Ok(s) => serde_json::from_str(s),
@@ -262,6 +261,7 @@ pub(crate) fn from_json<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> serde_
     }
 }
 
+/// Re-reads a body known to carry an error (the rare path) and classifies it.
 pub(crate) fn error_body(body: &[u8], classify_value: fn(&serde_json::Value) -> Option<AxError>) -> AxError {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()

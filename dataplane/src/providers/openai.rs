@@ -238,8 +238,8 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
     })
 }
 
-/// What ax writes where the upstream left a field out: an id from the request's own, the time
-/// of the answer, the upstream model's name.
+/// What ax writes where the upstream left a field out: an id made from the request's own, and
+/// the upstream model's name (a missing `created` becomes now).
 pub struct Fill<'a> {
     pub request_id: &'a str,
     pub model: &'a str,

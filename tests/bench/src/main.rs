@@ -559,8 +559,20 @@ async fn run(o: Opts, command: String) -> R<()> {
         std::fs::write(&path, md)?;
         say("appended to docs/BENCHMARKS.md");
     }
-    // Everything started here stops before its directory goes.
+    // Everything started here stops before its directory goes; the processes' logs are kept
+    // next to the results (a failed request is explained there, not in the figures).
     drop((mock, nginx, ax, litellm));
+    let logs = out.join(format!("ax-bench-{now}-logs"));
+    std::fs::create_dir_all(&logs)?;
+    for entry in std::fs::read_dir(&dir)?.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log" || e == "err") {
+            if let Some(name) = path.file_name() {
+                let _ = std::fs::copy(&path, logs.join(name));
+            }
+        }
+    }
+    say(&format!("logs: {}", logs.display()));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
