@@ -136,14 +136,21 @@ async fn metering_survives_kill_9_without_loss_or_duplicates() {
     for id in &answered {
         assert_eq!(count.get(id), Some(&1), "answered request {id} has no usage record");
     }
-    // The drain reports its last acknowledged pass, for alerting on a stuck spool.
-    let metrics = reqwest::get(format!("{}/metrics", bin.url)).await.unwrap().text().await.unwrap();
-    let last_commit: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("ax_spool_last_commit_timestamp_seconds "))
-        .expect("spool gauge in /metrics")
-        .parse()
-        .unwrap();
+    // The drain reports its last acknowledged pass, for alerting on a stuck spool. The gauge is
+    // set once the pass that delivered the records above has returned: polled, not read once.
+    let mut last_commit = None;
+    for _ in 0..100 {
+        let metrics = reqwest::get(format!("{}/metrics", bin.url)).await.unwrap().text().await.unwrap();
+        last_commit = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("ax_spool_last_commit_timestamp_seconds "))
+            .map(|v| v.parse::<f64>().unwrap());
+        if last_commit.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let last_commit = last_commit.expect("spool gauge in /metrics");
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     assert!((now - last_commit).abs() < 5.0, "last commit {last_commit} vs now {now}");
     // Keys never reach logs.
