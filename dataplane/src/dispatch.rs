@@ -15,7 +15,7 @@ use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
 use crate::canonical::{ChatRequest, EmbeddingsRequest, EmbeddingsResponse, StreamItem, Usage};
 use crate::client::{self, Response};
 use crate::error::AxError;
-use crate::providers::openai::{self, Fill};
+use crate::providers::openai;
 use crate::providers::{self, mock, Ctx, StreamDecoder};
 use crate::snapshot::{Model, Route, Upstream};
 use crate::sse::SseDecoder;
@@ -71,7 +71,7 @@ pub async fn chat(
             let mut reply = timeout_at(limits.deadline, mock::chat(m, model, req))
                 .await
                 .map_err(|_| AxError::UpstreamTimeout)??;
-            openai::fill_response(&mut reply, &Fill { request_id, model: &model.name });
+            openai::fill_response(&mut reply, request_id, &model.name);
             Ok(ChatOutcome::Full { body: openai::encode_response(&reply), usage: reply.usage })
         };
     }
@@ -102,7 +102,7 @@ pub async fn chat(
     let bytes = read_body(resp, limits).await?;
     match providers::decode_chat(up.kind, &bytes) {
         Ok(mut r) => {
-            openai::fill_response(&mut r, &Fill { request_id, model: &model.name });
+            openai::fill_response(&mut r, request_id, &model.name);
             Ok(ChatOutcome::Full { body: openai::encode_response(&r), usage: r.usage })
         }
         Err(e) => {

@@ -238,23 +238,17 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
     })
 }
 
-/// What ax writes where the upstream left a field out: an id made from the request's own, and
-/// the upstream model's name (a missing `created` becomes now).
-pub struct Fill<'a> {
-    pub request_id: &'a str,
-    pub model: &'a str,
-}
-
-/// Fills what the upstream left out of a decoded answer (see `Fill`).
-pub fn fill_response(r: &mut ChatResponse, fill: &Fill<'_>) {
+/// Fills what the upstream left out of a decoded answer: an id made from the request's own, the
+/// upstream model's name, and now for `created`.
+pub fn fill_response(r: &mut ChatResponse, request_id: &str, model: &str) {
     if r.id.is_empty() {
-        r.id = format!("chatcmpl-{}", fill.request_id);
+        r.id = format!("chatcmpl-{request_id}");
     }
     if r.created == 0 {
         r.created = crate::canonical::unix_now();
     }
     if r.model.is_empty() {
-        r.model = fill.model.to_owned();
+        r.model = model.to_owned();
     }
 }
 
