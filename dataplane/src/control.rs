@@ -226,14 +226,9 @@ fn apply(app: &App, base: &ConfigSpec, version: u64, hash: String, document: Doc
         };
         return (reply, None);
     }
-    let empty = document.upstreams.is_empty() && document.routes.is_empty() && document.tenants.is_empty();
-    if empty && (!current.routes.is_empty() || !current.tenants.is_empty()) {
-        tracing::error!(version, "refused an empty configuration; the current one keeps serving");
-        return (FromNode::Rejected { version, error: "empty configuration refused".to_owned() }, None);
-    }
     let started = std::time::Instant::now();
     let (snap, document) = compile(base, document, version, Some(&current));
-    match snap {
+    match snap.and_then(|s| s.may_replace(&current).map(|()| s)) {
         Ok(snap) => {
             app.store.swap(snap);
             let compile_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -4,6 +4,11 @@
 //! watched with inotify: polling also sees editors that replace the file and Kubernetes
 //! ConfigMaps that swap a symlink, which inotify watches on the old inode miss. An invalid file is
 //! logged with its field path and the previous snapshot keeps serving.
+//!
+//! A file rewritten in place (truncated, then written) can be read halfway. A file that changed
+//! while it was read is read again on the next tick, and an empty one never replaces a
+//! configuration that serves ([`Snapshot::may_replace`](crate::snapshot::Snapshot::may_replace)):
+//! read between truncation and write, it would refuse every caller until the next reload.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,8 +29,9 @@ fn stamp(path: &std::path::Path) -> Stamp {
 /// Tries one reload; returns whether a new snapshot was swapped in.
 pub fn reload_now(app: &App, path: &std::path::Path) -> bool {
     let current = app.store.load();
-    match crate::config::load(path, current.version + 1, Some(&current)) {
-        Ok((_, snap)) => {
+    let loaded = crate::config::load(path, current.version + 1, Some(&current));
+    match loaded.and_then(|(_, snap)| snap.may_replace(&current).map(|()| snap)) {
+        Ok(snap) => {
             let v = snap.version;
             app.store.swap(snap);
             tracing::info!(version = v, path = %path.display(), "configuration reloaded");
@@ -67,8 +73,12 @@ pub async fn watch(app: Arc<App>, path: PathBuf) {
         if !forced && now == last {
             continue;
         }
-        last = now;
         let text = std::fs::read(&path).ok();
+        if !forced && stamp(&path) != now {
+            // Written to while it was read: the next tick reads it whole.
+            continue;
+        }
+        last = now;
         if !forced && text == last_text {
             continue;
         }

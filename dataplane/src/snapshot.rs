@@ -222,6 +222,23 @@ impl Snapshot {
         }
         Ok((&self.tenants[k.tenant], k))
     }
+
+    /// Whether `self` may replace `current`: a configuration with no upstreams, routes or tenants
+    /// never replaces one that has routes or tenants. Both reload paths (file and control plane)
+    /// apply this rule. An empty configuration is far more often a file read between its
+    /// truncation and its write, or a lost document, than an intent to refuse every caller (which
+    /// stopping the process does plainly).
+    pub fn may_replace(&self, current: &Snapshot) -> Result<(), ConfigError> {
+        let empty = self.upstreams.is_empty() && self.routes.is_empty() && self.tenants.is_empty();
+        if empty && (!current.routes.is_empty() || !current.tenants.is_empty()) {
+            return Err(err(
+                "(root)",
+                "the configuration is empty (no upstreams, routes or tenants); an empty configuration never \
+                 replaces one that serves",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A configuration problem, naming the field path (`routes[1].candidates[0].upstream`).
@@ -729,6 +746,20 @@ routes:
   - alias: a
     candidates: [{ upstream: m, model: mock-1 }]
 "#;
+
+    #[test]
+    fn an_empty_configuration_never_replaces_one_that_serves() {
+        let serving = build(&spec(BASE), 1, &|_| None, None).unwrap();
+        // What a reload reads from a file caught between truncation and write.
+        let empty = build(&crate::config::parse("").unwrap(), 2, &|_| None, Some(&serving)).unwrap();
+        let e = empty.may_replace(&serving).unwrap_err();
+        assert!(e.message.contains("empty"), "{e}");
+        // From nothing to nothing, and from nothing to something, is fine.
+        assert!(empty.may_replace(&empty).is_ok());
+        assert!(serving.may_replace(&empty).is_ok());
+        let other = build(&spec(&BASE.replace("alias: a", "alias: b")), 3, &|_| None, Some(&serving)).unwrap();
+        assert!(other.may_replace(&serving).is_ok());
+    }
 
     #[test]
     fn unknown_upstream_names_field_path() {

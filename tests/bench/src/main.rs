@@ -497,7 +497,10 @@ async fn run(o: Opts, command: String) -> R<()> {
                 while Instant::now() < end {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     let weight = 1 + (swaps % 2) as u32 * 3;
-                    if std::fs::write(&config, yaml(mock_addr, "", false, weight)).is_ok()
+                    // Written beside and renamed over, as docs/config.md asks of operators.
+                    let tmp = config.with_extension("tmp");
+                    if std::fs::write(&tmp, yaml(mock_addr, "", false, weight)).is_ok()
+                        && std::fs::rename(&tmp, &config).is_ok()
                         && tokio::process::Command::new("kill").args(["-HUP", &pid.to_string()]).status().await.is_ok()
                     {
                         swaps += 1;

@@ -1,6 +1,6 @@
 //! Reload of the real binary: a config rewrite while a 5-second stream is in flight leaves the
 //! stream unharmed and sends new requests to the new routes; an invalid file leaves the old routes
-//! serving; SIGHUP reloads even when the file looks unchanged.
+//! serving; SIGHUP reloads even when the file looks unchanged; an empty file is refused.
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -131,5 +131,16 @@ async fn reload_keeps_streams_and_switches_routes() {
     let status = std::process::Command::new("kill").args(["-HUP", &bin.pid().to_string()]).status().unwrap();
     assert!(status.success());
     wait_for_upstream(&bin.url, "up-a", Duration::from_secs(2)).await;
+
+    // An empty file, which is what a reload reads between an in-place rewrite's truncation and its
+    // write, is refused on a poll and on SIGHUP alike; the routes keep serving.
+    std::fs::write(&path, "").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = std::process::Command::new("kill").args(["-HUP", &bin.pid().to_string()]).status().unwrap();
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(served_by(&bin.url).await, "up-a");
+    let logs = bin.logs();
+    assert_eq!(logs.matches("the configuration is empty").count(), 2, "{logs}");
     let _ = std::fs::remove_dir_all(&dir);
 }
