@@ -17,7 +17,7 @@ const USAGE: &str = "usage (DATABASE_URL and AX_MASTER_KEY in the environment):
 fn init_logs() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AX_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
+    json_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
 fn main() -> ExitCode {

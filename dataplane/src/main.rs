@@ -64,11 +64,15 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// JSON lines on stderr, the shape of `tracing_subscriber`'s JSON format (timestamp, level,
+/// fields, target, current span), written by `json-subscriber`: it keeps each span's fields as
+/// JSON values, where `tracing_subscriber` re-parses a span's fields on every `record` and every
+/// event inside it. At the default level (`info`, one usage line per request) that halved the
+/// cost of logging a request (callgrind: 82,000 → 49,000 instructions).
 fn init_logs() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AX_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
+    json_subscriber::fmt()
         .with_env_filter(filter)
         .with_current_span(true)
         .with_span_list(false)
