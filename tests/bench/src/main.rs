@@ -252,7 +252,9 @@ async fn run(o: Opts, command: String) -> R<()> {
     let nginx = procs::nginx(&dir, mock.addr)?;
     let ax = procs::ax(&o.ax, &dir, "ax", &yaml(mock.addr, "", false, 1))?;
     let rss_idle = ax.rss_mib();
-    let mut litellm = match &o.litellm {
+    let on = |n: u8| o.only.as_ref().is_none_or(|l| l.contains(&n));
+    // LiteLLM is measured in scenarios 1 and 2 only: not started for the others.
+    let mut litellm = match o.litellm.as_ref().filter(|_| on(1) || on(2)) {
         Some(bin) => match procs::litellm(bin, &dir, mock.addr) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -274,7 +276,6 @@ async fn run(o: Opts, command: String) -> R<()> {
     let ax_anthropic = target("ax-anthropic", ax.addr, "/v1/chat/completions", true, CLAUDE);
     let mut results = serde_json::Map::new();
 
-    let on = |n: u8| o.only.as_ref().is_none_or(|l| l.contains(&n));
     let (mut rss_peak, mut rss_after) = (0.0_f64, 0.0_f64);
     if on(1) {
         // 1. Added latency at concurrency 1.
