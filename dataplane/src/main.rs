@@ -67,8 +67,8 @@ fn parse_args() -> Result<Args, String> {
 /// JSON lines on stderr, the shape of `tracing_subscriber`'s JSON format (timestamp, level,
 /// fields, target, current span), written by `json-subscriber`: it keeps each span's fields as
 /// JSON values, where `tracing_subscriber` re-parses a span's fields on every `record` and every
-/// event inside it. At the default level (`info`, one usage line per request) that halved the
-/// cost of logging a request (callgrind: 82,000 → 49,000 instructions).
+/// event inside it. At the default level (`info`, one usage line per request) that cut the cost
+/// of logging a request by 40 % (callgrind: 82,000 → 49,000 instructions).
 fn init_logs() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AX_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
@@ -83,9 +83,9 @@ fn init_logs() {
 /// No transparent huge pages for this process. mimalloc asks for them on its arenas
 /// (`madvise(MADV_HUGEPAGE)`), and the kernel then zeroes a whole 2 MiB page the first time any
 /// byte of it is touched, inside the serving thread that touched it. A burst of 1,000 new streams
-/// spent 16 % of the gateway's CPU zeroing pages; without huge pages its RSS was 60 MiB instead
-/// of 94 and the added time to first token a third lower, with throughput unchanged within the
-/// spread between runs (docs/BENCHMARKS.md).
+/// spent 16 % of the gateway's CPU zeroing pages; without huge pages its RSS was 60–64 MiB
+/// instead of 94 and the added time to first token a third lower, with throughput unchanged
+/// within the spread between runs (docs/BENCHMARKS.md).
 fn no_huge_pages() {
     #[cfg(target_os = "linux")]
     if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
