@@ -20,7 +20,12 @@ pub fn parse(text: &str) -> Result<ConfigSpec, ConfigError> {
 pub fn load(path: &Path, version: u64, prev: Option<&Snapshot>) -> Result<(ConfigSpec, Snapshot), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError { path: path.display().to_string(), message: format!("cannot read: {e}") })?;
-    let spec = parse(&text)?;
+    from_text(&text, version, prev)
+}
+
+/// Decodes and compiles config text already read.
+pub fn from_text(text: &str, version: u64, prev: Option<&Snapshot>) -> Result<(ConfigSpec, Snapshot), ConfigError> {
+    let spec = parse(text)?;
     let snap = snapshot::build(&spec, version, &|name| std::env::var(name).ok(), prev)?;
     Ok((spec, snap))
 }

@@ -228,7 +228,7 @@ fn apply(app: &App, base: &ConfigSpec, version: u64, hash: String, document: Doc
     }
     let started = std::time::Instant::now();
     let (snap, document) = compile(base, document, version, Some(&current));
-    match snap.and_then(|s| s.may_replace(&current).map(|()| s)) {
+    match snap.and_then(|s| s.replacing(&current)) {
         Ok(snap) => {
             app.store.swap(snap);
             let compile_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -7,13 +7,14 @@
 //!
 //! A file rewritten in place (truncated, then written) can be read halfway. A file that changed
 //! while it was read is read again on the next tick, and an empty one never replaces a
-//! configuration that serves ([`Snapshot::may_replace`](crate::snapshot::Snapshot::may_replace)):
+//! configuration that serves ([`Snapshot::replacing`](crate::snapshot::Snapshot::replacing)):
 //! read between truncation and write, it would refuse every caller until the next reload.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::snapshot::ConfigError;
 use crate::App;
 
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -26,11 +27,16 @@ fn stamp(path: &std::path::Path) -> Stamp {
     }
 }
 
-/// Tries one reload; returns whether a new snapshot was swapped in.
-pub fn reload_now(app: &App, path: &std::path::Path) -> bool {
+/// Tries one reload from the file's `text` (`None`: it could not be read); returns whether a new
+/// snapshot was swapped in.
+pub fn reload_now(app: &App, path: &std::path::Path, text: Option<&[u8]>) -> bool {
     let current = app.store.load();
-    let loaded = crate::config::load(path, current.version + 1, Some(&current));
-    match loaded.and_then(|(_, snap)| snap.may_replace(&current).map(|()| snap)) {
+    let loaded = match text.map(std::str::from_utf8) {
+        Some(Ok(text)) => crate::config::from_text(text, current.version + 1, Some(&current)),
+        Some(Err(e)) => Err(ConfigError { path: "(root)".into(), message: format!("not UTF-8: {e}") }),
+        None => Err(ConfigError { path: path.display().to_string(), message: "cannot read".into() }),
+    };
+    match loaded.and_then(|(_, snap)| snap.replacing(&current)) {
         Ok(snap) => {
             let v = snap.version;
             app.store.swap(snap);
@@ -86,6 +92,7 @@ pub async fn watch(app: Arc<App>, path: PathBuf) {
         if forced {
             tracing::info!("SIGHUP: reloading configuration");
         }
-        reload_now(&app, &path);
+        // The text read above: the one checked not to have changed while it was read.
+        reload_now(&app, &path, last_text.as_deref());
     }
 }

@@ -223,12 +223,12 @@ impl Snapshot {
         Ok((&self.tenants[k.tenant], k))
     }
 
-    /// Whether `self` may replace `current`: a configuration with no upstreams, routes or tenants
+    /// `self`, if it may replace `current`: a configuration with no upstreams, routes or tenants
     /// never replaces one that has routes or tenants. Both reload paths (file and control plane)
     /// apply this rule. An empty configuration is far more often a file read between its
     /// truncation and its write, or a lost document, than an intent to refuse every caller (which
     /// stopping the process does plainly).
-    pub fn may_replace(&self, current: &Snapshot) -> Result<(), ConfigError> {
+    pub fn replacing(self, current: &Snapshot) -> Result<Snapshot, ConfigError> {
         let empty = self.upstreams.is_empty() && self.routes.is_empty() && self.tenants.is_empty();
         if empty && (!current.routes.is_empty() || !current.tenants.is_empty()) {
             return Err(err(
@@ -237,7 +237,7 @@ impl Snapshot {
                  replaces one that serves",
             ));
         }
-        Ok(())
+        Ok(self)
     }
 }
 
@@ -751,14 +751,14 @@ routes:
     fn an_empty_configuration_never_replaces_one_that_serves() {
         let serving = build(&spec(BASE), 1, &|_| None, None).unwrap();
         // What a reload reads from a file caught between truncation and write.
-        let empty = build(&crate::config::parse("").unwrap(), 2, &|_| None, Some(&serving)).unwrap();
-        let e = empty.may_replace(&serving).unwrap_err();
+        let empty = || build(&crate::config::parse("").unwrap(), 2, &|_| None, Some(&serving)).unwrap();
+        let e = empty().replacing(&serving).unwrap_err();
         assert!(e.message.contains("empty"), "{e}");
         // From nothing to nothing, and from nothing to something, is fine.
-        assert!(empty.may_replace(&empty).is_ok());
-        assert!(serving.may_replace(&empty).is_ok());
-        let other = build(&spec(&BASE.replace("alias: a", "alias: b")), 3, &|_| None, Some(&serving)).unwrap();
-        assert!(other.may_replace(&serving).is_ok());
+        assert!(empty().replacing(&empty()).is_ok());
+        let other = || build(&spec(&BASE.replace("alias: a", "alias: b")), 3, &|_| None, Some(&serving)).unwrap();
+        assert!(other().replacing(&empty()).is_ok());
+        assert!(other().replacing(&serving).is_ok());
     }
 
     #[test]

@@ -239,7 +239,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
 }
 
 /// Fills what the upstream left out of a decoded answer: an id made from the request's own, the
-/// upstream model's name, and now for `created`.
+/// time of the answer as `created`, the upstream model's name.
 pub fn fill_response(r: &mut ChatResponse, request_id: &str, model: &str) {
     if r.id.is_empty() {
         r.id = format!("chatcmpl-{request_id}");
