@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::time::{sleep_until, timeout, timeout_at, Instant, Sleep};
+use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use crate::canonical::{ChatRequest, EmbeddingsRequest, EmbeddingsResponse, StreamItem, Usage};
 use crate::client::{self, Response};
@@ -35,6 +35,19 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// When a step that may take `step` from now must end, and the error if it does not: the
+    /// sooner of the step's own limit (`step_error`) and the attempt's deadline
+    /// (`UpstreamTimeout`). One timer where a `timeout` inside a `timeout_at` armed two. (Not an
+    /// async wrapper: that would hold the step's future twice and grow every caller's future.)
+    fn step_end(&self, step: Duration, step_error: AxError) -> (Instant, AxError) {
+        let end = Instant::now() + step;
+        if end <= self.deadline {
+            (end, step_error)
+        } else {
+            (self.deadline, AxError::UpstreamTimeout)
+        }
+    }
+
     pub fn new(up: &Upstream, route: &Route, request_deadline: Instant) -> Self {
         let o = &route.timeouts;
         let total = Duration::from_millis(o.total_ms.unwrap_or(up.timeouts.total_ms));
@@ -140,11 +153,8 @@ async fn send(
 ) -> Result<Response, AxError> {
     let (Some(client), Some(target)) = (up.client(), target) else { return Err(AxError::Internal) };
     let fut = client.post_json(target, body, request_id);
-    let resp = timeout_at(limits.deadline, timeout(limits.first_byte, fut))
-        .await
-        .map_err(|_| AxError::UpstreamTimeout)?
-        .map_err(|_| AxError::UpstreamFirstByteTimeout)?
-        .map_err(|e| {
+    let (end, late) = limits.step_end(limits.first_byte, AxError::UpstreamFirstByteTimeout);
+    let resp = timeout_at(end, fut).await.map_err(|_| late)?.map_err(|e| {
             tracing::warn!(upstream = %up.name, error = %e, "upstream request failed");
             match e {
                 client::Error::ConnectTimeout => AxError::UpstreamConnectTimeout,
@@ -177,11 +187,8 @@ fn retry_after(h: &http::HeaderMap) -> Option<Duration> {
 async fn read_body(mut resp: Response, limits: Limits) -> Result<bytes::Bytes, AxError> {
     let mut buf = BytesMut::new();
     loop {
-        let chunk = timeout_at(limits.deadline, timeout(limits.idle, resp.chunk()))
-            .await
-            .map_err(|_| AxError::UpstreamTimeout)?
-            .map_err(|_| AxError::UpstreamIdleTimeout)?
-            .map_err(|e| {
+        let (end, late) = limits.step_end(limits.idle, AxError::UpstreamIdleTimeout);
+        let chunk = timeout_at(end, resp.chunk()).await.map_err(|_| late)?.map_err(|e| {
                 tracing::warn!(error = %e, "upstream body failed");
                 AxError::UpstreamStreamTruncated
             })?;

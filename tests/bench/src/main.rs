@@ -1,10 +1,15 @@
-//! `ax-bench`: ax against a bare reverse proxy (nginx) and LiteLLM, over the same mock upstream,
-//! in one run, on loopback, reported as ratios (absolute times on a shared machine are noise).
+//! `ax-bench`: ax against a bare reverse proxy (nginx), LiteLLM and a Rust gateway from
+//! crates.io (Noveum's), over the same mock upstream, in one run, on loopback, reported as ratios
+//! (absolute times on a shared machine are noise).
 //!
 //! ```text
 //! cargo build --release -p ax-dataplane -p ax-bench
-//! target/release/ax-bench [--quick] [--ax PATH] [--litellm PATH] [--soak-secs N] [--only 3,4] [--no-docs]
+//! target/release/ax-bench [--quick] [--ax PATH] [--litellm PATH] [--noveum PATH] [--soak-secs N] [--only 3,4] [--no-docs]
 //! ```
+//!
+//! LiteLLM is looked for in `target/bench-venv`, Noveum's gateway in `target/bench-gw`
+//! (`docs/BENCHMARKS.md` has the commands that install them); a competitor that is not there is
+//! left out of the run.
 //!
 //! Scenarios (issue 7): added latency at concurrency 1 (OpenAI upstream, Anthropic translation);
 //! throughput at concurrency 64 and the rate each target sustains under a p99 of 1, 5 and 25 ms;
@@ -44,6 +49,8 @@ struct Opts {
     quick: bool,
     ax: PathBuf,
     litellm: Option<PathBuf>,
+    /// Noveum's AI gateway (Rust, `cargo install noveum-ai-gateway`).
+    noveum: Option<PathBuf>,
     soak: Duration,
     docs: bool,
     /// Run only these scenarios (`--only 3,4`).
@@ -88,10 +95,15 @@ fn bench(args: &[String]) -> R<()> {
         let v = repo().join("target/bench-venv/bin/litellm");
         v.is_file().then_some(v)
     });
+    let noveum = flag(args, "--noveum").map(PathBuf::from).or_else(|| {
+        let v = repo().join("target/bench-gw/bin/noveum-ai-gateway");
+        v.is_file().then_some(v)
+    });
     let o = Opts {
         quick,
         ax: flag(args, "--ax").map_or(default_ax, PathBuf::from),
         litellm: if quick { None } else { litellm },
+        noveum: if quick { None } else { noveum },
         soak: Duration::from_secs(flag(args, "--soak-secs").map_or(Ok(if quick { 3 } else { 600 }), str::parse)?),
         docs: !quick && !args.iter().any(|a| a == "--no-docs") && flag(args, "--only").is_none(),
         only: flag(args, "--only").map(|l| l.split(',').map(str::parse).collect::<Result<Vec<u8>, _>>()).transpose()?,
@@ -264,6 +276,17 @@ async fn run(o: Opts, command: String) -> R<()> {
         },
         None => None,
     };
+    // So is the other Rust gateway.
+    let mut noveum = match o.noveum.as_ref().filter(|_| on(1) || on(2)) {
+        Some(bin) => match procs::noveum(bin, &dir, mock.addr) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                say(&format!("Noveum's gateway skipped: {e}"));
+                None
+            }
+        },
+        None => None,
+    };
 
     let direct = target("direct", mock.addr, "/v1/chat/completions", false, CHAT);
     let via_nginx = nginx.as_ref().map(|n| target("nginx", n.addr, "/v1/chat/completions", false, CHAT));
@@ -271,6 +294,11 @@ async fn run(o: Opts, command: String) -> R<()> {
     let via_litellm = litellm.as_ref().map(|l| Target {
         auth: Some(format!("Bearer {}", procs::LITELLM_KEY)),
         ..target("litellm", l.addr, "/v1/chat/completions", false, CHAT)
+    });
+    // Noveum's gateway forwards the caller's bearer token to the provider as its key.
+    let via_noveum = noveum.as_ref().map(|g| Target {
+        auth: Some("Bearer sk-bench".into()),
+        ..target("noveum", g.addr, "/v1/chat/completions", false, CHAT)
     });
     let direct_anthropic = target("direct-anthropic", mock.addr, "/v1/messages", false, ANTHROPIC_DIRECT);
     let ax_anthropic = target("ax-anthropic", ax.addr, "/v1/chat/completions", true, CLAUDE);
@@ -302,6 +330,13 @@ async fn run(o: Opts, command: String) -> R<()> {
         if let Some(t) = &via_litellm {
             c1("litellm", &load::closed(t, 1, warm, dur).await);
         }
+        let nv = match &via_noveum {
+            Some(t) => Some(load::closed(t, 1, warm, dur).await),
+            None => None,
+        };
+        if let Some(g) = &nv {
+            c1("noveum", g);
+        }
         let added = |x: &load::Sample, base: &load::Sample, p: f64| i64::from(x.pct(p)) - i64::from(base.pct(p));
         lat.insert(
             "added_us".into(),
@@ -309,6 +344,7 @@ async fn run(o: Opts, command: String) -> R<()> {
                 "ax_openai": { "p50": added(&a, &d, 50.0), "p99": added(&a, &d, 99.0) },
                 "ax_anthropic": { "p50": added(&aa, &da, 50.0), "p99": added(&aa, &da, 99.0) },
                 "nginx": n.as_ref().map(|n| json!({ "p50": added(n, &d, 50.0), "p99": added(n, &d, 99.0) })),
+                "noveum": nv.as_ref().map(|g| json!({ "p50": added(g, &d, 50.0), "p99": added(g, &d, 99.0) })),
             }),
         );
         results.insert("latency_c1".into(), Value::Object(lat));
@@ -322,10 +358,12 @@ async fn run(o: Opts, command: String) -> R<()> {
         targets.extend(via_nginx.as_ref());
         targets.push(&via_ax);
         targets.extend(via_litellm.as_ref());
+        targets.extend(via_noveum.as_ref());
         let proc_of = |name: &str| match name {
             "nginx" => nginx.as_ref(),
             "ax" => Some(&ax),
             "litellm" => litellm.as_ref(),
+            "noveum" => noveum.as_ref(),
             _ => Some(&mock),
         };
         let mut cpu = serde_json::Map::new();
@@ -348,13 +386,15 @@ async fn run(o: Opts, command: String) -> R<()> {
         tp.insert(
             "cpu_us_per_request".into(),
             json!({ "mock": c("direct"), "nginx": c("nginx"), "ax": c("ax"), "litellm": cpu.get("litellm"),
-                "ax_over_nginx": ratio(c("ax"), c("nginx")) }),
+                "noveum": cpu.get("noveum"), "ax_over_nginx": ratio(c("ax"), c("nginx")) }),
         );
         let get = |m: &serde_json::Map<String, Value>, k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(0.0);
         tp.insert(
         "ax_ratio".into(),
         json!({ "to_direct": ratio(get(&rps, "ax"), get(&rps, "direct")), "to_nginx": ratio(get(&rps, "ax"), get(&rps, "nginx")),
-                "litellm_to_nginx": ratio(get(&rps, "litellm"), get(&rps, "nginx")) }),
+                "litellm_to_nginx": ratio(get(&rps, "litellm"), get(&rps, "nginx")),
+                "noveum_to_nginx": ratio(get(&rps, "noveum"), get(&rps, "nginx")),
+                "to_noveum": ratio(get(&rps, "ax"), get(&rps, "noveum")) }),
     );
         let mut front = serde_json::Map::new();
         for t in &targets {
@@ -378,6 +418,7 @@ async fn run(o: Opts, command: String) -> R<()> {
         say(&format!("  LiteLLM idle after its load: {:.0} % of a core; stopped", cores * 100.0));
         results.insert("litellm_idle_cores".into(), json!((cores * 1000.0).round() / 1000.0));
     }
+    drop(noveum.take());
     if on(4) {
         // 4. Memory: idle, under load, after, and a soak; before the streams, whose thousand
         // connections' buffers would inflate the allocator's footprint the soak starts from.
@@ -565,7 +606,7 @@ async fn run(o: Opts, command: String) -> R<()> {
     }
     // Everything started here stops before its directory goes; the processes' logs are kept
     // next to the results (a failed request is explained there, not in the figures).
-    drop((mock, nginx, ax, litellm));
+    drop((mock, nginx, ax, litellm, noveum));
     let logs = out.join(format!("ax-bench-{now}-logs"));
     std::fs::create_dir_all(&logs)?;
     for entry in std::fs::read_dir(&dir)?.flatten() {
@@ -624,6 +665,12 @@ fn targets_met(r: &serde_json::Map<String, Value>) -> Value {
             |v| v <= 300.0
         ),
         check("throughput at concurrency 64, ax ÷ nginx", f("throughput/ax_ratio/to_nginx"), "≥ 0.8", |v| v >= 0.8),
+        check(
+            "throughput at concurrency 64, ax ÷ Noveum's gateway (Rust)",
+            f("throughput/ax_ratio/to_noveum"),
+            "> 1",
+            |v| v > 1.0
+        ),
         check(
             &format!("{streams} paced streams: added gap p99 (µs)"),
             top["added_gap_us"]["p99"].as_f64(),
@@ -693,6 +740,7 @@ fn markdown(doc: &Value) -> String {
         ("direct_anthropic", "direct to mock (Anthropic)"),
         ("ax_anthropic", "through ax (Anthropic, translated)"),
         ("litellm", "through LiteLLM"),
+        ("noveum", "through Noveum's gateway"),
     ] {
         if !l[k].is_null() {
             let _ = writeln!(s, "| {label} | {} | {} |", v(&l[k]["p50_us"]), v(&l[k]["p99_us"]));
@@ -707,10 +755,14 @@ fn markdown(doc: &Value) -> String {
         v(&a["ax_anthropic"]["p50"]),
         v(&a["ax_anthropic"]["p99"])
     );
-    let _ = writeln!(s, "| nginx added | {} | {} |\n", v(&a["nginx"]["p50"]), v(&a["nginx"]["p99"]));
+    let _ = writeln!(s, "| nginx added | {} | {} |", v(&a["nginx"]["p50"]), v(&a["nginx"]["p99"]));
+    if !a["noveum"].is_null() {
+        let _ = writeln!(s, "| Noveum's gateway added | {} | {} |", v(&a["noveum"]["p50"]), v(&a["noveum"]["p99"]));
+    }
+    s.push('\n');
     let t = &r["throughput"];
     let _ = writeln!(s, "| concurrency 64 | req/s | p99 µs | errors |\n|---|---:|---:|---:|");
-    for k in ["direct", "nginx", "ax", "litellm"] {
+    for k in ["direct", "nginx", "ax", "litellm", "noveum"] {
         let x = &t[format!("{k}_c64")];
         if !x.is_null() {
             let _ = writeln!(s, "| {k} | {} | {} | {} |", v(&x["rps"]), v(&x["p99_us"]), v(&x["errors"]));
@@ -718,10 +770,12 @@ fn markdown(doc: &Value) -> String {
     }
     let _ = writeln!(
         s,
-        "\nax ÷ nginx: **{}**; ax ÷ direct: {}; LiteLLM ÷ nginx: {}.\n",
+        "\nax ÷ nginx: **{}**; ax ÷ direct: {}; LiteLLM ÷ nginx: {}; Noveum's gateway ÷ nginx: {}; ax ÷ Noveum's gateway: **{}**.\n",
         v(&t["ax_ratio"]["to_nginx"]),
         v(&t["ax_ratio"]["to_direct"]),
-        v(&t["ax_ratio"]["litellm_to_nginx"])
+        v(&t["ax_ratio"]["litellm_to_nginx"]),
+        v(&t["ax_ratio"]["noveum_to_nginx"]),
+        v(&t["ax_ratio"]["to_noveum"])
     );
     if let Some(c) = r["litellm_idle_cores"].as_f64() {
         let _ = writeln!(
@@ -733,11 +787,12 @@ fn markdown(doc: &Value) -> String {
     let cpu = &t["cpu_us_per_request"];
     let _ = writeln!(
         s,
-        "CPU per request at concurrency 64 (user + system of the process in the path, µs; independent of how the cores were shared): mock {}, nginx {}, ax {}, LiteLLM {}; ax ÷ nginx: **{}**.\n",
+        "CPU per request at concurrency 64 (user + system of the process in the path, µs; independent of how the cores were shared): mock {}, nginx {}, ax {}, LiteLLM {}, Noveum's gateway {}; ax ÷ nginx: **{}**.\n",
         v(&cpu["mock"]),
         v(&cpu["nginx"]),
         v(&cpu["ax"]),
         v(&cpu["litellm"]),
+        v(&cpu["noveum"]),
         v(&cpu["ax_over_nginx"])
     );
     let _ = writeln!(s, "| highest rate with p99 under | 1 ms | 5 ms | 25 ms |\n|---|---:|---:|---:|");

@@ -202,3 +202,25 @@ pub fn litellm(bin: &Path, dir: &Path, upstream: SocketAddr) -> R<Proc> {
     wait_port(addr, 120, "litellm")?;
     Ok(p)
 }
+
+/// Noveum's AI gateway (a Rust gateway from crates.io: `noveum-ai-gateway`) in front of the mock,
+/// started as its README starts it (its own default worker threads), logging at `warn` as ax
+/// does here. It takes the provider key from each request and the upstream from
+/// `OPENAI_BASE_URL`.
+pub fn noveum(bin: &Path, dir: &Path, upstream: SocketAddr) -> R<Proc> {
+    let port = free_port()?;
+    let log = std::fs::File::create(dir.join("noveum.log"))?;
+    let child = Command::new(bin)
+        .env("HOST", "127.0.0.1")
+        .env("PORT", port.to_string())
+        .env("OPENAI_BASE_URL", format!("http://{upstream}"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let p = Proc { addr, child: Some(child), daemon: None };
+    wait_port(addr, 20, "noveum")?;
+    Ok(p)
+}
