@@ -155,14 +155,14 @@ async fn send(
     let fut = client.post_json(target, body, request_id);
     let (end, late) = limits.step_end(limits.first_byte, AxError::UpstreamFirstByteTimeout);
     let resp = timeout_at(end, fut).await.map_err(|_| late)?.map_err(|e| {
-            tracing::warn!(upstream = %up.name, error = %e, "upstream request failed");
-            match e {
-                client::Error::ConnectTimeout => AxError::UpstreamConnectTimeout,
-                client::Error::Connect(_) => AxError::UpstreamConnect,
-                // Typically a connection reset or closed before any response byte.
-                client::Error::Request(_) => AxError::UpstreamFailed(String::new()),
-            }
-        })?;
+        tracing::warn!(upstream = %up.name, error = %e, "upstream request failed");
+        match e {
+            client::Error::ConnectTimeout => AxError::UpstreamConnectTimeout,
+            client::Error::Connect(_) => AxError::UpstreamConnect,
+            // Typically a connection reset or closed before any response byte.
+            client::Error::Request(_) => AxError::UpstreamFailed(String::new()),
+        }
+    })?;
     let status = resp.status;
     if status.is_success() {
         return Ok(resp);
@@ -189,9 +189,9 @@ async fn read_body(mut resp: Response, limits: Limits) -> Result<bytes::Bytes, A
     loop {
         let (end, late) = limits.step_end(limits.idle, AxError::UpstreamIdleTimeout);
         let chunk = timeout_at(end, resp.chunk()).await.map_err(|_| late)?.map_err(|e| {
-                tracing::warn!(error = %e, "upstream body failed");
-                AxError::UpstreamStreamTruncated
-            })?;
+            tracing::warn!(error = %e, "upstream body failed");
+            AxError::UpstreamStreamTruncated
+        })?;
         match chunk {
             Some(c) if buf.len() + c.len() > MAX_BODY_BYTES => return Err(AxError::UpstreamInvalidResponse),
             Some(c) => buf.extend_from_slice(&c),
