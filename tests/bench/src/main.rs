@@ -265,28 +265,14 @@ async fn run(o: Opts, command: String) -> R<()> {
     let ax = procs::ax(&o.ax, &dir, "ax", &yaml(mock.addr, "", false, 1))?;
     let rss_idle = ax.rss_mib();
     let on = |n: u8| o.only.as_ref().is_none_or(|l| l.contains(&n));
-    // LiteLLM is measured in scenarios 1 and 2 only: not started for the others.
-    let mut litellm = match o.litellm.as_ref().filter(|_| on(1) || on(2)) {
-        Some(bin) => match procs::litellm(bin, &dir, mock.addr) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                say(&format!("LiteLLM skipped: {e}"));
-                None
-            }
-        },
-        None => None,
+    // The other gateways are measured in scenarios 1 and 2 only: not started for the others. One
+    // that is missing or does not start is left out of the run, which says so.
+    let competitor = |bin: Option<&PathBuf>, name: &str, start: fn(&Path, &Path, SocketAddr) -> R<procs::Proc>| {
+        let bin = bin.filter(|_| on(1) || on(2))?;
+        start(bin, &dir, mock.addr).inspect_err(|e| say(&format!("{name} skipped: {e}"))).ok()
     };
-    // So is the other Rust gateway.
-    let mut noveum = match o.noveum.as_ref().filter(|_| on(1) || on(2)) {
-        Some(bin) => match procs::noveum(bin, &dir, mock.addr) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                say(&format!("Noveum's gateway skipped: {e}"));
-                None
-            }
-        },
-        None => None,
-    };
+    let mut litellm = competitor(o.litellm.as_ref(), "LiteLLM", procs::litellm);
+    let mut noveum = competitor(o.noveum.as_ref(), "Noveum's gateway", procs::noveum);
 
     let direct = target("direct", mock.addr, "/v1/chat/completions", false, CHAT);
     let via_nginx = nginx.as_ref().map(|n| target("nginx", n.addr, "/v1/chat/completions", false, CHAT));

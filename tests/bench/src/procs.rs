@@ -185,21 +185,24 @@ pub fn litellm(bin: &Path, dir: &Path, upstream: SocketAddr) -> R<Proc> {
              litellm_settings:\n  telemetry: false\ngeneral_settings:\n  master_key: {LITELLM_KEY}\n"
         ),
     )?;
-    let log = std::fs::File::create(dir.join("litellm.log"))?;
-    let child = Command::new(bin)
-        .arg("--config")
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config")
         .arg(&config)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--num_workers", &std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()])
         .env("LITELLM_LOG", "ERROR")
-        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()?;
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True");
+    listening(cmd, dir, "litellm", port, 120)
+}
+
+/// Starts `cmd` (its stderr in `<dir>/<name>.log`) and waits up to `secs` for it to listen on
+/// loopback `port`.
+fn listening(mut cmd: Command, dir: &Path, name: &str, port: u16, secs: u64) -> R<Proc> {
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let p = Proc { addr, child: Some(child), daemon: None };
-    wait_port(addr, 120, "litellm")?;
+    wait_port(addr, secs, name)?;
     Ok(p)
 }
 
@@ -209,18 +212,10 @@ pub fn litellm(bin: &Path, dir: &Path, upstream: SocketAddr) -> R<Proc> {
 /// `OPENAI_BASE_URL`.
 pub fn noveum(bin: &Path, dir: &Path, upstream: SocketAddr) -> R<Proc> {
     let port = free_port()?;
-    let log = std::fs::File::create(dir.join("noveum.log"))?;
-    let child = Command::new(bin)
-        .env("HOST", "127.0.0.1")
+    let mut cmd = Command::new(bin);
+    cmd.env("HOST", "127.0.0.1")
         .env("PORT", port.to_string())
         .env("OPENAI_BASE_URL", format!("http://{upstream}"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let p = Proc { addr, child: Some(child), daemon: None };
-    wait_port(addr, 20, "noveum")?;
-    Ok(p)
+        .env("RUST_LOG", "warn");
+    listening(cmd, dir, "noveum", port, 20)
 }
