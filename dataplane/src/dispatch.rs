@@ -372,3 +372,35 @@ fn truncate(s: &str) -> &str {
     }
     &s[..end]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(deadline_in: Duration) -> Limits {
+        Limits {
+            first_byte: Duration::from_secs(5),
+            idle: Duration::from_secs(5),
+            deadline: Instant::now() + deadline_in,
+        }
+    }
+
+    #[test]
+    fn a_step_ends_at_its_own_limit_when_that_comes_first() {
+        let l = limits(Duration::from_secs(60));
+        let before = Instant::now();
+        let (end, err) = l.step_end(l.first_byte, AxError::UpstreamFirstByteTimeout);
+        assert_eq!(err.code(), AxError::UpstreamFirstByteTimeout.code());
+        assert!(end >= before + l.first_byte && end < l.deadline);
+        let (_, err) = l.step_end(l.idle, AxError::UpstreamIdleTimeout);
+        assert_eq!(err.code(), AxError::UpstreamIdleTimeout.code());
+    }
+
+    #[test]
+    fn a_step_ends_at_the_deadline_when_that_comes_first() {
+        let l = limits(Duration::from_secs(1));
+        let (end, err) = l.step_end(l.first_byte, AxError::UpstreamFirstByteTimeout);
+        assert_eq!(err.code(), AxError::UpstreamTimeout.code());
+        assert_eq!(end, l.deadline);
+    }
+}
