@@ -70,6 +70,15 @@ fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
 }
 
+/// A competitor's program: the path given with `name`, else `default` (under the repository) if
+/// it is installed there.
+fn program(args: &[String], name: &str, default: &str) -> Option<PathBuf> {
+    flag(args, name).map(PathBuf::from).or_else(|| {
+        let v = repo().join(default);
+        v.is_file().then_some(v)
+    })
+}
+
 fn run_mock(args: &[String]) -> R<()> {
     let addr_file = flag(args, "--addr-file").ok_or("mock: --addr-file")?;
     let pace = mock::Pace {
@@ -91,14 +100,8 @@ fn repo() -> PathBuf {
 fn bench(args: &[String]) -> R<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let default_ax = repo().join("target/release/ax-dataplane");
-    let litellm = flag(args, "--litellm").map(PathBuf::from).or_else(|| {
-        let v = repo().join("target/bench-venv/bin/litellm");
-        v.is_file().then_some(v)
-    });
-    let noveum = flag(args, "--noveum").map(PathBuf::from).or_else(|| {
-        let v = repo().join("target/bench-gw/bin/noveum-ai-gateway");
-        v.is_file().then_some(v)
-    });
+    let litellm = program(args, "--litellm", "target/bench-venv/bin/litellm");
+    let noveum = program(args, "--noveum", "target/bench-gw/bin/noveum-ai-gateway");
     let o = Opts {
         quick,
         ax: flag(args, "--ax").map_or(default_ax, PathBuf::from),
@@ -218,6 +221,14 @@ fn ratio(a: f64, b: f64) -> Value {
     }
 }
 
+/// Concurrency 1 against `t`, when that target is in the run.
+async fn at_concurrency_1(t: Option<&Target>, warm: Duration, dur: Duration) -> Option<load::Sample> {
+    match t {
+        Some(t) => Some(load::closed(t, 1, warm, dur).await),
+        None => None,
+    }
+}
+
 /// The highest rate (req/s) with p99 under each bound and no failures, climbing ×1.4 per step.
 async fn frontier(t: &Target, step: Duration, bounds_ms: &[u32]) -> Vec<Value> {
     let mut best = vec![0.0_f64; bounds_ms.len()];
@@ -306,20 +317,14 @@ async fn run(o: Opts, command: String) -> R<()> {
         c1("ax", &a);
         c1("direct_anthropic", &da);
         c1("ax_anthropic", &aa);
-        let n = match &via_nginx {
-            Some(t) => Some(load::closed(t, 1, warm, dur).await),
-            None => None,
-        };
+        let n = at_concurrency_1(via_nginx.as_ref(), warm, dur).await;
         if let Some(n) = &n {
             c1("nginx", n);
         }
-        if let Some(t) = &via_litellm {
-            c1("litellm", &load::closed(t, 1, warm, dur).await);
+        if let Some(l) = at_concurrency_1(via_litellm.as_ref(), warm, dur).await {
+            c1("litellm", &l);
         }
-        let nv = match &via_noveum {
-            Some(t) => Some(load::closed(t, 1, warm, dur).await),
-            None => None,
-        };
+        let nv = at_concurrency_1(via_noveum.as_ref(), warm, dur).await;
         if let Some(g) = &nv {
             c1("noveum", g);
         }
@@ -395,8 +400,9 @@ async fn run(o: Opts, command: String) -> R<()> {
         tokio::time::sleep(Duration::from_secs(2)).await;
         rss_after = ax.rss_mib();
     }
-    // LiteLLM is measured in 1 and 2 only. Stopped here, so the later scenarios do not share the
-    // cores with whatever it does when idle (measured first: its CPU over 5 quiet seconds).
+    // LiteLLM and Noveum's gateway are measured in 1 and 2 only. Stopped here, so the later
+    // scenarios do not share the cores with whatever they do when idle (LiteLLM's is measured
+    // first: its CPU over 5 quiet seconds).
     if let Some(l) = litellm.take() {
         let before = l.cpu_secs();
         tokio::time::sleep(Duration::from_secs(5)).await;
