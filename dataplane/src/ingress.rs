@@ -8,18 +8,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ax_protocol::config::{ParamsMode, ProviderKind};
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 use std::borrow::Cow;
+use std::convert::Infallible;
 use tracing::Instrument;
 
+use crate::body::Body;
 use crate::canonical::{ChatRequest, EmbeddingsRequest};
 use crate::dispatch::{self, ChatOutcome};
 use crate::error::AxError;
@@ -34,18 +32,28 @@ use crate::snapshot::{header_value, Snapshot, Tenant};
 use crate::stream::EgressStream;
 use crate::App;
 
-pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/embeddings", post(embeddings))
-        .route("/v1/models", get(models))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/admin/health", get(admin_health))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(app)
+pub type Response = http::Response<Body>;
+
+/// Every HTTP route, by method and path: the service `serve` runs for each request. A `GET`
+/// route answers `HEAD` too (hyper sends the head only); a known path with another method is
+/// `405 method_not_allowed` with `Allow`, any other path `404 not_found`.
+pub async fn route(app: Arc<App>, req: http::Request<Incoming>) -> Result<Response, Infallible> {
+    let (parts, body) = req.into_parts();
+    let get = parts.method == Method::GET || parts.method == Method::HEAD;
+    let post = parts.method == Method::POST;
+    let r = match parts.uri.path() {
+        "/v1/chat/completions" if post => chat_completions(app, parts.headers, body).await,
+        "/v1/embeddings" if post => embeddings(app, parts.headers, body).await,
+        "/v1/models" if get => models(&app, &parts.headers),
+        "/healthz" if get => healthz(),
+        "/readyz" if get => readyz(&app),
+        "/metrics" if get => metrics(&app),
+        "/admin/health" if get => admin_health(&app, &parts.headers),
+        "/v1/chat/completions" | "/v1/embeddings" => method_not_allowed(&parts, "POST"),
+        "/v1/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => method_not_allowed(&parts, "GET, HEAD"),
+        _ => not_found(&parts),
+    };
+    Ok(r)
 }
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -75,7 +83,7 @@ fn request_id(headers: &HeaderMap) -> String {
 }
 
 fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Response {
-    let mut r = Response::new(Body::from(body));
+    let mut r = Response::new(Body::full(body));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -149,7 +157,7 @@ fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s
     Ok(Caller { tenant, key_id: &k.key_id, key: k })
 }
 
-async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, AxError> {
+async fn read_body(headers: &HeaderMap, body: Incoming, limit: u64) -> Result<Bytes, AxError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
@@ -234,9 +242,9 @@ fn request_span(request_id: &str, path: &'static str) -> tracing::Span {
 
 /// The frame every model endpoint shares: request id, the request's span, one snapshot load, and
 /// the error edge (a request rejected before any upstream was chosen still gets its usage record).
-async fn handle<F, Fut>(app: Arc<App>, headers: HeaderMap, body: Body, path: &'static str, stage: F) -> Response
+async fn handle<F, Fut>(app: Arc<App>, headers: HeaderMap, body: Incoming, path: &'static str, stage: F) -> Response
 where
-    F: FnOnce(Arc<App>, Arc<Snapshot>, String, HeaderMap, Body, Instant) -> Fut,
+    F: FnOnce(Arc<App>, Arc<Snapshot>, String, HeaderMap, Incoming, Instant) -> Fut,
     Fut: std::future::Future<Output = (String, Result<Response, Rejection>)>,
 {
     let start = Instant::now();
@@ -257,7 +265,7 @@ where
     .await
 }
 
-async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     handle(app, headers, body, "/v1/chat/completions", |app, snap, rid, headers, body, start| async move {
         let r = chat(&app, &snap, &rid, &headers, body, start).await;
         (rid, r)
@@ -265,7 +273,7 @@ async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body:
     .await
 }
 
-async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     handle(app, headers, body, "/v1/embeddings", |app, snap, rid, headers, body, start| async move {
         let r = embed(&app, &snap, &rid, &headers, body, start).await;
         (rid, r)
@@ -318,7 +326,7 @@ impl ModelRequest for EmbeddingsRequest {
 async fn admit<'s, T: ModelRequest>(
     snap: &'s Snapshot,
     headers: &HeaderMap,
-    body: Body,
+    body: Incoming,
 ) -> Result<(Caller<'s>, T, &'s crate::snapshot::Route), Rejection> {
     let caller = authenticate(snap, headers).map_err(Rejection::anonymous)?;
     let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
@@ -357,7 +365,7 @@ async fn chat(
     snap: &Arc<Snapshot>,
     rid: &str,
     headers: &HeaderMap,
-    body: Body,
+    body: Incoming,
     start: Instant,
 ) -> Result<Response, Rejection> {
     let (caller, req, route) = admit::<ChatRequest>(snap, headers, body).await?;
@@ -474,7 +482,7 @@ async fn embed(
     snap: &Arc<Snapshot>,
     rid: &str,
     headers: &HeaderMap,
-    body: Body,
+    body: Incoming,
     start: Instant,
 ) -> Result<Response, Rejection> {
     let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
@@ -522,10 +530,10 @@ async fn embed(
     Ok(r)
 }
 
-async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let rid = request_id(&headers);
+fn models(app: &App, headers: &HeaderMap) -> Response {
+    let rid = request_id(headers);
     let snap = app.store.load();
-    let caller = match authenticate(&snap, &headers) {
+    let caller = match authenticate(&snap, headers) {
         Ok(c) => c,
         Err(e) => return error_response(&e, &rid),
     };
@@ -540,13 +548,21 @@ async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     json_response(StatusCode::OK, body, &rid)
 }
 
-async fn healthz() -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], r#"{"status":"ok"}"#).into_response()
+fn healthz() -> Response {
+    plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#)
+}
+
+/// A body that answers no caller's model request (no request id): health and metrics.
+fn plain(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response {
+    let mut r = Response::new(Body::full(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
 }
 
 /// Ready once a configuration is served: version 0 is a control-plane node that has neither heard
 /// from its control plane nor a last-known-good snapshot (503, so a load balancer skips it).
-async fn readyz(State(app): State<Arc<App>>) -> Response {
+fn readyz(app: &App) -> Response {
     let snap = app.store.load();
     let (status, word) = if snap.version == 0 {
         (StatusCode::SERVICE_UNAVAILABLE, "no_configuration")
@@ -554,14 +570,14 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
         (StatusCode::OK, "ready")
     };
     let body = format!(r#"{{"status":"{word}","config_version":{}}}"#, snap.version);
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    plain(status, "application/json", body)
 }
 
-async fn metrics(State(app): State<Arc<App>>) -> Response {
+fn metrics(app: &App) -> Response {
     match &app.metrics {
         Some(h) => {
             crate::meter::health_gauges(&app.store.load());
-            (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response()
+            plain(StatusCode::OK, "text/plain; version=0.0.4", h.render())
         }
         None => error_response(&AxError::Internal, "-"),
     }
@@ -569,9 +585,9 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 /// The health table: per upstream, breaker and in-flight; per model, rolling success rate and
 /// latency and time-to-first-token percentiles. Needs `Authorization: Bearer <server.admin_token>`.
-async fn admin_health(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+fn admin_health(app: &App, headers: &HeaderMap) -> Response {
     use sha2::Digest;
-    let rid = request_id(&headers);
+    let rid = request_id(headers);
     let snap = app.store.load();
     let Some(want) = snap.admin_token else {
         return error_response(&AxError::NotFound("/admin/health (no server.admin_token configured)".to_owned()), &rid);
@@ -591,12 +607,14 @@ async fn admin_health(State(app): State<Arc<App>>, headers: HeaderMap) -> Respon
     json_response(StatusCode::OK, body, &rid)
 }
 
-async fn not_found(headers: HeaderMap, uri: axum::http::Uri) -> Response {
-    let rid = request_id(&headers);
-    error_response(&AxError::NotFound(uri.path().to_owned()), &rid)
+fn not_found(parts: &http::request::Parts) -> Response {
+    let rid = request_id(&parts.headers);
+    error_response(&AxError::NotFound(parts.uri.path().to_owned()), &rid)
 }
 
-async fn method_not_allowed(headers: HeaderMap, method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    let rid = request_id(&headers);
-    error_response(&AxError::MethodNotAllowed(format!("{method} {}", uri.path())), &rid)
+fn method_not_allowed(parts: &http::request::Parts, allow: &'static str) -> Response {
+    let rid = request_id(&parts.headers);
+    let mut r = error_response(&AxError::MethodNotAllowed(format!("{} {}", parts.method, parts.uri.path())), &rid);
+    r.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
 }

@@ -15,6 +15,7 @@
 //! Configuration arrives as a `ConfigSpec` (`config`, `reload`), compiles into a `Snapshot`
 //! (`snapshot`) and is swapped whole through `SnapshotStore`; nothing on the request path locks.
 
+pub mod body;
 pub mod budget;
 pub mod canonical;
 pub mod client;
@@ -82,28 +83,58 @@ impl App {
     }
 }
 
-/// Serves until `shutdown` completes, then drains in-flight requests. Every accepted socket has
-/// TCP_NODELAY set: without it a non-streaming response can wait ~40 ms on a delayed ACK.
+/// Serves until `shutdown` completes, then drains in-flight requests: the listener closes, each
+/// connection finishes the request it is serving and closes (hyper's graceful shutdown).
+///
+/// HTTP/1.1 on hyper's server connection directly, with `ingress::route` as the service: no router
+/// or service layers between hyper and the handler (axum's cost about 7,000 instructions a
+/// request, a tenth of the data plane's, for seven fixed routes; `docs/BENCHMARKS.md`). Every
+/// accepted socket has TCP_NODELAY set: without it a non-streaming response can wait ~40 ms on a
+/// delayed ACK.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    if let Some(h) = app.metrics.clone() {
-        // Histograms need periodic upkeep to bound their memory.
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                t.tick().await;
-                h.run_upkeep();
-            }
-        });
-    }
-    let listener = listener.tap_io(|tcp| {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let http = hyper::server::conn::http1::Builder::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+        };
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-    });
-    axum::serve(listener, ingress::router(app)).with_graceful_shutdown(shutdown).await
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |req| ingress::route(app.clone(), req));
+        let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// A failed `accept`: one aborted by the peer is nothing; any other (the process is out of file
+/// descriptors, say) is logged and the accept loop waits a second, so as not to spin on it.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+        return;
+    }
+    tracing::error!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }

@@ -7,10 +7,10 @@
 //! error event and `[DONE]`; nothing already sent is repeated.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 
-use axum::body::Body;
 use bytes::{Bytes, BytesMut};
+
+use crate::body::Body;
 
 use crate::canonical::{Chunk, StreamItem, Usage};
 use crate::dispatch::UpstreamStream;
@@ -111,10 +111,7 @@ impl EgressStream {
     }
 
     pub fn into_body(self: Box<Self>) -> Body {
-        let s = futures_util::stream::unfold(self, |mut st| async move {
-            st.step().await.map(|b| (Ok::<_, Infallible>(b), st))
-        });
-        Body::from_stream(s)
+        Body::stream(futures_util::stream::unfold(self, |mut st| async move { st.step().await.map(|b| (b, st)) }))
     }
 
     async fn step(&mut self) -> Option<Bytes> {
