@@ -1,34 +1,43 @@
 //! The upstream HTTP client: HTTP/1.1 keep-alive connections, pooled per upstream and per serving
-//! thread, written on `hyper::client::conn` directly.
+//! thread, written and read by the request's own task.
 //!
-//! Why not reqwest (used here until issue 7): its legacy hyper-util client wraps each call in
-//! several boxed service layers, moves large futures around (a tenth of the data plane's user-space
-//! instructions went to those copies under callgrind) and re-parses every response's URL. A proxy
-//! that sends every request to one of a few known origins needs much less: a stack of idle
-//! connections per thread, a connect with a timeout, and TLS.
+//! Why not a library client. reqwest (until issue 7) wrapped each call in boxed service layers and
+//! re-parsed every response's URL; hyper's client connection (sessions 5 to 8) runs each
+//! connection in a task of its own, so every request crossed two channels (the request to the
+//! connection's task, the response head and each body chunk back) and woke two tasks; that task
+//! was a sixth of the data plane's instructions per request under callgrind. A gateway that sends
+//! a POST with a known length to one of a few origins and reads one answer back needs much less:
+//! write the head and body, parse the answer's head with `httparse`, and decode its body by
+//! length, chunked framing, or until close. The request's task does both, so a streamed event
+//! wakes one task, not two. The figures are in `docs/BENCHMARKS.md` (session 9).
 //!
 //! - **Pool.** LIFO, so hot connections stay hot and the rest age out. A connection goes back to
-//!   the pool only when its response body was read to the end; a response dropped early (a caller
+//!   the pool only when its response body was read to the end and it may be kept (HTTP/1.1, no
+//!   `connection: close`, a framed body, nothing after it); a response dropped early (a caller
 //!   that went away) closes it. Idle connections older than [`IDLE_TIMEOUT`] are dropped when the
 //!   pool is next touched.
-//! - **Stale connections.** A pooled connection the server closed while idle is skipped. A request
-//!   refused by a connection before any byte was written is retried on another (hyper hands it
-//!   back); a request that was written is never sent twice.
+//! - **Stale connections.** A pooled connection is checked before use without a system call
+//!   unless the kernel flagged it (one the server closed while idle reads as end-of-file and is
+//!   dropped). A request that no byte of was written is tried on the next connection; a request
+//!   that was written, wholly or in part, is never sent twice.
+//! - **Framing** (RFC 9112 §6): 1xx heads are skipped; 204, 304 and `content-length: 0` have no
+//!   body; `transfer-encoding: chunked` wins over `content-length` (and the connection is not
+//!   kept); conflicting lengths, malformed chunk sizes and oversized heads are errors.
 //! - **TLS.** rustls with the Mozilla roots (`webpki-roots`), ALPN `http/1.1`.
 
+use std::io::{self, IoSlice};
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HOST};
-use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{self, ClientConfig};
 use tokio_rustls::TlsConnector;
@@ -42,8 +51,18 @@ const DRAIN_BYTES: usize = 64 * 1024;
 const DRAIN_TIME: Duration = Duration::from_secs(1);
 /// Pooled connections tried before a new one is opened for a request.
 const MAX_STALE_TRIES: usize = 4;
+/// A response head larger than this, or with more headers, is refused.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+/// A chunk-size line (extensions included) or a trailer section longer than this is refused.
+const MAX_LINE_BYTES: usize = 4096;
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+/// Free space asked of a connection's read buffer before each read.
+const READ_SPACE: usize = 16 * 1024;
 
-type Sender = SendRequest<Full<Bytes>>;
+/// The response headers a caller gets (the others are read for framing, then dropped: a map of
+/// every header an API sends, twenty and more, cost more than the rest of the head's parse).
+const KEPT_HEADERS: [&str; 3] = ["content-type", "retry-after", "retry-after-ms"];
 
 /// Why a request got no response.
 #[derive(Debug, thiserror::Error)]
@@ -52,23 +71,27 @@ pub enum Error {
     ConnectTimeout,
     #[error("connect failed: {0}")]
     Connect(String),
+    /// The connection failed, or the answer's head was not HTTP/1.1, before a response.
     #[error("request failed: {0}")]
-    Request(hyper::Error),
+    Request(String),
 }
 
 /// The client of one upstream origin (scheme, host, port).
 pub struct Client {
     origin: Origin,
-    /// Headers sent on every request (credentials among them), then `content-type` and the id.
-    headers: HeaderMap,
+    /// `host` and the headers sent on every request (credentials among them), as written:
+    /// `name: value\r\n` each. Never printed.
+    fixed_head: Vec<u8>,
     connect_timeout: Duration,
     /// One stack of idle connections per serving thread.
-    pools: Arc<[Mutex<Vec<Idle>>]>,
+    pools: Pools,
 }
+
+type Pools = Arc<[Mutex<Vec<Idle>>]>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The headers carry the upstream key: never printed.
+        // The fixed head carries the upstream key: never printed.
         f.debug_struct("Client").field("host", &self.origin.host).field("port", &self.origin.port).finish()
     }
 }
@@ -76,33 +99,79 @@ impl std::fmt::Debug for Client {
 struct Origin {
     host: String,
     port: u16,
-    host_header: HeaderValue,
     tls: Option<(TlsConnector, ServerName<'static>)>,
 }
 
 struct Idle {
-    sender: Sender,
+    conn: Conn,
     since: Instant,
+}
+
+/// One connection and what was read from it but not yet consumed.
+struct Conn {
+    io: Io,
+    buf: BytesMut,
+}
+
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 /// A response whose body is read chunk by chunk; read to the end, its connection goes back to the
 /// pool.
 pub struct Response {
     pub status: StatusCode,
+    /// Only [`KEPT_HEADERS`].
     pub headers: HeaderMap,
-    body: Incoming,
-    lease: Option<Lease>,
+    /// `None` once the connection was given back, or broke.
+    conn: Option<Conn>,
+    framing: Framing,
+    keep_alive: bool,
+    home: Home,
 }
 
-struct Lease {
-    sender: Sender,
-    pools: Arc<[Mutex<Vec<Idle>>]>,
+/// Where a connection goes back to.
+struct Home {
+    pools: Pools,
     slot: usize,
+}
+
+/// How the rest of a body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// This many bytes to go.
+    Length(u64),
+    Chunked(Chunked),
+    /// Until the server closes the connection (which is then not kept).
+    UntilClose,
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunked {
+    /// At a chunk-size line.
+    Size,
+    /// Inside a chunk's data, this many bytes to go.
+    Data(u64),
+    /// After a chunk's data, at its CRLF.
+    DataEnd,
+    /// After the last chunk, in the trailer section (bytes of it read so far).
+    Trailers(usize),
+}
+
+/// What the bytes read so far hold, next.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Data(Bytes),
+    End,
+    /// More must be read.
+    More,
 }
 
 impl Client {
     /// `base` is an `http://` or `https://` URL; only its origin is used here (paths are per
-    /// request). `threads` is the number of serving threads.
+    /// request). `headers` go on every request. `threads` is the number of serving threads.
     pub fn new(
         base: &reqwest::Url,
         headers: HeaderMap,
@@ -139,9 +208,17 @@ impl Client {
         } else {
             None
         };
+        let mut fixed_head =
+            Vec::with_capacity(64 + headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum::<usize>());
+        for (name, value) in std::iter::once((&http::header::HOST, &host_header)).chain(headers.iter()) {
+            fixed_head.extend_from_slice(name.as_str().as_bytes());
+            fixed_head.extend_from_slice(b": ");
+            fixed_head.extend_from_slice(value.as_bytes());
+            fixed_head.extend_from_slice(b"\r\n");
+        }
         Ok(Self {
-            origin: Origin { host, port, host_header, tls },
-            headers,
+            origin: Origin { host, port, tls },
+            fixed_head,
             connect_timeout,
             pools: (0..threads.max(1)).map(|_| Mutex::new(Vec::new())).collect(),
         })
@@ -149,76 +226,106 @@ impl Client {
 
     /// POSTs a JSON body to `path` (origin-form: path and query) and waits for the response head.
     pub async fn post_json(&self, path: &Uri, body: Vec<u8>, request_id: &str) -> Result<Response, Error> {
-        let mut req = Request::new(Full::new(Bytes::from(body)));
-        *req.method_mut() = Method::POST;
-        *req.uri_mut() = path.clone();
-        let h = req.headers_mut();
-        h.reserve(self.headers.len() + 3);
-        h.insert(HOST, self.origin.host_header.clone());
-        for (name, value) in &self.headers {
-            h.insert(name, value.clone());
-        }
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Ok(id) = HeaderValue::from_str(request_id) {
-            h.insert("x-request-id", id);
-        }
-
+        let head = self.request_head(path, body.len(), request_id);
         let slot = crate::worker::current() % self.pools.len();
-        // Pooled connections first; a request one of them refused unsent moves on to the next.
+        // Pooled connections first; a request no byte of went out moves on to the next.
         for _ in 0..MAX_STALE_TRIES {
-            let Some(mut sender) = self.take(slot) else { break };
-            if sender.ready().await.is_err() {
+            let Some(mut conn) = self.take(slot) else { break };
+            match conn.write_request(&head, &body).await {
+                Ok(()) => return self.response(conn, slot).await,
+                Err((false, _)) => {}
+                Err((true, e)) => return Err(Error::Request(e.to_string())),
+            }
+        }
+        let mut conn = self.connect().await?;
+        conn.write_request(&head, &body).await.map_err(|(_, e)| Error::Request(e.to_string()))?;
+        self.response(conn, slot).await
+    }
+
+    fn request_head(&self, path: &Uri, body_len: usize, request_id: &str) -> Vec<u8> {
+        let target = path.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
+        let mut h = Vec::with_capacity(target.len() + self.fixed_head.len() + request_id.len() + 96);
+        h.extend_from_slice(b"POST ");
+        h.extend_from_slice(target.as_bytes());
+        h.extend_from_slice(b" HTTP/1.1\r\n");
+        h.extend_from_slice(&self.fixed_head);
+        h.extend_from_slice(b"content-type: application/json\r\n");
+        // The caller's request id goes along so provider-side logs can be matched (ingress
+        // keeps only visible ASCII; anything else is left out rather than sent broken).
+        if !request_id.is_empty() && request_id.bytes().all(|b| b.is_ascii_graphic()) {
+            h.extend_from_slice(b"x-request-id: ");
+            h.extend_from_slice(request_id.as_bytes());
+            h.extend_from_slice(b"\r\n");
+        }
+        h.extend_from_slice(b"content-length: ");
+        h.extend_from_slice(itoa::Buffer::new().format(body_len).as_bytes());
+        h.extend_from_slice(b"\r\n\r\n");
+        h
+    }
+
+    /// Reads the answer's head (skipping 1xx heads).
+    async fn response(&self, mut conn: Conn, slot: usize) -> Result<Response, Error> {
+        loop {
+            let head = loop {
+                match parse_head(&conn.buf).map_err(Error::Request)? {
+                    Some(h) => break h,
+                    None => {
+                        if conn.read_more().await.map_err(|e| Error::Request(e.to_string()))? == 0 {
+                            return Err(Error::Request("the connection closed before a response".into()));
+                        }
+                    }
+                }
+            };
+            conn.buf.advance(head.len);
+            if head.status.is_informational() {
+                if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                    return Err(Error::Request("the upstream switched protocols".into()));
+                }
                 continue;
             }
-            match sender.try_send_request(req).await {
-                Ok(resp) => return Ok(self.response(resp, sender, slot)),
-                Err(mut e) => match e.take_message() {
-                    Some(back) => req = back,
-                    None => return Err(Error::Request(e.into_error())),
-                },
+            return Ok(Response {
+                status: head.status,
+                headers: head.headers,
+                conn: Some(conn),
+                framing: head.framing,
+                keep_alive: head.keep_alive,
+                home: Home { pools: self.pools.clone(), slot },
+            });
+        }
+    }
+
+    /// The most recently used open connection of this thread's pool.
+    fn take(&self, slot: usize) -> Option<Conn> {
+        loop {
+            let idle = {
+                let mut pool = self.pools[slot].lock().unwrap_or_else(PoisonError::into_inner);
+                let idle = pool.pop()?;
+                if idle.since.elapsed() >= IDLE_TIMEOUT {
+                    // Everything below is older still.
+                    pool.clear();
+                    return None;
+                }
+                idle
+            };
+            let mut conn = idle.conn;
+            if conn.is_open() {
+                return Some(conn);
             }
         }
-        let mut sender = self.connect().await?;
-        let resp = sender.send_request(req).await.map_err(Error::Request)?;
-        Ok(self.response(resp, sender, slot))
     }
 
-    fn response(&self, resp: http::Response<Incoming>, sender: Sender, slot: usize) -> Response {
-        let (parts, body) = resp.into_parts();
-        Response {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-            lease: Some(Lease { sender, pools: self.pools.clone(), slot }),
-        }
-    }
-
-    fn take(&self, slot: usize) -> Option<Sender> {
-        let mut idle = self.pools[slot].lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(c) = idle.pop() {
-            if c.since.elapsed() >= IDLE_TIMEOUT {
-                // Everything below is older still.
-                idle.clear();
-            } else if !c.sender.is_closed() {
-                return Some(c.sender);
-            }
-        }
-        None
-    }
-
-    async fn connect(&self) -> Result<Sender, Error> {
+    async fn connect(&self) -> Result<Conn, Error> {
         let o = &self.origin;
         let connect = async {
             let tcp = TcpStream::connect((o.host.as_str(), o.port)).await.map_err(|e| Error::Connect(e.to_string()))?;
             tcp.set_nodelay(true).map_err(|e| Error::Connect(e.to_string()))?;
-            match &o.tls {
-                None => handshake(tcp).await,
-                Some((connector, name)) => {
-                    let tls =
-                        connector.connect(name.clone(), tcp).await.map_err(|e| Error::Connect(format!("TLS: {e}")))?;
-                    handshake(tls).await
-                }
-            }
+            let io = match &o.tls {
+                None => Io::Plain(tcp),
+                Some((connector, name)) => Io::Tls(Box::new(
+                    connector.connect(name.clone(), tcp).await.map_err(|e| Error::Connect(format!("TLS: {e}")))?,
+                )),
+            };
+            Ok(Conn { io, buf: BytesMut::new() })
         };
         tokio::time::timeout(self.connect_timeout, connect).await.map_err(|_| Error::ConnectTimeout)?
     }
@@ -235,73 +342,314 @@ impl Client {
     }
 }
 
-async fn handshake<T>(io: T) -> Result<Sender, Error>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, conn) =
-        http1::Builder::new().handshake(TokioIo::new(io)).await.map_err(|e| Error::Connect(e.to_string()))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "upstream connection closed");
+impl Conn {
+    /// Writes the request; on failure, whether any of it went out.
+    async fn write_request(&mut self, head: &[u8], body: &[u8]) -> Result<(), (bool, io::Error)> {
+        let total = head.len() + body.len();
+        let mut written = 0;
+        while written < total {
+            let n = if written < head.len() {
+                self.io.write_vectored(&[IoSlice::new(&head[written..]), IoSlice::new(body)]).await
+            } else {
+                self.io.write(&body[written - head.len()..]).await
+            };
+            match n {
+                Ok(0) => return Err((written > 0, io::ErrorKind::WriteZero.into())),
+                Ok(n) => written += n,
+                Err(e) => return Err((written > 0, e)),
+            }
         }
-    });
-    Ok(sender)
+        self.io.flush().await.map_err(|e| (true, e))
+    }
+
+    /// Reads what has arrived (waiting for something); 0 at end-of-file.
+    async fn read_more(&mut self) -> io::Result<usize> {
+        self.buf.reserve(READ_SPACE);
+        self.io.read_buf(&mut self.buf).await
+    }
+
+    /// Whether an idle connection can carry a request: not closed by the server, nothing unasked
+    /// for arrived on it. No system call unless the kernel reported the socket readable.
+    fn is_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut probe = [0u8; 1];
+        let mut rb = ReadBuf::new(&mut probe);
+        matches!(Pin::new(&mut self.io).poll_read(&mut cx, &mut rb), Poll::Pending)
+    }
 }
 
-impl Response {
-    /// The next chunk of the body; `None` at its end (and the connection is back in the pool).
-    pub async fn chunk(&mut self) -> Result<Option<Bytes>, hyper::Error> {
+/// A parsed response head.
+#[derive(Debug)]
+struct Head {
+    len: usize,
+    status: StatusCode,
+    headers: HeaderMap,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+/// The response head at the start of `buf`, if all of it is there.
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
+    // Uninitialized slots: initializing 128 empty headers was a 4 KiB write per answer.
+    let mut headers = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut r, buf, &mut headers) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => {
+            return Err("the response head is too large".into())
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("invalid response head: {e}")),
+    };
+    let status = r.code.and_then(|c| StatusCode::from_u16(c).ok()).ok_or("invalid status code")?;
+    let (mut length, mut chunked, mut encoded, mut close, mut keep) = (None::<u64>, false, false, false, false);
+    let mut kept = HeaderMap::new();
+    for h in r.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let n = content_length(h.value).ok_or("invalid content-length")?;
+            if length.is_some_and(|l| l != n) {
+                return Err("conflicting content-length".into());
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            encoded = true;
+            // The last coding decides: only a body whose final coding is chunked is framed.
+            chunked = tokens(h.value).last().is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case("connection") {
+            for t in tokens(h.value) {
+                close |= t.eq_ignore_ascii_case(b"close");
+                keep |= t.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if let Some(k) = KEPT_HEADERS.iter().find(|k| name.eq_ignore_ascii_case(k)) {
+            if let Ok(v) = HeaderValue::from_bytes(h.value) {
+                kept.append(HeaderName::from_static(k), v);
+            }
+        }
+    }
+    let framing = if status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
+    {
+        Framing::Done
+    } else if encoded {
+        if chunked {
+            Framing::Chunked(Chunked::Size)
+        } else {
+            Framing::UntilClose
+        }
+    } else {
+        match length {
+            Some(0) => Framing::Done,
+            Some(n) => Framing::Length(n),
+            None => Framing::UntilClose,
+        }
+    };
+    let http11 = r.version == Some(1);
+    // A length beside a transfer coding may be a smuggling attempt: answer read, connection not kept.
+    let keep_alive = !close && (http11 || keep) && framing != Framing::UntilClose && !(encoded && length.is_some());
+    Ok(Some(Head { len, status, headers: kept, framing, keep_alive }))
+}
+
+/// A `content-length` value: digits, or a list of identical ones (RFC 9110 §8.6).
+fn content_length(v: &[u8]) -> Option<u64> {
+    let mut found = None;
+    for t in tokens(v) {
+        if t.is_empty() || t.len() > 19 || !t.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = std::str::from_utf8(t).ok()?.parse::<u64>().ok()?;
+        if found.is_some_and(|f| f != n) {
+            return None;
+        }
+        found = Some(n);
+    }
+    found
+}
+
+/// The comma-separated elements of a header value, trimmed.
+fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+    v.split(|b| *b == b',').map(<[u8]>::trim_ascii)
+}
+
+/// A chunk-size line's size (hex digits, then optional `;extensions`).
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let end = line.iter().position(|b| *b == b';').unwrap_or(line.len());
+    let digits = line[..end].trim_ascii();
+    if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+}
+
+impl Framing {
+    /// Takes the next piece of body out of `buf`, if one is there.
+    fn step(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
         loop {
-            match self.body.frame().await {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) if data.is_empty() => {}
-                    Ok(data) => return Ok(Some(data)),
-                    Err(_trailers) => {}
-                },
-                Some(Err(e)) => {
-                    self.lease = None;
-                    return Err(e);
+            match self {
+                Framing::Done | Framing::Length(0) => {
+                    *self = Framing::Done;
+                    return Ok(Step::End);
                 }
-                None => {
-                    if let Some(lease) = self.lease.take() {
-                        lease.release();
+                Framing::Length(rest) => {
+                    if buf.is_empty() {
+                        return Ok(Step::More);
                     }
-                    return Ok(None);
+                    let n = buf.len().min(usize::try_from(*rest).unwrap_or(usize::MAX));
+                    *rest -= n as u64;
+                    return Ok(Step::Data(buf.split_to(n).freeze()));
                 }
+                Framing::UntilClose => {
+                    return Ok(if buf.is_empty() { Step::More } else { Step::Data(buf.split().freeze()) });
+                }
+                Framing::Chunked(c) => match c {
+                    Chunked::Size => {
+                        let Some(eol) = memchr::memmem::find(buf, b"\r\n") else {
+                            return if buf.len() > MAX_LINE_BYTES {
+                                Err(bad("chunk-size line too long"))
+                            } else {
+                                Ok(Step::More)
+                            };
+                        };
+                        let size = chunk_size(&buf[..eol]).ok_or_else(|| bad("invalid chunk size"))?;
+                        buf.advance(eol + 2);
+                        *c = if size == 0 { Chunked::Trailers(0) } else { Chunked::Data(size) };
+                    }
+                    Chunked::Data(rest) => {
+                        if buf.is_empty() {
+                            return Ok(Step::More);
+                        }
+                        let n = buf.len().min(usize::try_from(*rest).unwrap_or(usize::MAX));
+                        *rest -= n as u64;
+                        if *rest == 0 {
+                            *c = Chunked::DataEnd;
+                        }
+                        return Ok(Step::Data(buf.split_to(n).freeze()));
+                    }
+                    Chunked::DataEnd => {
+                        if buf.len() < 2 {
+                            return Ok(Step::More);
+                        }
+                        if &buf[..2] != b"\r\n" {
+                            return Err(bad("chunk data not followed by CRLF"));
+                        }
+                        buf.advance(2);
+                        *c = Chunked::Size;
+                    }
+                    Chunked::Trailers(seen) => {
+                        let Some(eol) = memchr::memmem::find(buf, b"\r\n") else {
+                            return if *seen + buf.len() > MAX_TRAILER_BYTES {
+                                Err(bad("trailers too long"))
+                            } else {
+                                Ok(Step::More)
+                            };
+                        };
+                        buf.advance(eol + 2);
+                        if eol == 0 {
+                            *self = Framing::Done;
+                            return Ok(Step::End);
+                        }
+                        *seen += eol + 2;
+                        if *seen > MAX_TRAILER_BYTES {
+                            return Err(bad("trailers too long"));
+                        }
+                    }
+                },
             }
         }
     }
 }
 
 impl Response {
+    /// The next chunk of the body; `None` at its end (and the connection is back in the pool).
+    /// Cancel-safe: what was read stays in the connection's buffer for the next call.
+    pub async fn chunk(&mut self) -> io::Result<Option<Bytes>> {
+        loop {
+            let Some(conn) = self.conn.as_mut() else {
+                return match self.framing {
+                    Framing::Done => Ok(None),
+                    _ => Err(io::Error::new(io::ErrorKind::BrokenPipe, "the body was abandoned")),
+                };
+            };
+            match self.framing.step(&mut conn.buf) {
+                Ok(Step::Data(b)) => return Ok(Some(b)),
+                Ok(Step::End) => {
+                    self.release();
+                    return Ok(None);
+                }
+                Ok(Step::More) => {}
+                Err(e) => {
+                    self.conn = None;
+                    return Err(e);
+                }
+            }
+            match conn.read_more().await {
+                Ok(0) if self.framing == Framing::UntilClose => {
+                    self.framing = Framing::Done;
+                    self.conn = None;
+                    return Ok(None);
+                }
+                Ok(0) => {
+                    self.conn = None;
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the body ended early"));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.conn = None;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The body is over: the connection goes back to the pool if it may carry another request.
+    fn release(&mut self) {
+        self.framing = Framing::Done;
+        let Some(conn) = self.conn.take() else { return };
+        // Bytes after the body's end were never asked for: that connection is not reused.
+        if !self.keep_alive || !conn.buf.is_empty() {
+            return;
+        }
+        let mut idle = self.home.pools[self.home.slot].lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        // The oldest sit at the bottom: drop the ones past their time.
+        let expired = idle.iter().take_while(|c| now.duration_since(c.since) >= IDLE_TIMEOUT).count();
+        if expired > 0 {
+            idle.drain(..expired);
+        }
+        if idle.len() < MAX_IDLE {
+            idle.push(Idle { conn, since: now });
+        }
+    }
+
     /// Hands what is left of the body to a background read, so the connection goes back to the
     /// pool: a stream's decoder sees its last event (`[DONE]`) before the body's end (a chunked
     /// body's last chunk) arrives. Dropping the response instead would close a connection that
     /// is good for the next request, and every stream would pay a new connect (and TLS handshake).
     /// Gives up (closing the connection) past [`DRAIN_BYTES`] or [`DRAIN_TIME`].
     pub fn finish_in_background(mut self) {
-        if self.lease.is_none() {
+        if self.conn.is_none() || !self.keep_alive {
             return;
         }
         // Usually the end is already here: no task needed.
-        match futures_util::FutureExt::now_or_never(self.body.frame()) {
-            Some(None) => {
-                if let Some(lease) = self.lease.take() {
-                    lease.release();
+        let mut read = 0;
+        loop {
+            match futures_util::FutureExt::now_or_never(self.chunk()) {
+                Some(Ok(None) | Err(_)) => return,
+                Some(Ok(Some(c))) => {
+                    read += c.len();
+                    if read > DRAIN_BYTES {
+                        return;
+                    }
                 }
-                return;
+                None => break,
             }
-            Some(Some(Ok(_))) | None => {}
-            Some(Some(Err(_))) => return,
         }
         tokio::spawn(async move {
             let drain = async {
-                let mut read = 0;
                 while let Ok(Some(c)) = self.chunk().await {
                     read += c.len();
                     if read > DRAIN_BYTES {
-                        self.lease = None;
+                        self.conn = None;
                         return;
                     }
                 }
@@ -311,20 +659,52 @@ impl Response {
     }
 }
 
-impl Lease {
-    fn release(self) {
-        if self.sender.is_closed() {
-            return;
+impl AsyncRead for Io {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
-        let mut idle = self.pools[self.slot].lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        // The oldest sit at the bottom: drop the ones past their time.
-        let expired = idle.iter().take_while(|c| now.duration_since(c.since) >= IDLE_TIMEOUT).count();
-        if expired > 0 {
-            idle.drain(..expired);
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
-        if idle.len() < MAX_IDLE {
-            idle.push(Idle { sender: self.sender, since: now });
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -545,11 +925,224 @@ mod tests {
         let c = new("https://api.example.com/v1").unwrap();
         assert!(c.origin.tls.is_some());
         assert_eq!((c.origin.host.as_str(), c.origin.port), ("api.example.com", 443));
-        assert_eq!(c.origin.host_header, "api.example.com");
+        assert!(c.fixed_head.starts_with(b"host: api.example.com\r\n"));
         let c = new("http://[::1]:8080").unwrap();
         assert_eq!((c.origin.host.as_str(), c.origin.port), ("::1", 8080));
-        assert_eq!(c.origin.host_header, "[::1]:8080");
+        assert!(c.fixed_head.starts_with(b"host: [::1]:8080\r\n"));
         assert!(new("http://user:pw@example.com").unwrap_err().contains("credentials"));
         assert!(new("ftp://example.com").is_err());
+    }
+
+    /// A server that answers each request with the next of `answers` (raw bytes, written as
+    /// given, each piece after the one before with `gap` between), then closes when `close`.
+    async fn scripted(answers: Vec<Vec<&'static [u8]>>, gap: Duration, close: bool) -> reqwest::Url {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = reqwest::Url::parse(&format!("http://{}", l.local_addr().unwrap())).unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            for pieces in answers {
+                let mut buf = Vec::new();
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let mut chunk = [0u8; 4096];
+                    let n = s.read(&mut chunk).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                for p in pieces {
+                    s.write_all(p).await.unwrap();
+                    tokio::time::sleep(gap).await;
+                }
+            }
+            if !close {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+        url
+    }
+
+    async fn body_of(c: &Client) -> Result<(StatusCode, Vec<u8>), String> {
+        let target: Uri = "/v1/x".parse().unwrap();
+        let mut resp = c.post_json(&target, b"{}".to_vec(), "req-1").await.map_err(|e| e.to_string())?;
+        let mut body = Vec::new();
+        while let Some(b) = resp.chunk().await.map_err(|e| e.to_string())? {
+            body.extend_from_slice(&b);
+        }
+        Ok((resp.status, body))
+    }
+
+    #[tokio::test]
+    async fn chunked_bodies_split_anywhere_are_reassembled_and_the_connection_kept() {
+        let pieces: Vec<&'static [u8]> = vec![
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n5;ext=1\r\nhel",
+            b"lo\r",
+            b"\n6\r\n world\r\n0\r\nx-trailer: 1\r\n",
+            b"\r\n",
+        ];
+        let url =
+            scripted(vec![pieces, vec![b"HTTP/1.1 204 No Content\r\n\r\n"]], Duration::from_millis(5), false).await;
+        let c = client(&url);
+        let (status, body) = body_of(&c).await.unwrap();
+        assert_eq!((status, body.as_slice()), (StatusCode::OK, &b"hello world"[..]));
+        assert_eq!(c.idle(), 1, "a chunked body read to its end keeps its connection");
+        let (status, body) = body_of(&c).await.unwrap();
+        assert_eq!((status, body.len()), (StatusCode::NO_CONTENT, 0));
+        assert_eq!(c.idle(), 1);
+    }
+
+    #[tokio::test]
+    async fn informational_heads_are_skipped_and_the_kept_headers_are_given() {
+        let url = scripted(
+            vec![vec![
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n",
+                b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nx-other: 1\r\ncontent-length: 2\r\n\r\n{}",
+            ]],
+            Duration::ZERO,
+            false,
+        )
+        .await;
+        let c = client(&url);
+        let target: Uri = "/".parse().unwrap();
+        let mut resp = c.post_json(&target, Vec::new(), "r").await.unwrap();
+        assert_eq!(resp.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers.get("retry-after").unwrap(), "7");
+        assert!(resp.headers.get("x-other").is_none(), "only the kept headers are kept");
+        assert_eq!(resp.chunk().await.unwrap().unwrap(), &b"{}"[..]);
+        assert!(resp.chunk().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_body_until_close_is_read_to_the_end_and_its_connection_not_kept() {
+        let url =
+            scripted(vec![vec![b"HTTP/1.1 200 OK\r\n\r\npart one, ", b"part two"]], Duration::from_millis(5), true)
+                .await;
+        let c = client(&url);
+        assert_eq!(body_of(&c).await.unwrap().1, b"part one, part two");
+        assert_eq!(c.idle(), 0);
+    }
+
+    #[tokio::test]
+    async fn connection_close_and_http_1_0_answers_are_not_pooled() {
+        for head in [
+            &b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"[..],
+            b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        ] {
+            let url = scripted(vec![vec![head]], Duration::ZERO, false).await;
+            let c = client(&url);
+            assert_eq!(body_of(&c).await.unwrap().1, b"ok");
+            assert_eq!(c.idle(), 0, "{}", String::from_utf8_lossy(head));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_an_error_not_an_answer() {
+        for pieces in [
+            vec![&b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort"[..]],
+            vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"],
+        ] {
+            let url = scripted(vec![pieces], Duration::ZERO, true).await;
+            let c = client(&url);
+            let e = body_of(&c).await.unwrap_err();
+            assert!(e.contains("ended early"), "{e}");
+        }
+        let url = scripted(vec![vec![]], Duration::ZERO, true).await;
+        let e = body_of(&client(&url)).await.unwrap_err();
+        assert!(e.contains("closed before a response"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn malformed_answers_are_errors() {
+        for (pieces, want) in [
+            (vec![&b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok"[..]], "conflicting"),
+            (vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"], "invalid chunk size"),
+            (vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nokX\r\n"], "CRLF"),
+            (vec![b"SMTP ready\r\n\r\n"], "invalid response head"),
+        ] {
+            let url = scripted(vec![pieces], Duration::ZERO, false).await;
+            let e = body_of(&client(&url)).await.unwrap_err();
+            assert!(e.contains(want), "{e} should say {want}");
+        }
+    }
+
+    #[test]
+    fn heads_are_framed_by_the_rules_of_rfc_9112() {
+        let head = |s: &str| parse_head(s.as_bytes()).unwrap().unwrap();
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 42, 42\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(42), true));
+        // A transfer coding wins over a length, and such a connection is not kept.
+        let h = head("HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: gzip, chunked\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::Chunked(Chunked::Size), false));
+        let h = head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n");
+        assert_eq!((h.framing, h.keep_alive), (Framing::UntilClose, false));
+        assert_eq!(head("HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n").framing, Framing::Done);
+        assert!(head("HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n").keep_alive);
+        assert!(!head("HTTP/1.1 200 OK\r\nconnection: Close\r\ncontent-length: 1\r\n\r\n").keep_alive);
+        let h = head("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After-Ms: 250\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!(h.headers.get("retry-after-ms").unwrap(), "250");
+        assert_eq!(h.headers.get(http::header::CONTENT_TYPE).unwrap(), "application/json");
+        assert_eq!(h.framing, Framing::Done);
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-").unwrap().is_none(), "a partial head waits");
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 1, 2\r\n\r\n").is_err());
+        let huge = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD_BYTES + 1));
+        assert!(parse_head(huge.as_bytes()).unwrap_err().contains("too large"));
+    }
+
+    #[test]
+    fn request_heads_carry_the_fixed_headers_the_id_and_the_length() {
+        let url = reqwest::Url::parse("http://127.0.0.1:9/v1").unwrap();
+        let c = client(&url);
+        let target: Uri = "/v1/chat/completions?x=1".parse().unwrap();
+        let head = String::from_utf8(c.request_head(&target, 17, "req-1")).unwrap();
+        assert_eq!(
+            head,
+            "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: 127.0.0.1:9\r\nauthorization: Bearer sk-upstream\r\n\
+             content-type: application/json\r\nx-request-id: req-1\r\ncontent-length: 17\r\n\r\n"
+        );
+        let head = String::from_utf8(c.request_head(&target, 0, "bad\r\nid")).unwrap();
+        assert!(!head.contains("x-request-id"), "{head}");
+        assert!(!format!("{c:?}").contains("sk-upstream"), "the key is never printed");
+    }
+
+    /// Decodes `wire` given in pieces split at `cuts`, as reads would hand them over.
+    fn decode_in_pieces(wire: &[u8], cuts: &[usize]) -> io::Result<Vec<u8>> {
+        let mut framing = Framing::Chunked(Chunked::Size);
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut at = 0;
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (wire.len() + 1)).collect();
+        cuts.sort_unstable();
+        cuts.push(wire.len());
+        for cut in cuts {
+            buf.extend_from_slice(&wire[at..cut.max(at)]);
+            at = cut.max(at);
+            loop {
+                match framing.step(&mut buf)? {
+                    Step::Data(b) => out.extend_from_slice(&b),
+                    Step::End => return Ok(out),
+                    Step::More => break,
+                }
+            }
+        }
+        Err(io::ErrorKind::UnexpectedEof.into())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_chunked_body_decodes_the_same_however_it_is_split(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 1..40), 0..8),
+            cuts in proptest::collection::vec(0usize..1000, 0..12),
+        ) {
+            let mut wire = Vec::new();
+            for (i, c) in chunks.iter().enumerate() {
+                wire.extend_from_slice(format!("{:x}{}\r\n", c.len(), if i % 2 == 1 { ";ext=v" } else { "" }).as_bytes());
+                wire.extend_from_slice(c);
+                wire.extend_from_slice(b"\r\n");
+            }
+            wire.extend_from_slice(b"0\r\ntrailer: t\r\n\r\n");
+            let got = decode_in_pieces(&wire, &cuts).unwrap();
+            proptest::prop_assert_eq!(got, chunks.concat());
+        }
     }
 }

@@ -183,8 +183,10 @@ fn retry_after(h: &http::HeaderMap) -> Option<Duration> {
         .or_else(|| num("retry-after").map(Duration::from_secs_f64))
 }
 
-/// Reads a whole body chunk by chunk, so a body that stops arriving hits the idle timeout.
+/// Reads a whole body chunk by chunk, so a body that stops arriving hits the idle timeout. A body
+/// that arrived in one piece (the usual answer) is handed on as it is, not copied.
 async fn read_body(mut resp: Response, limits: Limits) -> Result<bytes::Bytes, AxError> {
+    let mut first: Option<bytes::Bytes> = None;
     let mut buf = BytesMut::new();
     loop {
         let (end, late) = limits.step_end(limits.idle, AxError::UpstreamIdleTimeout);
@@ -192,10 +194,24 @@ async fn read_body(mut resp: Response, limits: Limits) -> Result<bytes::Bytes, A
             tracing::warn!(error = %e, "upstream body failed");
             AxError::UpstreamStreamTruncated
         })?;
-        match chunk {
-            Some(c) if buf.len() + c.len() > MAX_BODY_BYTES => return Err(AxError::UpstreamInvalidResponse),
-            Some(c) => buf.extend_from_slice(&c),
-            None => return Ok(buf.freeze()),
+        let Some(c) = chunk else {
+            return Ok(match first {
+                Some(f) if buf.is_empty() => f,
+                _ => buf.freeze(),
+            });
+        };
+        let held = first.as_ref().map_or(0, bytes::Bytes::len) + buf.len();
+        if held + c.len() > MAX_BODY_BYTES {
+            return Err(AxError::UpstreamInvalidResponse);
+        }
+        match first.take() {
+            None if buf.is_empty() => first = Some(c),
+            f => {
+                if let Some(f) = f {
+                    buf.extend_from_slice(&f);
+                }
+                buf.extend_from_slice(&c);
+            }
         }
     }
 }
@@ -236,6 +252,10 @@ struct Timers {
     pull_started: Instant,
 }
 
+#[expect(
+    clippy::large_enum_variant,
+    reason = "it lives in the stream's one Box; boxing the answer too would be a second allocation per stream"
+)]
 enum Source {
     Http {
         resp: Response,
