@@ -143,7 +143,8 @@ pub fn ax(bin: &Path, dir: &Path, name: &str, yaml: &str) -> R<Proc> {
 }
 
 /// nginx as a reverse proxy to `upstream` with keep-alive (the cost of "one more hop"); `None`
-/// when nginx is not installed.
+/// when nginx is not installed. Its accept queue is as deep as the mock's and ax's (nginx's
+/// default, 511, dropped SYNs in a burst of 1,000 new streams).
 pub fn nginx(dir: &Path, upstream: SocketAddr) -> R<Option<Proc>> {
     if Command::new("nginx").arg("-v").stderr(Stdio::null()).status().is_err() {
         return Ok(None);
@@ -154,7 +155,7 @@ pub fn nginx(dir: &Path, upstream: SocketAddr) -> R<Option<Proc>> {
         "worker_processes 1;\npid {pid};\nerror_log {dir}/nginx.err warn;\nevents {{ worker_connections 8192; }}\n\
          http {{\n  access_log off;\n  keepalive_requests 1000000;\n  proxy_buffering off;\n\
            upstream up {{ server {upstream}; keepalive 256; }}\n\
-           server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}\n}}\n",
+           server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; }} }}\n}}\n",
         pid = pid_file.display(),
         dir = dir.display(),
     );
