@@ -186,6 +186,7 @@ fn retry_after(h: &http::HeaderMap) -> Option<Duration> {
 /// Reads a whole body chunk by chunk, so a body that stops arriving hits the idle timeout. A body
 /// that arrived in one piece (the usual answer) is handed on as it is, not copied.
 async fn read_body(mut resp: Response, limits: Limits) -> Result<bytes::Bytes, AxError> {
+    // The first chunk is held as it came; only a second one starts a copy into `buf`.
     let mut first: Option<bytes::Bytes> = None;
     let mut buf = BytesMut::new();
     loop {
@@ -194,25 +195,18 @@ async fn read_body(mut resp: Response, limits: Limits) -> Result<bytes::Bytes, A
             tracing::warn!(error = %e, "upstream body failed");
             AxError::UpstreamStreamTruncated
         })?;
-        let Some(c) = chunk else {
-            return Ok(match first {
-                Some(f) if buf.is_empty() => f,
-                _ => buf.freeze(),
-            });
-        };
-        let held = first.as_ref().map_or(0, bytes::Bytes::len) + buf.len();
-        if held + c.len() > MAX_BODY_BYTES {
+        let Some(c) = chunk else { return Ok(first.unwrap_or_else(|| buf.freeze())) };
+        if first.as_ref().map_or(buf.len(), bytes::Bytes::len) + c.len() > MAX_BODY_BYTES {
             return Err(AxError::UpstreamInvalidResponse);
         }
-        match first.take() {
-            None if buf.is_empty() => first = Some(c),
-            f => {
-                if let Some(f) = f {
-                    buf.extend_from_slice(&f);
-                }
-                buf.extend_from_slice(&c);
-            }
+        if first.is_none() && buf.is_empty() {
+            first = Some(c);
+            continue;
         }
+        if let Some(f) = first.take() {
+            buf.extend_from_slice(&f);
+        }
+        buf.extend_from_slice(&c);
     }
 }
 

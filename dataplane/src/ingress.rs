@@ -83,11 +83,8 @@ fn request_id(headers: &HeaderMap) -> String {
 }
 
 fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Response {
-    let mut r = Response::new(Body::full(body));
-    *r.status_mut() = status;
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h.insert(X_REQUEST_ID.clone(), header_value(request_id));
+    let mut r = plain(status, "application/json", body);
+    r.headers_mut().insert(X_REQUEST_ID.clone(), header_value(request_id));
     r
 }
 
@@ -552,7 +549,7 @@ fn healthz() -> Response {
     plain(StatusCode::OK, "application/json", r#"{"status":"ok"}"#)
 }
 
-/// A body that answers no caller's model request (no request id): health and metrics.
+/// A response of one body and its content type (`json_response` adds the request id).
 fn plain(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response {
     let mut r = Response::new(Body::full(body));
     *r.status_mut() = status;

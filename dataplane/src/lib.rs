@@ -87,8 +87,8 @@ impl App {
 /// connection finishes the request it is serving and closes (hyper's graceful shutdown).
 ///
 /// HTTP/1.1 on hyper's server connection directly, with `ingress::route` as the service: no router
-/// or service layers between hyper and the handler (axum's cost about 7,000 instructions a
-/// request, a tenth of the data plane's, for seven fixed routes; `docs/BENCHMARKS.md`). Every
+/// or service layers between hyper and the handler (axum's cost about 6,000 instructions a
+/// request, 8 % of the data plane's, for seven fixed routes; `docs/BENCHMARKS.md`). Every
 /// accepted socket has TCP_NODELAY set: without it a non-streaming response can wait ~40 ms on a
 /// delayed ACK.
 pub async fn serve(

@@ -11,7 +11,6 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 
 use crate::body::Body;
-
 use crate::canonical::{Chunk, StreamItem, Usage};
 use crate::dispatch::UpstreamStream;
 use crate::error::AxError;

@@ -263,18 +263,22 @@ async fn frontier(t: &Target, step: Duration, bounds_ms: &[u32]) -> Vec<Value> {
     best.into_iter().zip(bounds_ms).map(|(r, b)| json!({ "p99_under_ms": b, "rps": r.round() as u64 })).collect()
 }
 
-/// The most concurrent paced streams `t` holds with no error and every gap under 5 ms more than
-/// the pacing (a gap under 25 ms), between `lo` (held) and `hi` (not), by bisection to a tenth of
-/// the span; one round a probe. Returns it and the probes.
+/// Whether paced streams were held: no error, and every gap under 5 ms more than the pacing
+/// (20 ms).
+fn holds(s: &load::Streams) -> bool {
+    s.errors == 0 && pct(&s.gaps_us, 100.0) < 25_000
+}
+
+/// The most concurrent paced streams `t` [`holds`], between `lo` (held) and `hi` (not), by
+/// bisection to a tenth of the span; one round a probe. Returns it and the probes.
 async fn most_held(t: &Target, lo: usize, hi: usize) -> (usize, Vec<Value>) {
     let (mut lo, mut hi, close_enough) = (lo, hi, ((hi - lo) / 10).max(1));
     let mut probes = Vec::new();
     while hi - lo > close_enough {
         let mid = (lo + hi) / 2;
         let s = load::streams(t, mid, 1).await;
-        let max_gap = pct(&s.gaps_us, 100.0);
-        let ok = s.errors == 0 && s.completed == mid as u64 && max_gap < 25_000;
-        probes.push(json!({ "streams": mid, "held": ok, "max_gap_us": max_gap, "errors": s.errors }));
+        let ok = holds(&s);
+        probes.push(json!({ "streams": mid, "held": ok, "max_gap_us": pct(&s.gaps_us, 100.0), "errors": s.errors }));
         if ok {
             lo = mid;
         } else {
@@ -527,6 +531,7 @@ async fn run(o: Opts, command: String) -> R<()> {
             "gap_us": { "direct_p50": p(&d.gaps_us, 50.0), "direct_p99": p(&d.gaps_us, 99.0), "direct_max": p(&d.gaps_us, 100.0),
                         "ax_p50": p(&a.gaps_us, 50.0), "ax_p99": p(&a.gaps_us, 99.0), "ax_max": p(&a.gaps_us, 100.0) },
             "added_gap_us": { "p50": p(&a.gaps_us, 50.0) - p(&d.gaps_us, 50.0), "p99": p(&a.gaps_us, 99.0) - p(&d.gaps_us, 99.0) },
+            "ax_held": holds(&a),
             "ax_rss_mib": rss,
             "ax_cpu_us_per_event": (cpu_per_event * 10.0).round() / 10.0,
             "nginx": ng.as_ref().map(|(g, per_event)| json!({
@@ -534,30 +539,34 @@ async fn run(o: Opts, command: String) -> R<()> {
                 "added_ttft_us": { "p50": p(&g.ttft_us, 50.0) - p(&d.ttft_us, 50.0), "p99": p(&g.ttft_us, 99.0) - p(&d.ttft_us, 99.0) },
                 "added_gap_us": { "p50": p(&g.gaps_us, 50.0) - p(&d.gaps_us, 50.0), "p99": p(&g.gaps_us, 99.0) - p(&d.gaps_us, 99.0) },
                 "max_gap_us": p(&g.gaps_us, 100.0),
+                "held": holds(g),
                 "cpu_us_per_event": (per_event * 10.0).round() / 10.0,
             })),
         }));
         }
-        let held = st
-            .iter()
-            .filter(|s| s["errors"]["ax"] == 0 && s["gap_us"]["ax_max"].as_i64().unwrap_or(i64::MAX) - 20_000 < 5_000)
-            .filter_map(|s| s["streams"].as_u64())
-            .max();
-        // The levels only say held or not at 1, 100, 1,000: between the highest held and the next
-        // level up, the most ax holds is found by bisection (and the most nginx holds, from the
-        // same start, for the same box's reference).
-        let next_level = |h: Option<u64>| {
-            let lo = usize::try_from(h?).ok()?;
-            Some((lo, levels.iter().copied().find(|l| *l > lo)?))
+        // The levels only say held or not at 1, 100, 1,000: between the highest level a proxy held
+        // and the next one up, the most it holds is found by bisection (ax, and nginx for the same
+        // box's reference).
+        let highest_held = |flag: &str| -> Option<usize> {
+            st.iter()
+                .filter(|l| l.pointer(flag) == Some(&Value::Bool(true)))
+                .filter_map(|l| l["streams"].as_u64().and_then(|n| usize::try_from(n).ok()))
+                .max()
         };
-        let (mut most, mut probes) = (held, Vec::new());
-        if let Some((lo, hi)) = next_level(held) {
-            let (m, p) = most_held(&sax, lo, hi).await;
-            (most, probes) = (Some(m as u64), p);
-        }
+        let bisect = |held: Option<usize>, t: Target| async move {
+            let Some(lo) = held else { return (None, Vec::new()) };
+            match levels.iter().copied().find(|l| *l > lo) {
+                Some(hi) => {
+                    let (m, p) = most_held(&t, lo, hi).await;
+                    (Some(m), p)
+                }
+                None => (Some(lo), Vec::new()),
+            }
+        };
+        let (most, probes) = bisect(highest_held("/ax_held"), sax.clone()).await;
         let mut nginx_most = Value::Null;
-        if let (Some(ngx), Some((lo, hi))) = (&nginx, next_level(held)) {
-            let (m, p) = most_held(&Target { addr: ngx.addr, ..sdirect.clone() }, lo, hi).await;
+        if let Some(ngx) = &nginx {
+            let (m, p) = bisect(highest_held("/nginx/held"), Target { addr: ngx.addr, ..sdirect.clone() }).await;
             nginx_most = json!({ "most_held_with_gaps_under_5ms_added": m, "bisection": p });
         }
         results.insert(

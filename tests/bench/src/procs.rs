@@ -143,7 +143,7 @@ pub fn ax(bin: &Path, dir: &Path, name: &str, yaml: &str) -> R<Proc> {
 }
 
 /// nginx as a reverse proxy to `upstream` with keep-alive (the cost of "one more hop"); `None`
-/// when nginx is not installed. Its accept queue is as deep as the mock's and ax's (nginx's
+/// when nginx is not installed. Its accept queue is as deep as the mock's, 4,096 (nginx's
 /// default, 511, dropped SYNs in a burst of 1,000 new streams).
 pub fn nginx(dir: &Path, upstream: SocketAddr) -> R<Option<Proc>> {
     if Command::new("nginx").arg("-v").stderr(Stdio::null()).status().is_err() {
