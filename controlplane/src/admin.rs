@@ -9,8 +9,7 @@ use ax_protocol::admin::{
 use ax_protocol::config::{
     CandidateSpec, FailoverSpec, LimitsSpec, RouteSpec, Strategy, TenantSpec, TimeoutOverrides, UpstreamSpec,
 };
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -20,6 +19,7 @@ use sqlx::PgConnection;
 use crate::auth::{Caller, Role};
 use crate::document::{self, audit, commit, Focus};
 use crate::error::{decode, ApiError, ApiResult, FieldError};
+use crate::extract::{ApiBody, ApiPath, ApiQuery};
 use crate::{crypto, AppState};
 
 type Reply = ApiResult<Json<Value>>;
@@ -84,7 +84,12 @@ pub async fn list_tenants(State(s): State<AppState>, caller: Caller) -> Reply {
 }
 
 /// Create (admin) when the tenant is new; update its limits, aliases and budgets (operator).
-pub async fn put_tenant(State(s): State<AppState>, caller: Caller, Path(id): Path<String>, body: Bytes) -> Reply {
+pub async fn put_tenant(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> Reply {
     caller.require(Role::Operator)?;
     valid_name("id", &id)?;
     let t: TenantIn = decode(&body)?;
@@ -134,7 +139,12 @@ pub struct KeyIn {
 }
 
 /// Creates a key; the key itself is in this response only (stored as its SHA-256).
-pub async fn create_key(State(s): State<AppState>, caller: Caller, Path(tenant): Path<String>, body: Bytes) -> Reply {
+pub async fn create_key(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(tenant): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> Reply {
     caller.require(Role::Admin)?;
     let k: KeyIn = if body.is_empty() { KeyIn { id: None, expires_at: None, limits: None } } else { decode(&body)? };
     let id = k.id.unwrap_or_else(|| format!("{tenant}-{}", &crypto::token(6)[..8]));
@@ -173,7 +183,7 @@ pub async fn create_key(State(s): State<AppState>, caller: Caller, Path(tenant):
         "note": "the key is shown once; only its SHA-256 is stored" })))
 }
 
-pub async fn list_keys(State(s): State<AppState>, caller: Caller, Path(tenant): Path<String>) -> Reply {
+pub async fn list_keys(State(s): State<AppState>, caller: Caller, ApiPath(tenant): ApiPath<String>) -> Reply {
     caller.require(Role::Operator)?;
     let rows: Vec<(String, String, String, Option<String>, String)> = sqlx::query!(
         r#"SELECT id, prefix, status, to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires_at,
@@ -195,7 +205,7 @@ pub async fn list_keys(State(s): State<AppState>, caller: Caller, Path(tenant): 
     Ok(Json(json!({ "keys": keys })))
 }
 
-pub async fn revoke_key(State(s): State<AppState>, caller: Caller, Path(id): Path<String>) -> Reply {
+pub async fn revoke_key(State(s): State<AppState>, caller: Caller, ApiPath(id): ApiPath<String>) -> Reply {
     caller.require(Role::Admin)?;
     let mut tx = s.db.begin().await?;
     let tenant: Option<String> =
@@ -261,7 +271,12 @@ pub async fn list_upstreams(State(s): State<AppState>, caller: Caller) -> Reply 
 
 /// Creates or replaces an upstream (admin). `api_key` is write-only: stored encrypted, never
 /// returned; leave it out to keep the current key.
-pub async fn put_upstream(State(s): State<AppState>, caller: Caller, Path(name): Path<String>, body: Bytes) -> Reply {
+pub async fn put_upstream(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> Reply {
     caller.require(Role::Admin)?;
     valid_name("name", &name)?;
     let mut v: Value = decode(&body)?;
@@ -291,7 +306,7 @@ pub async fn put_upstream(State(s): State<AppState>, caller: Caller, Path(name):
     Ok(Json(json!({ "upstream": after, "version": version })))
 }
 
-pub async fn delete_upstream(State(s): State<AppState>, caller: Caller, Path(name): Path<String>) -> Reply {
+pub async fn delete_upstream(State(s): State<AppState>, caller: Caller, ApiPath(name): ApiPath<String>) -> Reply {
     caller.require(Role::Admin)?;
     let mut tx = s.db.begin().await?;
     let before =
@@ -458,7 +473,7 @@ pub async fn list_routes(State(s): State<AppState>, caller: Caller) -> Reply {
     Ok(Json(json!({ "routes": list })))
 }
 
-pub async fn get_route(State(s): State<AppState>, caller: Caller, Path(alias): Path<String>) -> Reply {
+pub async fn get_route(State(s): State<AppState>, caller: Caller, ApiPath(alias): ApiPath<String>) -> Reply {
     caller.require(Role::Operator)?;
     let mut conn = s.db.acquire().await?;
     let r = route_view(&mut conn, &alias).await?.ok_or_else(|| ApiError::not_found(format!("route '{alias}'")))?;
@@ -483,7 +498,12 @@ fn route_spec(alias: &str, r: &RouteIn, candidates: &[(CandidateSpec, bool)]) ->
 }
 
 /// Creates or replaces a route: strategy, candidates and weights, fallbacks (operator).
-pub async fn put_route(State(s): State<AppState>, caller: Caller, Path(alias): Path<String>, body: Bytes) -> Reply {
+pub async fn put_route(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(alias): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> Reply {
     caller.require(Role::Operator)?;
     valid_name("alias", &alias)?;
     let r: RouteIn = decode(&body)?;
@@ -509,7 +529,7 @@ pub async fn put_route(State(s): State<AppState>, caller: Caller, Path(alias): P
     Ok(Json(json!({ "route": after, "version": version })))
 }
 
-pub async fn delete_route(State(s): State<AppState>, caller: Caller, Path(alias): Path<String>) -> Reply {
+pub async fn delete_route(State(s): State<AppState>, caller: Caller, ApiPath(alias): ApiPath<String>) -> Reply {
     caller.require(Role::Operator)?;
     let mut tx = s.db.begin().await?;
     let before = route_view(&mut tx, &alias).await?.ok_or_else(|| ApiError::not_found(format!("route '{alias}'")))?;
@@ -522,7 +542,12 @@ pub async fn delete_route(State(s): State<AppState>, caller: Caller, Path(alias)
 
 /// What a route change would do, without committing it: the diff against the live route and each
 /// real model's share of the alias's traffic before and after.
-pub async fn preview_route(State(s): State<AppState>, caller: Caller, Path(alias): Path<String>, body: Bytes) -> Reply {
+pub async fn preview_route(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(alias): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> Reply {
     caller.require(Role::Operator)?;
     let r: RouteIn = decode(&body)?;
     let candidates = r.check().map_err(ApiError::invalid)?;
@@ -654,7 +679,7 @@ pub async fn list_versions(State(s): State<AppState>, caller: Caller) -> Reply {
 }
 
 /// Restores the routing configuration of an earlier version as a new version (operator).
-pub async fn rollback(State(s): State<AppState>, caller: Caller, Path(version): Path<i64>) -> Reply {
+pub async fn rollback(State(s): State<AppState>, caller: Caller, ApiPath(version): ApiPath<i64>) -> Reply {
     caller.require(Role::Operator)?;
     let mut tx = s.db.begin().await?;
     let stored: Option<String> = sqlx::query_scalar!(
@@ -685,7 +710,7 @@ pub struct NodeIn {
 pub async fn create_node(
     State(s): State<AppState>,
     caller: Caller,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     caller.require(Role::Admin)?;
     let n: NodeIn = decode(&body)?;
@@ -712,16 +737,22 @@ pub async fn register_node(db: &sqlx::PgPool, id: &str, token: &str) -> ApiResul
 
 pub async fn list_nodes(State(s): State<AppState>, caller: Caller) -> Reply {
     caller.require(Role::Operator)?;
-    let connected = s.hub.connected();
     let nodes = sqlx::query!(
-        r#"SELECT id, applied_version, last_error, to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS last_seen, health
-           FROM data_planes ORDER BY id"#
+        r#"SELECT d.id, d.applied_version, d.last_error,
+                  to_char(d.last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS last_seen, d.health,
+                  (SELECT count(*) FROM node_connections c
+                   WHERE c.node = d.id AND c.last_seen > now() - make_interval(secs => $1)) AS "connections!",
+                  (SELECT count(*) FROM usage_dead_letters l WHERE l.node = d.id) AS "dead_letters!"
+           FROM data_planes d ORDER BY d.id"#,
+        crate::push::CONNECTED_WITHIN_S,
     )
     .fetch_all(&s.db)
     .await?
     .into_iter()
     .map(|r| NodeView {
-        connected: connected.contains(&r.id),
+        connected: r.connections > 0,
+        connections: r.connections,
+        dead_letters: r.dead_letters,
         id: r.id,
         applied_version: r.applied_version,
         last_error: r.last_error,
@@ -745,7 +776,7 @@ pub struct AuditQuery {
     limit: Option<i64>,
 }
 
-pub async fn list_audit(State(s): State<AppState>, caller: Caller, Query(q): Query<AuditQuery>) -> Reply {
+pub async fn list_audit(State(s): State<AppState>, caller: Caller, ApiQuery(q): ApiQuery<AuditQuery>) -> Reply {
     caller.require(Role::Operator)?;
     let entries = sqlx::query!(
         r#"SELECT id, operator, action, target, before, after, to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS "at!"

@@ -164,29 +164,11 @@ fn decoy_hash() -> &'static str {
 pub async fn login(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    body: axum::body::Bytes,
+    crate::extract::ApiBody(body): crate::extract::ApiBody,
 ) -> ApiResult<Response> {
     let req: Login = crate::error::decode(&body)?;
     let client = peer.ip().to_string();
-    let failures = sqlx::query!(
-        r#"SELECT count(*) FILTER (WHERE username = $1) AS "by_user!", count(*) FILTER (WHERE client = $2) AS "by_client!"
-         FROM login_failures WHERE at > now() - make_interval(secs => $3)"#,
-        req.username,
-        client,
-        THROTTLE_WINDOW_S as f64,
-    )
-    .fetch_one(&state.db)
-    .await?;
-    let (by_user, by_client) = (failures.by_user, failures.by_client);
-    if by_user >= MAX_FAILURES || by_client >= MAX_FAILURES * 4 {
-        let mut e = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "login_throttled",
-            "too many failed logins; try again in a few minutes",
-        );
-        e.retry_after = Some(THROTTLE_WINDOW_S as u64 / 3);
-        return Err(e);
-    }
+    take_login_slot(&state.db, &req.username, &client).await?;
     let row = sqlx::query!("SELECT id, password_hash, role FROM operators WHERE username = $1", req.username)
         .fetch_optional(&state.db)
         .await?
@@ -197,9 +179,7 @@ pub async fn login(
         .await
         .map_err(|e| ApiError::internal("argon2", e))?;
     let Some((operator_id, _, role)) = row.filter(|_| ok) else {
-        sqlx::query!("INSERT INTO login_failures (username, client) VALUES ($1, $2)", req.username, client)
-            .execute(&state.db)
-            .await?;
+        // The slot taken above stays: it is this attempt's failure.
         tracing::warn!(username = %req.username, client = %client, "failed login");
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_credentials", "wrong username or password"));
     };
@@ -220,6 +200,46 @@ pub async fn login(
     let mut resp = Json(SessionInfo { username: req.username, role, csrf_token: csrf }).into_response();
     resp.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, &token, SESSION_HOURS * 3600));
     Ok(resp)
+}
+
+/// Takes a login attempt's slot before its password is checked: under transaction-scoped advisory
+/// locks on the username and the client address (always in that order), the recent failures are
+/// counted and, below both limits, a `login_failures` row is written for this attempt. So N
+/// parallel attempts check at most the limit's worth of passwords; a right password deletes the
+/// row again (with the user's other failures). Over a limit: 429 `login_throttled`.
+async fn take_login_slot(db: &sqlx::PgPool, username: &str, client: &str) -> ApiResult<()> {
+    let mut tx = db.begin().await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock(hashtextextended('ax-login-user:' || $1, 0))", username)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock(hashtextextended('ax-login-client:' || $1, 0))", client)
+        .execute(&mut *tx)
+        .await?;
+    let failures = sqlx::query!(
+        r#"SELECT count(*) FILTER (WHERE username = $1) AS "by_user!", count(*) FILTER (WHERE client = $2) AS "by_client!"
+         FROM login_failures WHERE at > now() - make_interval(secs => $3) AND (username = $1 OR client = $2)"#,
+        username,
+        client,
+        THROTTLE_WINDOW_S as f64,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if failures.by_user >= MAX_FAILURES || failures.by_client >= MAX_FAILURES * 4 {
+        tx.commit().await?;
+        tracing::warn!(username, client, "login throttled");
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "login_throttled",
+            "too many failed logins; try again in a few minutes",
+        );
+        e.retry_after = Some(THROTTLE_WINDOW_S as u64 / 3);
+        return Err(e);
+    }
+    sqlx::query!("INSERT INTO login_failures (username, client) VALUES ($1, $2)", username, client)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 pub async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<Response> {

@@ -59,8 +59,22 @@ impl ApiError {
 }
 
 impl From<sqlx::Error> for ApiError {
+    /// A database that cannot be reached is 503 `database_unavailable` (try again); anything else
+    /// the database says is a 500 (logged; no input may cause one).
     fn from(e: sqlx::Error) -> Self {
-        Self::internal("database", e)
+        match e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+                tracing::error!(error = %e, "database unavailable");
+                let mut a = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_unavailable",
+                    "the database cannot be reached; try again",
+                );
+                a.retry_after = Some(2);
+                a
+            }
+            e => Self::internal("database", e),
+        }
     }
 }
 
@@ -80,12 +94,72 @@ impl IntoResponse for ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
-/// Decodes a JSON body into `T`, naming the offending field on failure (422).
+/// Decodes a JSON body into `T`, naming the offending field on failure (422): a field of the
+/// wrong shape, a lone surrogate (`\ud800`, which is not text), or a NUL character (`\u0000`,
+/// which Postgres refuses in text and jsonb).
 pub fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    // JSON carries a NUL only as this escape; a body without one needs no walk.
+    if body.windows(6).any(|w| w == b"\\u0000") {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+            if let Some(path) = nul_at(&v, &mut String::new()) {
+                return Err(ApiError::field(path, "must not contain a NUL character"));
+            }
+        }
+    }
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { "(body)".to_owned() } else { path };
         ApiError::field(path, e.into_inner().to_string())
     })
+}
+
+/// The path (`routes[0].alias`, `(body)` for the root) of the first string or object key in `v`
+/// that holds a NUL character. `path` is the path of `v` itself.
+pub fn nul_at(v: &serde_json::Value, path: &mut String) -> Option<String> {
+    use serde_json::Value;
+    let here = |p: &str| if p.is_empty() { "(body)".to_owned() } else { p.to_owned() };
+    match v {
+        Value::String(s) => s.contains('\0').then(|| here(path)),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, x)| {
+            let len = path.len();
+            path.push_str(&format!("[{i}]"));
+            let found = nul_at(x, path);
+            path.truncate(len);
+            found
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(k, x)| {
+            let len = path.len();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(&k.replace('\0', "\\u0000"));
+            let found = if k.contains('\0') { Some(path.clone()) } else { nul_at(x, path) };
+            path.truncate(len);
+            found
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_anywhere_is_a_field_error_at_its_path() {
+        #[derive(serde::Deserialize, Debug)]
+        struct T {
+            #[allow(dead_code)]
+            allowed_aliases: Vec<String>,
+        }
+        let e = decode::<T>(br#"{"allowed_aliases":["ok","ch\u0000at"]}"#).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.fields[0].path.as_str()), (422, "allowed_aliases[1]"));
+        let e = decode::<serde_json::Value>(br#"{"a":{"b\u0000":1}}"#).unwrap_err();
+        assert_eq!(e.fields[0].path, "a.b\\u0000");
+        let e = decode::<T>(br#"{"allowed_aliases":["\ud800"]}"#).unwrap_err();
+        assert_eq!(e.status.as_u16(), 422, "a lone surrogate is not text");
+        // An escaped backslash before "u0000" is not a NUL.
+        assert!(decode::<T>(br#"{"allowed_aliases":["\\u0000"]}"#).is_ok());
+    }
 }

@@ -10,6 +10,8 @@
 //! - `usage`    — batched, idempotent ingestion with rollups; reports (JSON/CSV).
 //! - `crypto`   — AES-256-GCM for upstream keys, SHA-256 digests, random tokens.
 //! - `error`    — `ApiError`: one JSON error shape with stable codes and field errors.
+//! - `extract`  — `ApiPath`, `ApiQuery`, `ApiBody`: axum's extractors with JSON rejections.
+//! - `listener` — TCP_NODELAY, and JSON in place of hyper's empty 400/414/431 answers.
 //! - `ui`       — the admin UI's static files at `/` (everything not under `/api/`).
 
 #![allow(clippy::type_complexity, reason = "sqlx row tuples mirror their SELECT lists, next to the query")]
@@ -19,6 +21,8 @@ pub mod auth;
 pub mod crypto;
 pub mod document;
 pub mod error;
+pub mod extract;
+pub mod listener;
 pub mod push;
 pub mod ui;
 pub mod usage;
@@ -36,6 +40,8 @@ pub struct State {
     pub secure_cookies: bool,
     /// The built admin UI (`ui/dist`), served at `/`.
     pub ui_dir: Option<std::path::PathBuf>,
+    /// This process's Prometheus recorder (`/metrics`), if it could be installed.
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
 pub type AppState = Arc<State>;
@@ -66,7 +72,8 @@ pub fn router(state: AppState) -> Router {
         .route("/reports/cost", get(usage::cost_report))
         .route("/reports/top", get(usage::top_spenders))
         .route("/reports/budgets", get(usage::budget_burn))
-        .route("/test/push", post(push::test_push));
+        .route("/test/push", post(push::test_push))
+        .method_not_allowed_fallback(method_not_allowed);
     let api_404 = || async { error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no such route") };
     let ui = ui::routes(state.ui_dir.as_deref());
     Router::new()
@@ -75,9 +82,42 @@ pub fn router(state: AppState) -> Router {
         .route("/api", axum::routing::any(api_404))
         .route("/api/{*rest}", axum::routing::any(api_404))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback_service(ui)
-        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// The largest admin request body (a usage batch is at most 4 MiB plus one record).
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// A route that exists, with a method it does not take (axum adds `Allow`).
+async fn method_not_allowed(method: http::Method, uri: axum::extract::OriginalUri) -> error::ApiError {
+    error::ApiError::new(
+        http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// `GET /metrics`: the control plane's Prometheus series (dead-lettered usage records per node).
+async fn metrics(axum::extract::State(state): axum::extract::State<AppState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match &state.metrics {
+        Some(h) => ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response(),
+        None => error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no metrics recorder").into_response(),
+    }
+}
+
+/// Installs this process's Prometheus recorder (once) and describes its series.
+pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().ok()?;
+    metrics::describe_counter!(
+        "ax_usage_dead_letters_total",
+        "Usage records stored in usage_dead_letters instead of usage_events, by node"
+    );
+    Some(handle)
 }
 
 /// The admin API's OpenAPI document (hand-written next to the router; a test checks that every

@@ -130,7 +130,8 @@ async fn serve(args: &[String]) -> Result<(), String> {
         Some(d) => tracing::warn!(dir = %d.display(), "no index.html in the UI directory; build it with ui/build.sh"),
         None => tracing::info!("no admin UI directory (build it with ui/build.sh); the API is at /api/"),
     }
-    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), secure_cookies, ui_dir });
+    let metrics = ax_controlplane::prometheus();
+    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), secure_cookies, ui_dir, metrics });
     tokio::spawn(push::follow(state.clone()));
     tokio::spawn(async move {
         let mut t = tokio::time::interval(std::time::Duration::from_secs(3600));
@@ -141,22 +142,65 @@ async fn serve(args: &[String]) -> Result<(), String> {
             }
             let _ = sqlx::query!("DELETE FROM sessions WHERE expires_at < now()").execute(&db).await;
             let _ = sqlx::query!("DELETE FROM login_failures WHERE at < now() - interval '1 day'").execute(&db).await;
+            // Connections of replicas that died without closing them.
+            let _ = sqlx::query!("DELETE FROM node_connections WHERE last_seen < now() - interval '1 hour'")
+                .execute(&db)
+                .await;
         }
     });
     tracing::info!(addr = %addr, "control plane listening");
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    // SIGTERM or SIGINT: stop accepting, tell every node session to close (its data plane moves
+    // to another replica at once), let admin requests and usage batches in flight finish, for at
+    // most DRAIN.
+    let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+    let closing = state.clone();
+    // (`tap_io` does nothing; through it the address is the request's `ConnectInfo`.)
     use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-        }
+    let listener = ax_controlplane::listener::Listener(listener).tap_io(|_| {});
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        tracing::info!(drain_s = DRAIN.as_secs(), "shutting down: finishing requests in flight, closing node sessions");
+        closing.hub.close();
+        let _ = signalled_tx.send(true);
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| e.to_string())
+    let deadline = async {
+        let _ = signalled.wait_for(|s| *s).await;
+        tokio::time::sleep(DRAIN).await;
+    };
+    let result = tokio::select! {
+        r = std::future::IntoFuture::into_future(server) => r.map_err(|e| e.to_string()),
+        () = deadline => {
+            tracing::warn!("requests still in flight after the drain period; stopping anyway");
+            Ok(())
+        }
+    };
+    if !state.hub.closed(std::time::Duration::from_secs(2)).await {
+        tracing::warn!("node sessions still open at exit");
+    }
+    tracing::info!("control plane stopped");
+    result
+}
+
+/// How long a shutting-down control plane lets requests in flight finish.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(20);
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = term => {},
+    }
 }
 
 /// Re-encrypts every upstream key under the current master key.

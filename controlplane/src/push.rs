@@ -4,13 +4,14 @@
 //! Postgres `LISTEN ax_config` (the NOTIFY is sent by the committing transaction), with a
 //! periodic check as a safety net.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ax_protocol::snapshot::{Document, FromNode, ToNode};
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{ConnectInfo, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
@@ -27,12 +28,22 @@ pub struct Pushed {
 
 pub struct Hub {
     latest: watch::Sender<Option<Arc<Pushed>>>,
-    connected: Mutex<HashSet<String>>,
+    /// This process's name in `node_connections` (random per start).
+    replica: String,
+    /// Set once the process shuts down: every node session sends a close frame and ends.
+    closing: watch::Sender<bool>,
+    /// Node sessions open on this replica.
+    sessions: watch::Sender<usize>,
 }
 
 impl Default for Hub {
     fn default() -> Self {
-        Self { latest: watch::channel(None).0, connected: Mutex::new(HashSet::new()) }
+        Self {
+            latest: watch::channel(None).0,
+            replica: crypto::token(9),
+            closing: watch::channel(false).0,
+            sessions: watch::channel(0).0,
+        }
     }
 }
 
@@ -41,10 +52,23 @@ impl Hub {
         self.latest.borrow().as_ref().map(|p| p.version)
     }
 
-    pub fn connected(&self) -> HashSet<String> {
-        self.connected.lock().map(|c| c.clone()).unwrap_or_default()
+    /// Shutdown: tells every node session to close (code 1001, going away), so its data plane
+    /// moves to another replica at once.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Waits until every node session of this replica has ended, at most `within`.
+    pub async fn closed(&self, within: Duration) -> bool {
+        let mut open = self.sessions.subscribe();
+        let ended = tokio::time::timeout(within, open.wait_for(|n| *n == 0)).await.is_ok();
+        ended
     }
 }
+
+/// A node counts as connected while a websocket of its token was heard from this recently (a
+/// replica that died leaves its rows; they stop counting after this).
+pub const CONNECTED_WITHIN_S: f64 = 30.0;
 
 /// Loads the newest version (if newer than what the hub holds) with upstream keys decrypted.
 pub async fn refresh(state: &AppState) -> Result<(), ApiError> {
@@ -138,28 +162,45 @@ pub async fn node_of(state: &AppState, headers: &HeaderMap) -> Result<String, Ap
 /// `GET /api/v1/nodes/connect` (websocket, `Authorization: Bearer <node token>`).
 pub async fn connect(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let node = node_of(&state, &headers).await?;
-    Ok(ws.on_upgrade(move |socket| session(state, node, socket)))
+    let ws = ws.map_err(|e| ApiError::new(e.status(), "websocket_required", e.body_text()))?;
+    Ok(ws.on_upgrade(move |socket| session(state, node, peer, socket)))
 }
 
-async fn session(state: AppState, node: String, socket: WebSocket) {
-    tracing::info!(node = %node, "data plane connected");
-    if let Ok(mut c) = state.hub.connected.lock() {
-        c.insert(node.clone());
+async fn session(state: AppState, node: String, peer: SocketAddr, socket: WebSocket) {
+    // Each websocket is its own row: two processes on one token are two connections, and a
+    // replica answers for connections held by the others.
+    let id = crypto::token(12);
+    let registered = sqlx::query!(
+        "INSERT INTO node_connections (id, node, replica, peer) VALUES ($1, $2, $3, $4)",
+        id,
+        node,
+        state.hub.replica,
+        peer.to_string(),
+    )
+    .execute(&state.db)
+    .await;
+    if let Err(e) = registered {
+        tracing::error!(error = %e, node = %node, "cannot record the node's connection");
     }
-    let result = serve_node(&state, &node, socket).await;
-    if let Ok(mut c) = state.hub.connected.lock() {
-        c.remove(&node);
+    state.hub.sessions.send_modify(|n| *n += 1);
+    tracing::info!(node = %node, peer = %peer, "data plane connected");
+    let result = serve_node(&state, &node, &id, socket).await;
+    if let Err(e) = sqlx::query!("DELETE FROM node_connections WHERE id = $1", id).execute(&state.db).await {
+        tracing::error!(error = %e, node = %node, "cannot remove the node's connection");
     }
+    state.hub.sessions.send_modify(|n| *n = n.saturating_sub(1));
     tracing::info!(node = %node, reason = %result.err().unwrap_or_else(|| "closed".to_owned()), "data plane disconnected");
 }
 
-async fn serve_node(state: &AppState, node: &str, socket: WebSocket) -> Result<(), String> {
+async fn serve_node(state: &AppState, node: &str, connection: &str, socket: WebSocket) -> Result<(), String> {
     let (mut tx, mut rx) = socket.split();
     let mut latest = state.hub.latest.subscribe();
+    let mut closing = state.hub.closing.subscribe();
     let mut node_version: Option<u64> = None;
     let mut sent: u64 = 0;
     let mut ping = tokio::time::interval(Duration::from_secs(10));
@@ -174,12 +215,23 @@ async fn serve_node(state: &AppState, node: &str, socket: WebSocket) -> Result<(
             }
         }
         tokio::select! {
+            () = async { drop(closing.wait_for(|c| *c).await) } => {
+                let frame = CloseFrame { code: 1001, reason: "control plane shutting down".into() };
+                let _ = tx.send(Message::Close(Some(frame))).await;
+                return Err("control plane shutting down".to_owned());
+            }
             changed = latest.changed() => changed.map_err(|e| e.to_string())?,
             _ = ping.tick() => {
                 if last_heard.elapsed() > Duration::from_secs(35) {
                     return Err("no answer to pings".to_owned());
                 }
                 tx.send(Message::Ping(Vec::new().into())).await.map_err(|e| e.to_string())?;
+                let beat = sqlx::query!("UPDATE node_connections SET last_seen = now() WHERE id = $1", connection)
+                    .execute(&state.db)
+                    .await;
+                if let Err(e) = beat {
+                    tracing::warn!(error = %e, node, "cannot record the node's connection");
+                }
             }
             msg = rx.next() => {
                 let Some(msg) = msg else { return Ok(()) };
@@ -258,7 +310,7 @@ async fn record_health(state: &AppState, node: &str, health: &ax_protocol::healt
 pub async fn test_push(
     axum::extract::State(state): axum::extract::State<AppState>,
     caller: crate::auth::Caller,
-    body: axum::body::Bytes,
+    crate::extract::ApiBody(body): crate::extract::ApiBody,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
     caller.require(crate::auth::Role::Admin)?;
     if std::env::var("AX_TEST_HOOKS").as_deref() != Ok("1") {

@@ -7,17 +7,18 @@
 //! then does the data plane delete the records from its spool. Reports read the rollups.
 
 use ax_protocol::admin::{BudgetBurn, BudgetReport, CostReport, CostRow};
-use ax_protocol::usage::UsageRecord;
-use axum::body::Bytes;
-use axum::extract::{Query, State};
+use ax_protocol::usage::{UsageRecord, UNKNOWN_ALIAS};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult};
+use crate::extract::{ApiBody, ApiQuery};
 use crate::AppState;
 
 #[derive(Default)]
@@ -46,11 +47,14 @@ fn int(v: u64) -> i64 {
 
 impl Columns {
     fn push(&mut self, r: UsageRecord, raw: Value) {
+        // A data plane older than the fixed label may send a made-up model name: it never becomes
+        // a report group.
+        let alias = if r.error_code.as_deref() == Some("model_not_found") { UNKNOWN_ALIAS.to_owned() } else { r.alias };
         self.request_id.push(r.request_id);
         self.started_ms.push(int(r.started_at_ms));
         self.tenant.push(r.tenant);
         self.key_id.push(r.key_id);
-        self.alias.push(r.alias);
+        self.alias.push(alias);
         self.upstream.push(r.upstream);
         self.model.push(r.model);
         self.status.push(i32::from(r.status));
@@ -63,35 +67,175 @@ impl Columns {
         self.latency.push(int(r.latency_ms));
         self.record.push(raw);
     }
-}
 
-/// `POST /api/v1/usage`: one batch from one data plane.
-pub async fn ingest(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> ApiResult<Json<Value>> {
-    let node = crate::push::node_of(&state, &headers).await?;
-    let mut cols = Columns::default();
-    let mut unreadable = 0usize;
-    for line in body.split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
-        // One parse: the typed record is read out of the kept JSON value.
-        let parsed = serde_json::from_slice::<Value>(line)
-            .ok()
-            .and_then(|raw| UsageRecord::deserialize(&raw).ok().map(|r| (r, raw)));
-        match parsed {
-            Some((r, raw)) if !r.request_id.is_empty() => cols.push(r, raw),
-            _ => {
-                // Kept in the log in full (usage records hold no secrets) rather than blocking the
-                // node's spool forever on one bad line.
-                unreadable += 1;
-                tracing::error!(node = %node, line = %String::from_utf8_lossy(line), "unreadable usage record");
-            }
+    fn len(&self) -> usize {
+        self.request_id.len()
+    }
+
+    /// Row `i` alone, for finding which row of a refused batch the database refuses.
+    fn row(&self, i: usize) -> Self {
+        Self {
+            request_id: vec![self.request_id[i].clone()],
+            started_ms: vec![self.started_ms[i]],
+            tenant: vec![self.tenant[i].clone()],
+            key_id: vec![self.key_id[i].clone()],
+            alias: vec![self.alias[i].clone()],
+            upstream: vec![self.upstream[i].clone()],
+            model: vec![self.model[i].clone()],
+            status: vec![self.status[i]],
+            error_code: vec![self.error_code[i].clone()],
+            prompt: vec![self.prompt[i]],
+            completion: vec![self.completion[i]],
+            cached: vec![self.cached[i]],
+            cache_write: vec![self.cache_write[i]],
+            cost: vec![self.cost[i]],
+            latency: vec![self.latency[i]],
+            record: vec![self.record[i].clone()],
         }
     }
-    let received = cols.request_id.len();
-    let inserted: i64 = if received == 0 {
-        0
-    } else {
-        let mut tx = state.db.begin().await?;
-        let n = sqlx::query_scalar!(
-            r#"
+}
+
+/// A record is refused whole if it is larger than this (records are about 1 KB).
+const MAX_RECORD_BYTES: usize = 1024 * 1024;
+/// `started_at_ms` must be a time Postgres can store (before year 10000).
+const MAX_STARTED_MS: u64 = 253_402_300_799_999;
+
+/// A line that cannot be stored, and why (shown in `usage_dead_letters`).
+struct DeadLetter<'a> {
+    line: &'a [u8],
+    request_id: Option<String>,
+    reason: String,
+}
+
+/// Text made safe to store: Postgres text refuses NUL, so a reason that quotes one (serde's
+/// messages quote the value they refused) has it replaced.
+fn safe_text(s: &str) -> String {
+    s.replace('\0', "\u{fffd}")
+}
+
+/// Reads one line into a record and its JSON, or says why it cannot be stored.
+fn read_record(line: &[u8]) -> Result<(UsageRecord, Value), (String, Option<String>)> {
+    if line.len() > MAX_RECORD_BYTES {
+        return Err((format!("record larger than {MAX_RECORD_BYTES} bytes"), None));
+    }
+    // One parse: the typed record is read out of the kept JSON value.
+    let raw: Value = serde_json::from_slice(line).map_err(|e| (format!("not JSON: {e}"), None))?;
+    let id = raw.get("request_id").and_then(Value::as_str).map(safe_text);
+    let r = UsageRecord::deserialize(&raw).map_err(|e| (format!("not a usage record: {e}"), id.clone()))?;
+    if r.request_id.is_empty() || r.request_id.len() > 256 {
+        return Err(("request_id must have 1-256 characters".to_owned(), id));
+    }
+    if let Some(path) = crate::error::nul_at(&raw, &mut String::new()) {
+        return Err((format!("text with a NUL character at {path}"), id));
+    }
+    if r.started_at_ms > MAX_STARTED_MS {
+        return Err(("started_at_ms is out of range".to_owned(), id));
+    }
+    Ok((r, raw))
+}
+
+/// Whether the database refused the data rather than failed (SQLSTATE classes 22: data
+/// exception, 23: integrity constraint, 54: program limit): the batch's records are then judged
+/// one by one; any other error fails the batch, and the data plane offers it again.
+fn refused_data(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| ["22", "23", "54"].iter().any(|k| c.starts_with(k))))
+}
+
+/// `POST /api/v1/usage`: one batch from one data plane. Each record is judged on its own: one the
+/// control plane cannot read or the database refuses goes to `usage_dead_letters` with the reason
+/// (and is counted), the rest are stored, and the batch is answered 200 so the node's spool moves
+/// on. Only a failure of the database itself answers 5xx (the batch is offered again).
+pub async fn ingest(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Json<Value>> {
+    let node = crate::push::node_of(&state, &headers).await?;
+    let mut cols = Columns::default();
+    let mut lines_kept: Vec<&[u8]> = Vec::new();
+    let mut dead: Vec<DeadLetter<'_>> = Vec::new();
+    for line in body.split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
+        match read_record(line) {
+            Ok((r, raw)) => {
+                cols.push(r, raw);
+                lines_kept.push(line);
+            }
+            Err((reason, request_id)) => dead.push(DeadLetter { line, request_id, reason }),
+        }
+    }
+    let received = cols.len() + dead.len();
+    let unreadable = dead.len();
+    let mut tx = state.db.begin().await?;
+    let mut inserted = 0;
+    if cols.len() > 0 {
+        let mut batch = sqlx::Connection::begin(&mut *tx).await?;
+        match insert(&mut batch, &cols, &node).await {
+            Ok(n) => {
+                batch.commit().await?;
+                inserted = n;
+            }
+            Err(e) if refused_data(&e) => {
+                batch.rollback().await?;
+                tracing::warn!(node = %node, error = %e, "a usage batch was refused; storing its records one by one");
+                for (i, line) in lines_kept.iter().enumerate() {
+                    let mut one = sqlx::Connection::begin(&mut *tx).await?;
+                    match insert(&mut one, &cols.row(i), &node).await {
+                        Ok(n) => {
+                            one.commit().await?;
+                            inserted += n;
+                        }
+                        Err(e) if refused_data(&e) => {
+                            one.rollback().await?;
+                            let reason = format!("refused by the database: {e}");
+                            dead.push(DeadLetter { line, request_id: Some(safe_text(&cols.request_id[i])), reason });
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut dead_lettered = 0u64;
+    for d in &dead {
+        let reason = safe_text(&d.reason);
+        tracing::error!(node = %node, request_id = d.request_id.as_deref(), reason = %reason,
+            line = %String::from_utf8_lossy(d.line), "usage record dead-lettered");
+        let mut digest = Sha256::new();
+        digest.update(node.as_bytes());
+        digest.update(b"\n");
+        digest.update(d.line);
+        let added = sqlx::query!(
+            "INSERT INTO usage_dead_letters (node, request_id, reason, line, digest) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (digest) DO NOTHING",
+            node,
+            d.request_id,
+            reason,
+            d.line,
+            hex::encode(digest.finalize()),
+        )
+        .execute(&mut *tx)
+        .await?;
+        dead_lettered += added.rows_affected();
+    }
+    tx.commit().await?;
+    if dead_lettered > 0 {
+        metrics::counter!("ax_usage_dead_letters_total", "node" => node.clone()).increment(dead_lettered);
+    }
+    let refused = dead.len() - unreadable;
+    Ok(Json(json!({
+        "received": received,
+        "inserted": inserted,
+        "duplicates": (cols.len() - refused) as i64 - inserted,
+        "dead_lettered": dead.len(),
+    })))
+}
+
+/// One statement: the records into `usage_events` (idempotent by request id), and exactly the new
+/// rows folded into `usage_daily`. Returns how many rows were new.
+async fn insert(conn: &mut sqlx::PgConnection, cols: &Columns, node: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                          $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
@@ -126,31 +270,26 @@ WITH input AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM ins) AS "inserted!""#,
-            &cols.request_id,
-            &cols.started_ms,
-            &cols.tenant,
-            &cols.key_id,
-            &cols.alias,
-            &cols.upstream,
-            &cols.model,
-            &cols.status,
-            &cols.error_code as _,
-            &cols.prompt,
-            &cols.completion,
-            &cols.cached,
-            &cols.cache_write,
-            &cols.cost,
-            &cols.latency,
-            &cols.record,
-            node,
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        n
-    };
-    Ok(Json(json!({ "received": received, "inserted": inserted, "duplicates": int(received as u64) - inserted,
-                    "unreadable": unreadable })))
+        &cols.request_id,
+        &cols.started_ms,
+        &cols.tenant,
+        &cols.key_id,
+        &cols.alias,
+        &cols.upstream,
+        &cols.model,
+        &cols.status,
+        &cols.error_code as _,
+        &cols.prompt,
+        &cols.completion,
+        &cols.cached,
+        &cols.cache_write,
+        &cols.cost,
+        &cols.latency,
+        &cols.record,
+        node,
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Creates the monthly partitions around now (last month to two months ahead), so rows land in
@@ -216,7 +355,7 @@ fn micro_usd(v: i64) -> String {
 pub async fn cost_report(
     State(state): State<AppState>,
     caller: Caller,
-    Query(q): Query<ReportQuery>,
+    ApiQuery(q): ApiQuery<ReportQuery>,
 ) -> ApiResult<Response> {
     caller.require(Role::Finance)?;
     let period = match q.period.as_deref().unwrap_or("day") {
@@ -326,7 +465,7 @@ pub struct TopQuery {
 pub async fn top_spenders(
     State(state): State<AppState>,
     caller: Caller,
-    Query(q): Query<TopQuery>,
+    ApiQuery(q): ApiQuery<TopQuery>,
 ) -> ApiResult<Json<Value>> {
     caller.require(Role::Finance)?;
     for (field, v) in [("from", &q.from), ("to", &q.to)] {
@@ -411,6 +550,36 @@ fn csv_field(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
+    const RECORD: &str = r#"{"request_id":"r1","started_at_ms":1796190000000,"tenant":"acme","key_id":"k","alias":"chat","upstream":"a","model":"m","status":200,"error_code":null,"prompt_tokens":3,"completion_tokens":4,"cost_micro_usd":11,"attempt_list":[{"attempt_id":"r1#1","upstream":"a","model":"m","error_code":null,"possibly_billed":false,"latency_ms":2}]}"#;
+
+    proptest! {
+        /// The ingest's reader of a node's lines: for any bytes, and for a valid record with bytes
+        /// changed, it never panics, and what it accepts is storable (no NUL anywhere, a request
+        /// id, a time Postgres can hold); what it refuses has a reason.
+        #[test]
+        fn any_line_is_read_or_refused_with_a_reason(
+            junk in proptest::collection::vec(any::<u8>(), 0..400),
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+        ) {
+            let mut line = RECORD.as_bytes().to_vec();
+            for (at, b) in edits {
+                let i = at.index(line.len());
+                line[i] = b;
+            }
+            for input in [&junk[..], &line[..]] {
+                match super::read_record(input) {
+                    Ok((r, raw)) => {
+                        prop_assert!(!r.request_id.is_empty() && r.started_at_ms <= super::MAX_STARTED_MS);
+                        prop_assert!(crate::error::nul_at(&raw, &mut String::new()).is_none());
+                    }
+                    Err((reason, _)) => prop_assert!(!reason.is_empty()),
+                }
+            }
+        }
+    }
+
     #[test]
     fn money_and_csv_formatting() {
         assert_eq!(super::micro_usd(1_234_567), "1.234567");

@@ -571,6 +571,15 @@ impl Framing {
 }
 
 impl Response {
+    /// The bytes of the body still to come, when the answer declared its length.
+    pub fn remaining_length(&self) -> Option<u64> {
+        match self.framing {
+            Framing::Length(n) => Some(n),
+            Framing::Done => Some(0),
+            Framing::Chunked(_) | Framing::UntilClose => None,
+        }
+    }
+
     /// The next chunk of the body; `None` at its end (and the connection is back in the pool).
     /// Cancel-safe: what was read stays in the connection's buffer for the next call.
     pub async fn chunk(&mut self) -> io::Result<Option<Bytes>> {
@@ -735,6 +744,41 @@ fn tls_config() -> Result<Arc<ClientConfig>, String> {
             Ok(Arc::new(config))
         })
         .clone()
+}
+
+/// The fuzz target of the response parser and the body framing (`crate::fuzz::upstream_http`):
+/// any bytes as an upstream's answer. A head that parses has its body decoded from the same
+/// bytes in one read and in reads of a few bytes: the two must agree.
+#[doc(hidden)]
+pub fn fuzz_response(data: &[u8]) {
+    let Ok(Some(head)) = parse_head(data) else { return };
+    let body = &data[head.len.min(data.len())..];
+    let decode = |piece: usize| -> (Vec<u8>, Option<bool>) {
+        let mut framing = head.framing;
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for p in body.chunks(piece.max(1)) {
+            buf.extend_from_slice(p);
+            loop {
+                match framing.step(&mut buf) {
+                    Ok(Step::Data(b)) => out.extend_from_slice(&b),
+                    Ok(Step::End) => return (out, Some(true)),
+                    Ok(Step::More) => break,
+                    Err(_) => return (out, Some(false)),
+                }
+            }
+        }
+        (out, None)
+    };
+    let whole = decode(body.len());
+    let pieces = decode(3);
+    // Until the body ends or fails, both have produced the same bytes; a verdict reached in one
+    // read is reached in small reads too.
+    let n = whole.0.len().min(pieces.0.len());
+    assert_eq!(whole.0[..n], pieces.0[..n], "the body depends on how it was read");
+    if whole.1.is_some() {
+        assert_eq!(whole, pieces, "framing verdicts differ between one read and small reads");
+    }
 }
 
 #[cfg(test)]

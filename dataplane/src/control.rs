@@ -26,8 +26,9 @@ use crate::App;
 /// Where the control plane is and who this node is.
 #[derive(Clone)]
 pub struct Link {
-    /// `http://host:port` of a control-plane replica.
-    pub url: String,
+    /// `http://host:port` of each control-plane replica (or one load balancer in front of them),
+    /// tried in turn: a replica that goes away is replaced by the next at once.
+    pub urls: Vec<String>,
     pub token: String,
     /// Holds `last-known-good.bin` (and the spool, unless the config names one).
     pub state_dir: PathBuf,
@@ -111,19 +112,33 @@ fn save_last_known_good(link: &Link, stored: &Stored) -> std::io::Result<()> {
 
 // ---------- following versions ----------
 
-/// Runs for the life of the process: connect, follow, reconnect.
+/// Runs for the life of the process: connect, follow, reconnect. A session that ends after it
+/// was up (the replica shut down and said so, or died) moves on to the next URL at once; connect
+/// failures try every URL in turn, then back off exponentially (200 ms to 10 s, full jitter: a
+/// restarted control plane is not met by every node at once).
 pub async fn follow(app: Arc<App>, link: Link, base: ConfigSpec) {
     let mut backoff = Duration::from_millis(200);
+    let mut at = 0;
+    let mut failures = 0usize;
     loop {
+        let url = &link.urls[at % link.urls.len()];
         let started = std::time::Instant::now();
-        match session(&app, &link, &base).await {
-            Ok(()) => tracing::warn!("control plane closed the connection"),
-            Err(e) => tracing::warn!(error = %e, "control plane connection failed"),
+        let (was_up, result) = session(&app, &link, url, &base).await;
+        match result {
+            Ok(()) => tracing::warn!(url = %url, "control plane closed the connection"),
+            Err(e) => tracing::warn!(url = %url, error = %e, "control plane connection failed"),
         }
-        if started.elapsed() > Duration::from_secs(10) {
+        at = (at + 1) % link.urls.len();
+        // Up for a second at least: a replica that went away, not one that refuses at once.
+        if was_up && started.elapsed() >= Duration::from_secs(1) {
+            failures = 0;
             backoff = Duration::from_millis(200);
+            continue;
         }
-        // Full jitter: a restarted control plane is not met by every node at once.
+        failures += 1;
+        if failures % link.urls.len() != 0 {
+            continue;
+        }
         let wait = backoff.mul_f64(0.5 + rand::random::<f64>() * 0.5);
         tokio::time::sleep(wait).await;
         backoff = (backoff * 2).min(Duration::from_secs(10));
@@ -145,8 +160,26 @@ fn ws_url(base: &str) -> String {
 /// How often the node sends its health table.
 const HEALTH_EVERY: Duration = Duration::from_secs(5);
 
-async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String> {
-    let mut req = ws_url(&link.url).into_client_request().map_err(|e| e.to_string())?;
+/// One websocket session with the replica at `url`: whether it was up (connected and said
+/// hello), and how it ended.
+async fn session(app: &App, link: &Link, url: &str, base: &ConfigSpec) -> (bool, Result<(), String>) {
+    let ws = match connect(link, url).await {
+        Ok(ws) => ws,
+        Err(e) => return (false, Err(e)),
+    };
+    let (mut tx, mut rx) = ws.split();
+    let send = |m: FromNode| Message::Text(serde_json::to_string(&m).unwrap_or_default().into());
+    if let Err(e) = tx.send(send(FromNode::Hello { version: app.store.load().version })).await {
+        return (false, Err(e.to_string()));
+    }
+    tracing::info!(url = %url, "connected to the control plane");
+    (true, follow_session(app, link, base, &mut tx, &mut rx).await)
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(link: &Link, url: &str) -> Result<Ws, String> {
+    let mut req = ws_url(url).into_client_request().map_err(|e| e.to_string())?;
     let auth = format!("Bearer {}", link.token).parse().map_err(|_| "the node token is not a valid header value")?;
     req.headers_mut().insert(http::header::AUTHORIZATION, auth);
     let (ws, _) = tokio::time::timeout(Duration::from_secs(5), tokio_tungstenite::connect_async(req))
@@ -156,10 +189,17 @@ async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String
     if let tokio_tungstenite::MaybeTlsStream::Plain(s) = ws.get_ref() {
         let _ = s.set_nodelay(true);
     }
-    let (mut tx, mut rx) = ws.split();
+    Ok(ws)
+}
+
+async fn follow_session(
+    app: &App,
+    link: &Link,
+    base: &ConfigSpec,
+    tx: &mut futures_util::stream::SplitSink<Ws, Message>,
+    rx: &mut futures_util::stream::SplitStream<Ws>,
+) -> Result<(), String> {
     let send = |m: FromNode| Message::Text(serde_json::to_string(&m).unwrap_or_default().into());
-    tx.send(send(FromNode::Hello { version: app.store.load().version })).await.map_err(|e| e.to_string())?;
-    tracing::info!(url = %link.url, "connected to the control plane");
     let mut health = tokio::time::interval(HEALTH_EVERY);
     loop {
         // The control plane pings every 10 s; silence for 35 s means the link is dead.
@@ -178,7 +218,12 @@ async fn session(app: &App, link: &Link, base: &ConfigSpec) -> Result<(), String
         };
         let text = match msg {
             Message::Text(t) => t,
-            Message::Close(_) => return Ok(()),
+            Message::Close(frame) => {
+                if let Some(f) = frame {
+                    tracing::info!(code = u16::from(f.code), reason = %f.reason, "the control plane closed the session");
+                }
+                return Ok(());
+            }
             _ => continue,
         };
         let received = std::time::Instant::now();
@@ -245,9 +290,12 @@ fn apply(app: &App, base: &ConfigSpec, version: u64, hash: String, document: Doc
 // ---------- usage shipping ----------
 
 /// The spool's sink in control-plane mode: batches POSTed to `/api/v1/usage`; the control
-/// plane's 200 (after its transaction committed) is the acknowledgement.
+/// plane's 200 (after its transaction committed) is the acknowledgement. A batch a replica does
+/// not take is offered to the next one (ingestion is idempotent by request id).
 pub struct ControlPlaneSink {
-    url: String,
+    urls: Vec<String>,
+    /// The replica that took the last batch: tried first.
+    at: usize,
     token: String,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
@@ -264,7 +312,8 @@ impl ControlPlaneSink {
             .block_on(async { reqwest::Client::builder().timeout(Duration::from_secs(15)).tcp_nodelay(true).build() });
         let client = client.map_err(std::io::Error::other)?;
         Ok(Self {
-            url: format!("{}/api/v1/usage", link.url.trim_end_matches('/')),
+            urls: link.urls.iter().map(|u| format!("{}/api/v1/usage", u.trim_end_matches('/'))).collect(),
+            at: 0,
             token: link.token.clone(),
             rt,
             client,
@@ -276,19 +325,27 @@ impl ControlPlaneSink {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let body = std::mem::take(&mut self.buf);
-        let req = self
-            .client
-            .post(&self.url)
-            .bearer_auth(&self.token)
-            .header("content-type", "application/x-ndjson")
-            .body(body);
-        // `send` arms its timeout when called, so it must be called inside the runtime.
-        let resp = self.rt.block_on(async { req.send().await }).map_err(std::io::Error::other)?;
-        if !resp.status().is_success() {
-            return Err(std::io::Error::other(format!("control plane answered {} to a usage batch", resp.status())));
+        let body = bytes::Bytes::from(std::mem::take(&mut self.buf));
+        let mut last = None;
+        for i in 0..self.urls.len() {
+            let at = (self.at + i) % self.urls.len();
+            let req = self
+                .client
+                .post(&self.urls[at])
+                .bearer_auth(&self.token)
+                .header("content-type", "application/x-ndjson")
+                .body(body.clone());
+            // `send` arms its timeout when called, so it must be called inside the runtime.
+            match self.rt.block_on(async { req.send().await }) {
+                Ok(r) if r.status().is_success() => {
+                    self.at = at;
+                    return Ok(());
+                }
+                Ok(r) => last = Some(format!("{} answered {} to a usage batch", self.urls[at], r.status())),
+                Err(e) => last = Some(format!("{}: {e}", self.urls[at])),
+            }
         }
-        Ok(())
+        Err(std::io::Error::other(last.unwrap_or_else(|| "no control plane URL".to_owned())))
     }
 }
 

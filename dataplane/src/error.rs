@@ -86,6 +86,10 @@ pub enum AxError {
     UpstreamInvalidResponse,
     #[error("the upstream stream ended before the reply was complete")]
     UpstreamStreamTruncated,
+    /// The answer (or one stream event) was over the upstream's `max_response_bytes`
+    /// (`max_event_bytes`): refused rather than buffered.
+    #[error("the upstream's answer is larger than the limit of {0} bytes")]
+    UpstreamResponseTooLarge(usize),
     #[error("internal error")]
     Internal,
 }
@@ -125,7 +129,8 @@ impl AxError {
             | Self::UpstreamNotFound
             | Self::UpstreamConnect
             | Self::UpstreamInvalidResponse
-            | Self::UpstreamStreamTruncated => StatusCode::BAD_GATEWAY,
+            | Self::UpstreamStreamTruncated
+            | Self::UpstreamResponseTooLarge(_) => StatusCode::BAD_GATEWAY,
             Self::UpstreamUnavailable(_) | Self::NoHealthyUpstream { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamConnectTimeout
             | Self::UpstreamFirstByteTimeout
@@ -167,6 +172,7 @@ impl AxError {
             | Self::UpstreamTimeout
             | Self::UpstreamInvalidResponse
             | Self::UpstreamStreamTruncated
+            | Self::UpstreamResponseTooLarge(_)
             | Self::UpstreamUnavailable(_)
             | Self::NoHealthyUpstream { .. } => "upstream_error",
             Self::Internal => "server_error",
@@ -209,6 +215,7 @@ impl AxError {
             Self::UpstreamTimeout => "upstream_timeout",
             Self::UpstreamInvalidResponse => "upstream_invalid_response",
             Self::UpstreamStreamTruncated => "upstream_stream_truncated",
+            Self::UpstreamResponseTooLarge(_) => "upstream_response_too_large",
             Self::Internal => "internal_error",
         }
     }
@@ -238,6 +245,7 @@ impl AxError {
                 | Self::UpstreamTimeout
                 | Self::UpstreamInvalidResponse
                 | Self::UpstreamStreamTruncated
+                | Self::UpstreamResponseTooLarge(_)
         )
     }
 
@@ -253,7 +261,8 @@ impl AxError {
             | Self::UpstreamFailed(_)
             | Self::UpstreamConnect
             | Self::UpstreamInvalidResponse
-            | Self::UpstreamStreamTruncated => Outcome::Error,
+            | Self::UpstreamStreamTruncated
+            | Self::UpstreamResponseTooLarge(_) => Outcome::Error,
             _ => Outcome::Neutral,
         }
     }

@@ -36,7 +36,7 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
     let mut divisor = 1;
     if let Some(s) = &app.shared {
         divisor = s.replicas;
-        if s.available() {
+        if !s.is_down() {
             let mut items = Vec::new();
             let mut which = Vec::new();
             for (layer, subject, l) in &layers {
@@ -45,6 +45,7 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
                         stem: format!("rl:{layer}:{subject}:rpm"),
                         limit: u64::from(rpm),
                         amount: 1,
+                        tokens: false,
                     });
                     which.push((*layer, Kind::Requests, u64::from(rpm)));
                 }
@@ -53,6 +54,7 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
                         stem: format!("rl:{layer}:{subject}:tpm"),
                         limit: u64::from(tpm),
                         amount: tokens,
+                        tokens: true,
                     });
                     which.push((*layer, Kind::Tokens, u64::from(tpm)));
                 }
@@ -80,7 +82,7 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
                     h.cancel();
                 }
                 if let Some(sh) = &mut shared {
-                    sh.settle(0);
+                    sh.cancel();
                 }
                 let remaining = match r.kind {
                     Kind::Requests => limiter.state.requests.remaining(r.limit),
@@ -208,7 +210,17 @@ pub async fn run<'s>(
     route: &'s Route,
     needs: &Needs,
 ) -> Result<Passed<'s>, AxError> {
-    let (route, budgets, degraded, warning) = check_budgets(app, snap, tenant, route, needs).await?;
-    let holds = check_limits(app, tenant, key, requested, needs.reserve_tokens).await?;
+    let (route, mut budgets, degraded, warning) = check_budgets(app, snap, tenant, route, needs).await?;
+    let holds = match check_limits(app, tenant, key, requested, needs.reserve_tokens).await {
+        Ok(h) => h,
+        Err(e) => {
+            // Refused by a rate limit: the request is not made, so it costs nothing; the budget
+            // reservations taken above are given back.
+            for b in &mut budgets {
+                b.settle(0);
+            }
+            return Err(e);
+        }
+    };
     Ok(Passed { route, holds, budgets, degraded, warning })
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ax_protocol::config::{ParamsMode, ProviderKind};
+use ax_protocol::usage::UNKNOWN_ALIAS;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -91,9 +92,9 @@ fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Respons
 /// The single error-to-HTTP mapping.
 pub fn error_response(e: &AxError, request_id: &str) -> Response {
     if e.status().is_server_error() {
-        tracing::warn!(code = e.code(), status = e.status().as_u16(), "request failed");
+        tracing::warn!(code = e.code(), status = e.status().as_u16(), error = %e, "request failed");
     } else {
-        tracing::info!(code = e.code(), status = e.status().as_u16(), "request rejected");
+        tracing::info!(code = e.code(), status = e.status().as_u16(), error = %e, "request rejected");
     }
     let mut r = json_response(e.status(), e.to_body(request_id), request_id);
     if let Some(ra) = e.retry_after() {
@@ -170,7 +171,7 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limit: u64) -> Result<By
 
 /// Decodes a JSON body, naming the failing field path; unknown fields are collected, then
 /// refused (strict) or dropped with a warning (lenient).
-fn decode<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxError> {
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxError> {
     // UTF-8 is checked once for the whole body (`from_slice` checks each string on its own).
     let Ok(text) = std::str::from_utf8(bytes) else {
         return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson("the body is not UTF-8".into())));
@@ -328,7 +329,12 @@ async fn admit<'s, T: ModelRequest>(
     let caller = authenticate(snap, headers).map_err(Rejection::anonymous)?;
     let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
     let req: T = decode(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
-    let route = alias_allowed(snap, &caller, req.alias()).map_err(Rejection::of(&caller, Some(req.alias())))?;
+    let route = alias_allowed(snap, &caller, req.alias()).map_err(|e| {
+        // A name the caller made up is never a metric label or a report group: its record counts
+        // under one fixed alias, and the raw name is only in the log line (`error_response`).
+        let alias = if matches!(e, AxError::ModelNotFound(_)) { UNKNOWN_ALIAS } else { req.alias() };
+        Rejection::of(&caller, Some(alias))(e)
+    })?;
     Ok((caller, req, route))
 }
 

@@ -25,6 +25,8 @@ pub mod cost;
 pub mod dispatch;
 pub mod error;
 pub mod failover;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod guard;
 pub mod health;
 pub mod ingress;
@@ -69,8 +71,12 @@ impl App {
         Arc::new(Self { store: SnapshotStore::new(snapshot), metrics, shared })
     }
 
-    /// Background upkeep, once per process: Prometheus histograms need it to bound their memory.
+    /// Background upkeep, once per process: Prometheus histograms need it to bound their memory,
+    /// and the Redis connection is made and watched here (never on a request's path).
     pub fn spawn_upkeep(&self) {
+        if let Some(s) = self.shared.clone() {
+            tokio::spawn(s.keep_connected());
+        }
         if let Some(h) = self.metrics.clone() {
             tokio::spawn(async move {
                 let mut t = tokio::time::interval(Duration::from_secs(5));

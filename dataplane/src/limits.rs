@@ -1,133 +1,144 @@
 //! Local rate limits: requests per minute, tokens per minute and concurrency, for the tenant (and
 //! key), alias and upstream layers.
 //!
-//! Algorithm: a **sliding-window counter**. Each limiter keeps the count of the current and the
-//! previous fixed minute; the load of the last 60 s is estimated as
-//! `previous × (share of the previous minute still inside the window) + current`, and a request is
-//! admitted when that estimate plus its cost stays within the limit. Unlike a token bucket (or
-//! GCRA with a one-minute burst), it never admits much more than the limit in any 60-second window.
-//! Tokens are reserved before the call (prompt estimate + `max_tokens`, or the server default)
-//! and settled to the actual usage afterwards, so a burst of large requests cannot overshoot.
-//! State is two packed atomic words per limiter (window number and count); no locks. Limiter state
-//! lives outside the snapshot and survives reloads by name, like health.
+//! Algorithm: a **sliding window of one-second buckets**. Each per-minute counter keeps what it
+//! admitted in each of the last 61 seconds; a request is admitted while the sum of those buckets
+//! plus its cost stays within the limit. A bucket is counted whole until its second has left the
+//! window entirely, so the count of any 60-second window can never pass the limit (whatever the
+//! load did before it, and wherever the minute boundaries fall); the price is that a second on
+//! its way out still counts, so a steady overload is admitted at limit × 60/61. (The two-window
+//! estimate used before weighted the previous minute as if its load had been even: a burst late
+//! in one minute was discounted early in the next, and 99 requests passed an rpm of 60 in one
+//! sliding minute.) Tokens are reserved before the call (prompt estimate + `max_tokens`, or the
+//! server default) and settled to the actual usage afterwards, so a burst of large requests cannot
+//! overshoot. State is 64 packed atomic words (second and count) per counter, made on first use;
+//! no locks. Limiter state lives outside the snapshot and survives reloads by name, like health.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-const WINDOW_MS: u64 = 60_000;
+/// Seconds in the window: the buckets of the current second and the 60 before it are counted.
+const WINDOW_S: u64 = 60;
+/// Ring slots, at least the 61 buckets a window counts.
+const SLOTS: usize = 64;
 
-fn pack(window: u64, count: u64) -> u64 {
-    (window << 32) | count.min(u64::from(u32::MAX))
+fn pack(second: u64, count: u64) -> u64 {
+    (second << 32) | count.min(u64::from(u32::MAX))
 }
 
 fn unpack(w: u64) -> (u64, u64) {
     (w >> 32, w & 0xffff_ffff)
 }
 
-/// One sliding-window counter (requests or tokens per minute).
+/// One per-minute counter (requests or tokens).
 pub struct SlidingWindow {
     base: Instant,
-    cur: AtomicU64,
-    prev: AtomicU64,
+    /// Slot `s % SLOTS` holds second `s` (counted from `base`, from 1: 0 is never used).
+    buckets: OnceLock<Box<[AtomicU64; SLOTS]>>,
 }
 
 /// What a successful `try_take` reserved, to settle later.
 #[derive(Debug, Clone, Copy)]
 pub struct Taken {
-    window: u64,
+    second: u64,
     amount: u64,
 }
 
 impl SlidingWindow {
     pub fn new() -> Self {
-        Self { base: Instant::now(), cur: AtomicU64::new(0), prev: AtomicU64::new(0) }
+        Self { base: Instant::now(), buckets: OnceLock::new() }
     }
 
+    /// Milliseconds since `base`.
     fn now_ms(&self) -> u64 {
         u64::try_from(Instant::now().saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// The estimated use of the last 60 s, and the time into the current window.
-    fn load(&self, now: u64) -> (f64, u64) {
-        let w = now / WINDOW_MS + 1; // +1: window 0 means "never used"
-        let (cw, cc) = unpack(self.cur.load(Ordering::Acquire));
-        let (pw, pc) = unpack(self.prev.load(Ordering::Acquire));
-        let into = now % WINDOW_MS;
-        let weight = 1.0 - into as f64 / WINDOW_MS as f64;
-        let (current, previous) = if cw == w {
-            (cc, if pw + 1 == w { pc } else { 0 })
-        } else if cw + 1 == w {
-            (0, cc)
-        } else {
-            (0, 0)
-        };
-        (previous as f64 * weight + current as f64, into)
+    fn buckets(&self) -> &[AtomicU64; SLOTS] {
+        self.buckets.get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))))
+    }
+
+    /// What the window counts at second `now`, leaving out the slot of `now` itself.
+    fn others(buckets: &[AtomicU64; SLOTS], now: u64) -> u64 {
+        let oldest = now.saturating_sub(WINDOW_S);
+        let mut sum = 0;
+        for (i, b) in buckets.iter().enumerate() {
+            if i == (now % SLOTS as u64) as usize {
+                continue;
+            }
+            let (s, c) = unpack(b.load(Ordering::Acquire));
+            if s >= oldest && s < now {
+                sum += c;
+            }
+        }
+        sum
     }
 
     /// Reserves `amount` if it fits under `limit`; otherwise how long until it would.
     pub fn try_take(&self, amount: u64, limit: u64) -> Result<Taken, Duration> {
+        let buckets = self.buckets();
         loop {
-            let now = self.now_ms();
-            let w = now / WINDOW_MS + 1;
-            let c = self.cur.load(Ordering::Acquire);
-            let (cw, cc) = unpack(c);
-            if cw != w {
-                // Roll over: the current window becomes the previous one (if adjacent).
-                let prev = if cw + 1 == w { pack(cw, cc) } else { 0 };
-                if self.cur.compare_exchange(c, pack(w, 0), Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    self.prev.store(prev, Ordering::Release);
-                }
-                continue;
+            let ms = self.now_ms();
+            let now = ms / 1000 + 1;
+            let slot = &buckets[(now % SLOTS as u64) as usize];
+            let v = slot.load(Ordering::Acquire);
+            let (s, c) = unpack(v);
+            // A slot of an older second is this second's, from zero.
+            let current = if s == now { c } else { 0 };
+            let used = Self::others(buckets, now) + current;
+            if used + amount > limit {
+                return Err(self.wait(buckets, amount, limit, used, ms));
             }
-            let (used, into) = self.load(now);
-            if used + amount as f64 > limit as f64 {
-                return Err(self.wait(amount, limit, into));
-            }
-            if self.cur.compare_exchange(c, pack(w, cc + amount), Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                return Ok(Taken { window: w, amount });
+            if slot.compare_exchange(v, pack(now, current + amount), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return Ok(Taken { second: now, amount });
             }
         }
     }
 
-    /// Time until `amount` fits: the previous window's share decays linearly; if that is not
-    /// enough, the current window must become the previous one first.
-    fn wait(&self, amount: u64, limit: u64, into: u64) -> Duration {
-        let (_, pc) = unpack(self.prev.load(Ordering::Acquire));
-        let (_, cc) = unpack(self.cur.load(Ordering::Acquire));
-        let over = (pc as f64 * (1.0 - into as f64 / WINDOW_MS as f64) + cc as f64 + amount as f64) - limit as f64;
-        let ms = if pc > 0 && over <= pc as f64 * (1.0 - into as f64 / WINDOW_MS as f64) {
-            (over / pc as f64 * WINDOW_MS as f64).ceil() as u64
-        } else {
-            WINDOW_MS - into
-        };
-        Duration::from_millis(ms.clamp(1, 2 * WINDOW_MS))
+    /// Time until `amount` fits: the oldest buckets leave first, each once its second is more
+    /// than 60 s old.
+    fn wait(&self, buckets: &[AtomicU64; SLOTS], amount: u64, limit: u64, used: u64, ms: u64) -> Duration {
+        let now = ms / 1000 + 1;
+        let mut wait_ms = WINDOW_S * 1000;
+        if amount <= limit {
+            let mut freed = 0;
+            for second in now.saturating_sub(WINDOW_S)..=now {
+                let (s, c) = unpack(buckets[(second % SLOTS as u64) as usize].load(Ordering::Acquire));
+                if s == second {
+                    freed += c;
+                }
+                if used - freed.min(used) + amount <= limit {
+                    // Bucket `second` stops counting at `now` = second + 61, i.e. at ms (second + 60) × 1000.
+                    wait_ms = ((second + WINDOW_S) * 1000).saturating_sub(ms);
+                    break;
+                }
+            }
+        }
+        Duration::from_millis(wait_ms.clamp(1, 2 * WINDOW_S * 1000))
     }
 
-    /// Replaces a reservation by the actual amount (in whichever window it was taken).
+    /// Replaces a reservation by the actual amount (while its bucket is still counted).
     pub fn settle(&self, taken: Taken, actual: u64) {
         if actual == taken.amount {
             return;
         }
-        for slot in [&self.cur, &self.prev] {
-            let done = slot
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                    let (w, c) = unpack(v);
-                    (w == taken.window).then(|| pack(w, (c + actual).saturating_sub(taken.amount)))
-                })
-                .is_ok();
-            if done {
-                return;
-            }
-        }
+        let slot = &self.buckets()[(taken.second % SLOTS as u64) as usize];
+        let _ = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            let (s, c) = unpack(v);
+            (s == taken.second).then(|| pack(s, (c + actual).saturating_sub(taken.amount)))
+        });
     }
 
-    /// (limit − estimated use), for `x-ratelimit-remaining-*`.
+    /// (limit − the window's count), for `x-ratelimit-remaining-*`.
     pub fn remaining(&self, limit: u64) -> u64 {
-        let (used, _) = self.load(self.now_ms());
-        limit.saturating_sub(used.ceil() as u64)
+        let Some(buckets) = self.buckets.get() else { return limit };
+        let now = self.now_ms() / 1000 + 1;
+        let (s, c) = unpack(buckets[(now % SLOTS as u64) as usize].load(Ordering::Acquire));
+        let used = Self::others(buckets, now) + if s == now { c } else { 0 };
+        limit.saturating_sub(used)
     }
 }
 
@@ -309,6 +320,40 @@ mod tests {
             let n = accepted.iter().filter(|&&t| t >= offset && t < offset + 60_000).count();
             assert!(n <= 630, "window at {offset} ms: {n} accepted");
         }
+    }
+
+    /// Load that starts late in a minute (after an idle spell) and keeps up for two minutes at
+    /// three times the limit: no 60-second window, wherever it starts, admits more than the limit.
+    #[tokio::test(start_paused = true)]
+    async fn no_sliding_minute_passes_the_limit_after_an_idle_spell() {
+        let l = limiter(Some(60), None, None);
+        tokio::time::advance(Duration::from_millis(47_300)).await;
+        let start = Instant::now();
+        let mut accepted = Vec::new();
+        for _ in 0..360 {
+            if l.admit(0).is_ok() {
+                accepted.push(start.elapsed().as_millis() as u64);
+            }
+            tokio::time::advance(Duration::from_millis(333)).await;
+        }
+        for from in (0..60_000u64).step_by(100) {
+            let n = accepted.iter().filter(|&&t| t >= from && t < from + 60_000).count();
+            assert!(n <= 60, "the window from {from} ms admitted {n}");
+        }
+        assert!(accepted.len() >= 115, "two minutes at 3× admit about two limits: {}", accepted.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_when_the_oldest_bucket_leaves() {
+        let l = limiter(Some(2), None, None);
+        l.admit(0).unwrap();
+        tokio::time::advance(Duration::from_millis(10_000)).await;
+        l.admit(0).unwrap();
+        let wait = l.admit(0).err().unwrap().retry_after;
+        // The first request's second leaves the window 60 s after it ends: ~51 s from now.
+        assert!((50_000..=51_000).contains(&(wait.as_millis() as u64)), "{wait:?}");
+        tokio::time::advance(wait).await;
+        assert!(l.admit(0).is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,7 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USAGE: &str = "usage:
   ax-dataplane [serve] --config <file.yaml> [--listen <addr>] [--addr-file <path>]
-  ax-dataplane [serve] --control-plane <url> [--node-token <token> | AX_NODE_TOKEN] [--state-dir <dir>]
+  ax-dataplane [serve] --control-plane <url>[,<url>…] [--node-token <token> | AX_NODE_TOKEN] [--state-dir <dir>]
                        [--config <file.yaml> (server and metering sections)] [--listen <addr>] [--addr-file <path>]
   ax-dataplane check --config <file.yaml>
   ax-dataplane keygen";
@@ -157,7 +157,14 @@ fn serve(args: Args) -> ExitCode {
                 return ExitCode::from(2);
             };
             let state_dir = args.state_dir.clone().unwrap_or_else(|| PathBuf::from("ax-state"));
-            Some(control::Link { url: url.clone(), token, state_dir })
+            // Several replicas: `--control-plane http://cp-1:8090,http://cp-2:8090`.
+            let urls: Vec<String> =
+                url.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect();
+            if urls.is_empty() {
+                eprintln!("error: --control-plane needs a URL\n{USAGE}");
+                return ExitCode::from(2);
+            }
+            Some(control::Link { urls, token, state_dir })
         }
     };
     let (mut spec, snap) = match (&args.config, &link) {

@@ -1,43 +1,96 @@
-//! Fleet-wide rate limits through Redis: a limit configured at N means N for all replicas.
+//! Fleet-wide rate limits and budget spend through Redis: a limit configured at N means N for all
+//! replicas.
 //!
 //! One Lua script checks and reserves every requests-per-minute and tokens-per-minute limit of a
-//! request in one round trip, atomically (all or nothing), with the same sliding-window counter as
-//! the local limiter (`limits`): keys per subject and minute, the previous minute weighted by the
-//! share still inside the window. Every key expires two minutes after its last write, so nothing
-//! accumulates. Settling a token reservation is one `INCRBY` of the difference, sent off the
-//! request path. Counts are shared at once (no convergence delay).
+//! request in one round trip, atomically (all or nothing), with the same windows as the local
+//! limiter (`limits`): one-second buckets, a request admitted while the buckets of the last 61
+//! seconds plus its amount stay within the limit. Each subject is one hash (a bucket per second,
+//! a running sum, and the oldest second still counted), expired as the window moves, and by
+//! key TTL once idle. Seconds are Redis's own clock (`TIME`), so replicas' clocks need not agree.
+//! Settling a token reservation is one script call with the difference, sent off the request path.
 //!
-//! If Redis is unreachable or slow (over `TIMEOUT`), this replica falls back to its local
-//! limiters with each limit divided by `server.replicas`, logs it, and tries Redis again after
-//! `RETRY`: traffic never waits on a dead Redis. Concurrency limits stay local (divided the same way).
+//! Faults: the connection is made, watched and brought back by one background task
+//! (`keep_connected`), never on a request's path. A command that fails or takes longer than
+//! `TIMEOUT` marks Redis down (logged once per outage); while it is down, requests do not call
+//! it at all and fall back to local limiters at `limit ÷ server.replicas` (budgets: this
+//! replica's share of the budget), and the task probes it every `PROBE` until it answers, then
+//! logs its return and fleet-wide counting resumes. So no request waits on Redis longer than
+//! `TIMEOUT`, and only the requests in flight when it fails wait at all.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-const TIMEOUT: Duration = Duration::from_millis(50);
-const RETRY: Duration = Duration::from_secs(1);
-const WINDOW_MS: u64 = 60_000;
-const TTL_MS: u64 = 2 * WINDOW_MS + 5_000;
+/// The longest a request waits on Redis.
+pub const TIMEOUT: Duration = Duration::from_millis(50);
+/// How often the background task checks Redis while it is down (and, less often, while up).
+const PROBE: Duration = Duration::from_millis(250);
+const PROBE_UP: Duration = Duration::from_secs(1);
+/// A subject's hash outlives its last write by this much (the window and a margin).
+const TTL_MS: u64 = 125_000;
 
+/// KEYS: one hash per subject and kind. ARGV: ttl, then limit and amount per key. Fields: `s` the
+/// sum of the buckets counted, `low` the oldest second that may hold one, and a field per second.
+/// Returns {0, now} when admitted (the second the amounts were counted in), or {i, wait_ms} when
+/// the i-th refused.
 const ADMIT: &str = r"
-local weight = tonumber(ARGV[1])
-local ttl = tonumber(ARGV[2])
-local n = #KEYS / 2
-for i = 1, n do
-  local cur = tonumber(redis.call('GET', KEYS[2*i-1]) or '0')
-  local prev = tonumber(redis.call('GET', KEYS[2*i]) or '0')
-  if prev * weight + cur + tonumber(ARGV[2+2*i]) > tonumber(ARGV[1+2*i]) then
-    return i
+local t = redis.call('TIME')
+local now = tonumber(t[1])
+local ms_into = math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local k = KEYS[i]
+  local limit = tonumber(ARGV[2*i])
+  local amount = tonumber(ARGV[2*i+1])
+  local low = tonumber(redis.call('HGET', k, 'low') or now)
+  local sum = tonumber(redis.call('HGET', k, 's') or '0')
+  if now - low > 61 then
+    redis.call('DEL', k)
+    sum = 0
+    low = now - 60
+  end
+  while low < now - 60 do
+    local v = redis.call('HGET', k, low)
+    if v then
+      sum = sum - tonumber(v)
+      redis.call('HDEL', k, low)
+    end
+    low = low + 1
+  end
+  redis.call('HSET', k, 'low', low, 's', sum)
+  redis.call('PEXPIRE', k, ttl)
+  if sum + amount > limit then
+    local wait = 60000 - ms_into
+    if amount <= limit then
+      local freed = 0
+      for s = low, now do
+        freed = freed + tonumber(redis.call('HGET', k, s) or '0')
+        if sum - freed + amount <= limit then
+          wait = (s + 61 - now) * 1000 - ms_into
+          break
+        end
+      end
+    end
+    return {i, math.max(wait, 1)}
   end
 end
-for i = 1, n do
-  redis.call('INCRBY', KEYS[2*i-1], ARGV[2+2*i])
-  redis.call('PEXPIRE', KEYS[2*i-1], ttl)
+for i = 1, #KEYS do
+  redis.call('HINCRBY', KEYS[i], now, ARGV[2*i+1])
+  redis.call('HINCRBY', KEYS[i], 's', ARGV[2*i+1])
 end
-return 0
+return {0, now}
+";
+
+/// KEYS[1]: a subject's hash. ARGV: the second of the reservation, the difference to apply.
+const SETTLE_BUCKET: &str = r"
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+local new = math.max(0, tonumber(v) + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], ARGV[1], new)
+redis.call('HINCRBY', KEYS[1], 's', new - tonumber(v))
+return new
 ";
 
 const SPEND: &str = r"
@@ -60,6 +113,8 @@ pub struct Item {
     pub stem: String,
     pub limit: u64,
     pub amount: u64,
+    /// A tokens-per-minute limit (its reservation is settled to the actual usage).
+    pub tokens: bool,
 }
 
 pub enum Decision {
@@ -75,14 +130,20 @@ pub enum Decision {
 
 pub struct Shared {
     client: redis::Client,
-    conn: tokio::sync::OnceCell<ConnectionManager>,
+    /// Made by `keep_connected`; it reconnects by itself.
+    conn: OnceLock<ConnectionManager>,
     prefix: String,
     pub replicas: u32,
-    /// Unix ms until which Redis is not tried (after a failure).
-    down_until: AtomicU64,
+    /// Known down: requests do not call Redis until the background task sees it answer.
+    down: AtomicBool,
+    /// Set once the first connection attempt has ended (either way); requests that arrive
+    /// before wait for it (`ready_wait`), at most `TIMEOUT`.
+    ready: AtomicBool,
+    ready_wait: tokio::sync::watch::Sender<bool>,
     admit: redis::Script,
     spend: redis::Script,
     settle: redis::Script,
+    settle_bucket: redis::Script,
 }
 
 /// A budget reservation in Redis.
@@ -97,49 +158,99 @@ pub enum Spend {
     Unavailable,
 }
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 impl Shared {
     pub fn new(url: &str, prefix: &str, replicas: u32) -> Result<Arc<Self>, String> {
         let client = redis::Client::open(url).map_err(|e| format!("invalid redis_url: {e}"))?;
         Ok(Arc::new(Self {
             client,
-            conn: tokio::sync::OnceCell::new(),
+            conn: OnceLock::new(),
             prefix: prefix.to_owned(),
             replicas: replicas.max(1),
-            down_until: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            ready_wait: tokio::sync::watch::channel(false).0,
             admit: redis::Script::new(ADMIT),
             spend: redis::Script::new(SPEND),
             settle: redis::Script::new(SETTLE),
+            settle_bucket: redis::Script::new(SETTLE_BUCKET),
         }))
     }
 
-    /// Whether to try Redis now (not within `RETRY` of a failure).
-    pub fn available(&self) -> bool {
-        unix_ms() >= self.down_until.load(Ordering::Acquire)
+    /// Known down: requests skip Redis (and its key formatting) altogether.
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::Acquire)
     }
 
     fn mark_down(&self, why: &str) {
-        let prev = self.down_until.swap(unix_ms() + RETRY.as_millis() as u64, Ordering::AcqRel);
-        if prev <= unix_ms() {
-            tracing::warn!(reason = why, "redis unavailable: local rate limits (divided by replicas) for now");
+        if !self.down.swap(true, Ordering::AcqRel) {
+            tracing::warn!(reason = why, "redis unavailable: local limits (divided by replicas) until it answers");
         }
     }
 
+    fn mark_up(&self) {
+        if self.down.swap(false, Ordering::AcqRel) {
+            tracing::info!("redis reachable again: fleet-wide limits and budgets resume");
+        }
+    }
+
+    /// The connection for a request: none while Redis is down. Waits (at most `TIMEOUT`) only
+    /// for the first connection attempt of the process.
     async fn conn(&self) -> Option<ConnectionManager> {
-        let init = self.conn.get_or_try_init(|| async {
-            match tokio::time::timeout(TIMEOUT * 4, ConnectionManager::new(self.client.clone())).await {
-                Ok(Ok(c)) => Ok(c),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err("connect timeout".to_owned()),
+        if !self.ready.load(Ordering::Acquire) {
+            let mut ready = self.ready_wait.subscribe();
+            let _ = tokio::time::timeout(TIMEOUT, async { drop(ready.wait_for(|r| *r).await) }).await;
+            if !self.ready.load(Ordering::Acquire) {
+                return None;
             }
-        });
-        match init.await {
-            Ok(c) => Some(c.clone()),
-            Err(e) => {
-                self.mark_down(&e);
+        }
+        if self.down.load(Ordering::Acquire) {
+            return None;
+        }
+        self.conn.get().cloned()
+    }
+
+    /// For the life of the process (started once, by `App::spawn_upkeep`): makes the connection
+    /// and checks Redis with a `PING`, every `PROBE` while it is down and every `PROBE_UP` while
+    /// it is up; a failed check marks it down, a good one up.
+    pub async fn keep_connected(self: Arc<Self>) {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(TIMEOUT * 4))
+            .set_response_timeout(Some(TIMEOUT * 4))
+            .set_number_of_retries(1)
+            .set_min_delay(TIMEOUT);
+        loop {
+            let ok = match self.conn.get() {
+                Some(c) => ping(c.clone()).await,
+                None => match ConnectionManager::new_lazy_with_config(self.client.clone(), config.clone()) {
+                    Ok(c) => {
+                        let c = self.conn.get_or_init(|| c).clone();
+                        ping(c).await
+                    }
+                    Err(e) => Err(e.to_string()),
+                },
+            };
+            match ok {
+                Ok(()) => self.mark_up(),
+                Err(e) => self.mark_down(&e),
+            }
+            if !self.ready.swap(true, Ordering::AcqRel) {
+                self.ready_wait.send_replace(true);
+            }
+            tokio::time::sleep(if self.down.load(Ordering::Acquire) { PROBE } else { PROBE_UP }).await;
+        }
+    }
+
+    /// Runs one script call under `TIMEOUT`; a failure marks Redis down.
+    async fn call<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Option<T> {
+        let mut conn = self.conn().await?;
+        match tokio::time::timeout(TIMEOUT, inv.invoke_async::<T>(&mut conn)).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.mark_down(&e.to_string());
+                None
+            }
+            Err(_) => {
+                self.mark_down("timeout");
                 None
             }
         }
@@ -148,93 +259,101 @@ impl Shared {
     /// Checks and reserves all `items` at once.
     pub async fn admit(self: &Arc<Self>, items: &[Item]) -> Decision {
         if items.is_empty() {
-            return Decision::Admitted(SharedHeld { shared: self.clone(), reserved: Vec::new() });
+            return Decision::Admitted(SharedHeld { shared: self.clone(), second: 0, reserved: Vec::new() });
         }
-        let Some(mut conn) = self.conn().await else { return Decision::Unavailable };
-        let now = unix_ms();
-        let minute = now / WINDOW_MS;
-        let into = now % WINDOW_MS;
-        let weight = 1.0 - into as f64 / WINDOW_MS as f64;
         let mut inv = self.admit.prepare_invoke();
+        inv.arg(TTL_MS);
         let mut keys = Vec::with_capacity(items.len());
-        inv.arg(weight).arg(TTL_MS);
         for it in items {
-            let cur = format!("{}:{}:{minute}", self.prefix, it.stem);
-            inv.key(&cur).key(format!("{}:{}:{}", self.prefix, it.stem, minute.saturating_sub(1)));
-            inv.arg(it.limit).arg(it.amount);
-            keys.push((cur, it.amount));
+            let key = format!("{}:{}", self.prefix, it.stem);
+            inv.key(&key).arg(it.limit).arg(it.amount);
+            keys.push((key, it.amount, it.tokens));
         }
-        match tokio::time::timeout(TIMEOUT, inv.invoke_async::<i64>(&mut conn)).await {
-            Ok(Ok(0)) => Decision::Admitted(SharedHeld { shared: self.clone(), reserved: keys }),
-            Ok(Ok(i)) => Decision::Refused {
+        match self.call::<(i64, i64)>(inv).await {
+            Some((0, second)) => Decision::Admitted(SharedHeld { shared: self.clone(), second, reserved: keys }),
+            Some((i, wait_ms)) => Decision::Refused {
                 index: usize::try_from(i - 1).unwrap_or(0),
-                // The previous minute's weight decays to zero by the next boundary at the latest.
-                retry_after: Duration::from_millis((WINDOW_MS - into).max(1)),
+                retry_after: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(1).max(1)),
             },
-            Ok(Err(e)) => {
-                self.mark_down(&e.to_string());
-                Decision::Unavailable
-            }
-            Err(_) => {
-                self.mark_down("timeout");
-                Decision::Unavailable
-            }
+            None => Decision::Unavailable,
         }
     }
 
     /// Reserves `cost` micro-USD on the fleet-wide spend `stem` of period `period` if it stays
     /// within `limit`. Keys expire `ttl` after their last write.
     pub async fn spend(&self, stem: &str, period: u64, cost: u64, limit: u64, ttl: Duration) -> Spend {
-        if !self.available() {
+        if self.is_down() {
             return Spend::Unavailable;
         }
-        let Some(mut conn) = self.conn().await else { return Spend::Unavailable };
         let key = format!("{}:{stem}:{period}", self.prefix);
         let mut inv = self.spend.prepare_invoke();
         inv.key(&key).arg(cost).arg(limit).arg(ttl.as_millis() as u64);
-        match tokio::time::timeout(TIMEOUT, inv.invoke_async::<i64>(&mut conn)).await {
-            Ok(Ok(n)) if n < 0 => Spend::Exhausted,
-            Ok(Ok(n)) => Spend::Reserved { key, spent: u64::try_from(n).unwrap_or(0) },
-            Ok(Err(e)) => {
-                self.mark_down(&e.to_string());
-                Spend::Unavailable
-            }
-            Err(_) => {
-                self.mark_down("timeout");
-                Spend::Unavailable
-            }
+        match self.call::<i64>(inv).await {
+            Some(n) if n < 0 => Spend::Exhausted,
+            Some(n) => Spend::Reserved { key, spent: u64::try_from(n).unwrap_or(0) },
+            None => Spend::Unavailable,
         }
     }
 
+    /// Corrects a budget reservation by `delta` micro-USD, off the request path.
     pub fn adjust(self: &Arc<Self>, key: String, delta: i64) {
         if delta == 0 {
             return;
         }
         let me = self.clone();
         tokio::spawn(async move {
-            let Some(mut conn) = me.conn().await else { return };
             let mut inv = me.settle.prepare_invoke();
             inv.key(&key).arg(delta);
-            if let Ok(Err(e)) = tokio::time::timeout(TIMEOUT * 4, inv.invoke_async::<i64>(&mut conn)).await {
-                tracing::warn!(error = %e, "redis settle failed");
-            }
+            let _ = me.call::<i64>(inv).await;
         });
+    }
+
+    /// Corrects a token reservation counted in `second`, off the request path.
+    fn adjust_bucket(self: &Arc<Self>, key: String, second: i64, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut inv = me.settle_bucket.prepare_invoke();
+            inv.key(&key).arg(second).arg(delta);
+            let _ = me.call::<i64>(inv).await;
+        });
+    }
+}
+
+async fn ping(mut c: ConnectionManager) -> Result<(), String> {
+    let cmd = redis::cmd("PING");
+    match tokio::time::timeout(TIMEOUT * 4, cmd.query_async::<String>(&mut c)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer to PING".to_owned()),
     }
 }
 
 /// The reservations one request holds in Redis; `settle` corrects token counts to actual usage.
 pub struct SharedHeld {
     shared: Arc<Shared>,
-    reserved: Vec<(String, u64)>,
+    /// Redis's second the reservations were counted in.
+    second: i64,
+    /// (key, amount, is a token limit).
+    reserved: Vec<(String, u64, bool)>,
 }
 
 impl SharedHeld {
+    /// The request was refused after all (by a local limit): gives back every reservation.
+    pub fn cancel(&mut self) {
+        for (key, amount, _) in self.reserved.drain(..) {
+            self.shared.adjust_bucket(key, self.second, -i64::try_from(amount).unwrap_or(i64::MAX));
+        }
+    }
+
     /// Replaces each token reservation by `actual`; request counts stay.
     pub fn settle(&mut self, actual: u64) {
-        for (key, amount) in self.reserved.drain(..) {
-            if key.contains(":tpm:") {
+        for (key, amount, tokens) in self.reserved.drain(..) {
+            if tokens {
                 let delta = i64::try_from(actual).unwrap_or(i64::MAX) - i64::try_from(amount).unwrap_or(i64::MAX);
-                self.shared.adjust(key, delta);
+                self.shared.adjust_bucket(key, self.second, delta);
             }
         }
     }

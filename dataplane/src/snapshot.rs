@@ -76,6 +76,9 @@ pub struct Upstream {
     pub limiter: Limiter,
     pub models: Vec<Model>,
     pub mock: Option<MockUpstream>,
+    /// The largest whole answer and the largest stream event taken from this upstream.
+    pub max_response_bytes: usize,
+    pub max_event_bytes: usize,
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
     /// warm connections) across reloads.
     client_fingerprint: [u8; 32],
@@ -271,6 +274,15 @@ fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError { path: path.into(), message: message.into() }
 }
 
+/// Names (upstreams, models, aliases, tenants, keys) reach usage records, metric labels and the
+/// control plane's tables: 1–256 bytes without control characters (a NUL is text Postgres refuses).
+fn check_name(path: impl FnOnce() -> String, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > 256 || name.chars().any(char::is_control) {
+        return Err(err(path(), "1-256 characters, no control characters"));
+    }
+    Ok(())
+}
+
 /// Expands a whole-value `${NAME}` reference from the environment.
 fn expand(path: &str, value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
     match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
@@ -293,9 +305,7 @@ pub fn build(
     let mut upstream_index = HashMap::new();
     for (i, u) in spec.upstreams.iter().enumerate() {
         let path = format!("upstreams[{i}]");
-        if u.name.is_empty() {
-            return Err(err(format!("{path}.name"), "must not be empty"));
-        }
+        check_name(|| format!("{path}.name"), &u.name)?;
         if upstream_index.insert(u.name.clone(), i).is_some() {
             return Err(err(format!("{path}.name"), format!("duplicate upstream name '{}'", u.name)));
         }
@@ -304,8 +314,9 @@ pub fn build(
 
     let mut routes = HashMap::with_capacity(spec.routes.len());
     for (i, r) in spec.routes.iter().enumerate() {
-        if r.alias.is_empty() {
-            return Err(err(format!("routes[{i}].alias"), "must not be empty"));
+        check_name(|| format!("routes[{i}].alias"), &r.alias)?;
+        if r.alias == ax_protocol::usage::UNKNOWN_ALIAS {
+            return Err(err(format!("routes[{i}].alias"), "reserved for requests naming no configured alias"));
         }
         if r.candidates.is_empty() {
             return Err(err(format!("routes[{i}].candidates"), "a route needs at least one candidate"));
@@ -376,6 +387,7 @@ pub fn build(
     let mut tenant_ids = HashSet::new();
     let mut key_ids = HashSet::new();
     for (i, t) in spec.tenants.iter().enumerate() {
+        check_name(|| format!("tenants[{i}].id"), &t.id)?;
         if !tenant_ids.insert(t.id.as_str()) {
             return Err(err(format!("tenants[{i}].id"), format!("duplicate tenant '{}'", t.id)));
         }
@@ -390,6 +402,7 @@ pub fn build(
             Allowed::Some(t.allowed_aliases.iter().cloned().collect())
         };
         for (j, k) in t.keys.iter().enumerate() {
+            check_name(|| format!("tenants[{i}].keys[{j}].id"), &k.id)?;
             if !key_ids.insert(k.id.as_str()) {
                 return Err(err(format!("tenants[{i}].keys[{j}].id"), format!("duplicate key id '{}'", k.id)));
             }
@@ -556,6 +569,15 @@ fn build_upstream(
     if u.max_concurrency == 0 {
         return Err(err(format!("{path}.max_concurrency"), "must be at least 1"));
     }
+    let size = |field: &str, v: Option<u64>, default: usize| -> Result<usize, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(n) if (1024..=1 << 30).contains(&n) => Ok(usize::try_from(n).unwrap_or(default)),
+            Some(_) => Err(err(format!("{path}.{field}"), "between 1024 and 1073741824 bytes")),
+        }
+    };
+    let max_response_bytes = size("max_response_bytes", u.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES)?;
+    let max_event_bytes = size("max_event_bytes", u.max_event_bytes, DEFAULT_MAX_EVENT_BYTES)?;
     if !(u.breaker.failure_ratio > 0.0 && u.breaker.failure_ratio <= 1.0) || u.breaker.failures == 0 {
         return Err(err(format!("{path}.breaker"), "failures must be >= 1 and failure_ratio in (0, 1]"));
     }
@@ -630,6 +652,7 @@ fn build_upstream(
     let mut names = HashSet::new();
     for (j, m) in u.models.iter().enumerate() {
         let mpath = format!("{path}.models[{j}]");
+        check_name(|| format!("{mpath}.name"), &m.name)?;
         if !names.insert(m.name.as_str()) {
             return Err(err(format!("{mpath}.name"), format!("duplicate model '{}'", m.name)));
         }
@@ -701,9 +724,17 @@ fn build_upstream(
         },
         models,
         mock,
+        max_response_bytes,
+        max_event_bytes,
         client_fingerprint,
     })
 }
+
+/// Default `max_response_bytes`: generous for any chat or embeddings answer, and a bound on what
+/// one hostile upstream can make a data plane hold per request.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+/// Default `max_event_bytes`.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
 fn urls(u: &UpstreamSpec, base: &str, model: &str) -> (String, String, String) {
     match u.provider {

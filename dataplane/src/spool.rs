@@ -113,6 +113,60 @@ pub struct JsonlSink {
     buf: Vec<u8>,
     /// The file's length at the last commit: an aborted pass is cut back to it.
     committed: u64,
+    /// Lines that are not a usage record go to `<stem>.dead.jsonl` beside the sink, with the
+    /// reason, and are counted: one bad line never stops the records after it.
+    dead: DeadLetters,
+}
+
+/// The standalone sink's dead-letter file: one JSON line per refused line (`reason`, the line as
+/// lossy UTF-8, `at_ms`), committed with the sink.
+struct DeadLetters {
+    path: PathBuf,
+    file: Option<File>,
+    buf: Vec<u8>,
+}
+
+impl DeadLetters {
+    fn add(&mut self, line: &[u8], reason: &str) {
+        metrics::counter!("ax_usage_dead_letters_total", "sink" => "jsonl").increment(1);
+        tracing::error!(reason, line = %String::from_utf8_lossy(line), "usage record dead-lettered");
+        let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let entry =
+            serde_json::json!({ "at_ms": at_ms as u64, "reason": reason, "line": String::from_utf8_lossy(line) });
+        if serde_json::to_writer(&mut self.buf, &entry).is_ok() {
+            self.buf.push(b'\n');
+        }
+    }
+
+    fn commit(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let file = match &mut self.file {
+            Some(f) => f,
+            None => self.file.insert(OpenOptions::new().create(true).append(true).open(&self.path)?),
+        };
+        file.write_all(&self.buf)?;
+        file.sync_data()?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// Whether a spooled line is a usage record a sink can take: a JSON object with a non-empty
+/// `request_id`. The reason when it is not.
+pub fn check_line(line: &[u8]) -> Result<(), &'static str> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        request_id: std::borrow::Cow<'a, str>,
+    }
+    let Ok(text) = std::str::from_utf8(line) else { return Err("not UTF-8") };
+    match serde_json::from_str::<Head<'_>>(text) {
+        Ok(h) if !h.request_id.is_empty() => Ok(()),
+        Ok(_) => Err("empty request_id"),
+        Err(_) => Err("not a usage record (JSON object with a request_id)"),
+    }
 }
 
 /// How much of an existing sink file is indexed for deduplication (about 100,000 records).
@@ -132,13 +186,19 @@ impl JsonlSink {
         // Starting mid-file, the first (partial) line is not a record.
         let from = if start == 0 { 0 } else { memchr::memchr(b'\n', &tail).map_or(tail.len(), |p| p + 1) };
         let seen = lines(&tail[from..]).filter_map(request_id).collect();
-        Ok(Self { file, seen, buf: Vec::new(), committed: len })
+        let stem = path.file_stem().map_or_else(|| "usage".into(), |s| s.to_string_lossy().into_owned());
+        let dead = DeadLetters { path: path.with_file_name(format!("{stem}.dead.jsonl")), file: None, buf: Vec::new() };
+        Ok(Self { file, seen, buf: Vec::new(), committed: len, dead })
     }
 }
 
 impl Sink for JsonlSink {
     fn deliver(&mut self, lines: &[&[u8]]) -> std::io::Result<()> {
         for l in lines {
+            if let Err(reason) = check_line(l) {
+                self.dead.add(l, reason);
+                continue;
+            }
             if !self.seen.is_empty() && request_id(l).is_some_and(|id| self.seen.contains(&id)) {
                 continue;
             }
@@ -154,6 +214,9 @@ impl Sink for JsonlSink {
     }
 
     fn commit(&mut self) -> std::io::Result<()> {
+        // Dead letters first: a pass that fails after them is offered again and may repeat a dead
+        // letter, never a record.
+        self.dead.commit()?;
         if !self.buf.is_empty() {
             self.file.write_all(&self.buf)?;
             self.buf.clear();
@@ -165,6 +228,7 @@ impl Sink for JsonlSink {
 
     fn abort(&mut self) {
         self.buf.clear();
+        self.dead.buf.clear();
         if let Err(e) = self.file.set_len(self.committed) {
             tracing::error!(error = %e, "cannot cut the usage sink back after a failed pass");
         }
@@ -221,14 +285,14 @@ pub fn spawn_drain(dir: PathBuf, mut sink: Box<dyn Sink>) -> std::io::Result<std
     const TICK: Duration = Duration::from_millis(100);
     std::thread::Builder::new().name("ax-spool".to_owned()).spawn(move || {
         set_idle_priority();
-        let mut offsets: HashMap<PathBuf, u64> = HashMap::new();
+        let mut progress = Progress::default();
         let mut next = std::time::Instant::now() + TICK;
         loop {
             std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
             // A panic in a sink must not end metering for the rest of the process: the pass is
             // dropped (nothing advanced) and tried again next tick.
             let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                drain_once(&dir, sink.as_mut(), &mut offsets)
+                drain_once(&dir, sink.as_mut(), &mut progress)
             }));
             match pass {
                 Ok(Ok(())) => {
@@ -262,17 +326,29 @@ fn set_idle_priority() {
     }
 }
 
+/// What the drain knows of the spool between passes.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// Bytes of each segment delivered and acknowledged.
+    offsets: HashMap<PathBuf, u64>,
+    /// Closed segments that ended in a partial line, and their length when it was seen: a tail
+    /// still there, unchanged, at the next pass can never be completed (its writer is gone, or a
+    /// write was cut short) and is delivered as it is, for the sink to dead-letter.
+    torn: HashMap<PathBuf, u64>,
+}
+
 /// One pass over the spool; public for tests and for a final drain at shutdown. Offsets advance
 /// and segments go only once the sink committed; a failed pass is offered again next time.
-pub fn drain_once(dir: &Path, sink: &mut dyn Sink, offsets: &mut HashMap<PathBuf, u64>) -> std::io::Result<()> {
-    let mut advanced = offsets.clone();
+pub fn drain_once(dir: &Path, sink: &mut dyn Sink, progress: &mut Progress) -> std::io::Result<()> {
+    let mut advanced = progress.clone();
     match pass(dir, sink, &mut advanced) {
         Ok(done) => {
-            *offsets = advanced;
+            *progress = advanced;
             // Delivered and acknowledged: the segment's records are durable in the sink.
             for path in done {
                 std::fs::remove_file(&path)?;
-                offsets.remove(&path);
+                progress.offsets.remove(&path);
+                progress.torn.remove(&path);
             }
             Ok(())
         }
@@ -284,7 +360,8 @@ pub fn drain_once(dir: &Path, sink: &mut dyn Sink, offsets: &mut HashMap<PathBuf
 }
 
 /// Delivers and commits; returns the closed, fully delivered segments.
-fn pass(dir: &Path, sink: &mut dyn Sink, offsets: &mut HashMap<PathBuf, u64>) -> std::io::Result<Vec<PathBuf>> {
+fn pass(dir: &Path, sink: &mut dyn Sink, progress: &mut Progress) -> std::io::Result<Vec<PathBuf>> {
+    let Progress { offsets, torn } = progress;
     let own = TARGET.get().map(|t| t.prefix.clone());
     let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
@@ -295,6 +372,17 @@ fn pass(dir: &Path, sink: &mut dyn Sink, offsets: &mut HashMap<PathBuf, u64>) ->
     let mut done = Vec::new();
     let mut buf = vec![0u8; CHUNK];
     for (i, path) in segments.iter().enumerate() {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let from_this_process = own.as_deref().is_some_and(|p| name.starts_with(p));
+        let thread_part = name.rsplit_once('-').map(|(a, _)| a).unwrap_or_default();
+        let superseded = segments[i + 1..].iter().any(|n| {
+            n.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.rsplit_once('-'))
+                .is_some_and(|(a, _)| a == thread_part)
+        });
+        // Closed: no writer will append again, so reading to its end delivers all of it.
+        let closed = !from_this_process || superseded;
         let mut f = File::open(path)?;
         let mut at = offsets.get(path).copied().unwrap_or(0);
         f.seek(SeekFrom::Start(at))?;
@@ -318,18 +406,19 @@ fn pass(dir: &Path, sink: &mut dyn Sink, offsets: &mut HashMap<PathBuf, u64>) ->
                 break;
             }
         }
+        let len = f.metadata()?.len();
+        if closed && filled > 0 {
+            // A partial last line in a closed segment: delivered as it is once it has stayed
+            // unchanged for a whole pass (the sink dead-letters it); the segment can then go.
+            if torn.get(path) == Some(&len) {
+                sink.deliver(&[&buf[..filled]])?;
+                at += filled as u64;
+            } else {
+                torn.insert(path.clone(), len);
+            }
+        }
         offsets.insert(path.clone(), at);
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        let from_this_process = own.as_deref().is_some_and(|p| name.starts_with(p));
-        let thread_part = name.rsplit_once('-').map(|(a, _)| a).unwrap_or_default();
-        let superseded = segments[i + 1..].iter().any(|n| {
-            n.file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.rsplit_once('-'))
-                .is_some_and(|(a, _)| a == thread_part)
-        });
-        // Closed: no writer will append again, so reading to its end delivered all of it.
-        if (!from_this_process || superseded) && at == f.metadata()?.len() {
+        if closed && at == len {
             done.push(path.clone());
         }
     }
@@ -394,22 +483,61 @@ mod tests {
         let old = dir.join("spool-0-1-t000-000000.jsonl");
         std::fs::write(&old, format!("{text}{{\"request_id\":\"partial")).unwrap();
         let mut sink = Recorder { fail: true, ..Recorder::default() };
-        let mut offsets = HashMap::new();
+        let mut progress = Progress::default();
         // A sink that cannot acknowledge: nothing advances, nothing is deleted.
-        assert!(drain_once(&dir, &mut sink, &mut offsets).is_err());
-        assert!(sink.committed.is_empty() && offsets.is_empty() && old.exists());
+        assert!(drain_once(&dir, &mut sink, &mut progress).is_err());
+        assert!(sink.committed.is_empty() && progress.offsets.is_empty() && old.exists());
         sink.fail = false;
-        drain_once(&dir, &mut sink, &mut offsets).unwrap();
+        drain_once(&dir, &mut sink, &mut progress).unwrap();
         assert_eq!(sink.committed, want);
         // The partial line keeps the segment (a closed segment goes only once fully delivered).
         assert!(old.exists());
         std::fs::OpenOptions::new().append(true).open(&old).unwrap().write_all(b"-done\"}\n").unwrap();
-        drain_once(&dir, &mut sink, &mut offsets).unwrap();
+        drain_once(&dir, &mut sink, &mut progress).unwrap();
         assert_eq!(sink.committed.len(), 3001);
         assert_eq!(sink.committed[3000], r#"{"request_id":"partial-done"}"#);
         assert!(!old.exists());
-        drain_once(&dir, &mut sink, &mut offsets).unwrap();
+        drain_once(&dir, &mut sink, &mut progress).unwrap();
         assert_eq!(sink.committed.len(), 3001, "nothing is delivered twice");
+    }
+
+    /// A closed segment whose last line was cut short (a write that failed half-way) is not kept
+    /// forever: once the tail has stayed the same for a pass it is delivered as it is, and the
+    /// segment goes.
+    #[test]
+    fn a_torn_last_line_is_delivered_after_a_pass_and_the_segment_goes() {
+        let dir = tempdir("torn");
+        let old = dir.join("spool-0-1-t000-000000.jsonl");
+        std::fs::write(&old, format!("{}\n{{\"request_id\":\"cut", record("a", 5))).unwrap();
+        let mut sink = Recorder::default();
+        let mut progress = Progress::default();
+        drain_once(&dir, &mut sink, &mut progress).unwrap();
+        assert_eq!(sink.committed.len(), 1);
+        assert!(old.exists(), "the tail may still be completed");
+        drain_once(&dir, &mut sink, &mut progress).unwrap();
+        assert_eq!(sink.committed, [record("a", 5), r#"{"request_id":"cut"#.to_owned()]);
+        assert!(!old.exists());
+    }
+
+    /// A line that is not a usage record goes to the dead-letter file with its reason; the
+    /// records around it are stored.
+    #[test]
+    fn jsonl_sink_dead_letters_what_is_not_a_record_and_keeps_the_rest() {
+        let dir = tempdir("dead");
+        let path = dir.join("usage.jsonl");
+        let mut sink = JsonlSink::open(&path).unwrap();
+        let (a, b) = (record("a", 3), record("b", 3));
+        sink.deliver(&[a.as_bytes(), br#"{"request_id":"cut"#, b"\xff\xfe", br#"{"x":1}"#, b.as_bytes()]).unwrap();
+        sink.commit().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("{a}\n{b}\n"));
+        let dead = std::fs::read_to_string(dir.join("usage.dead.jsonl")).unwrap();
+        let reasons: Vec<String> = dead
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["reason"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(reasons.len(), 3, "{dead}");
+        assert!(reasons[1].contains("UTF-8"), "{reasons:?}");
     }
 
     #[test]

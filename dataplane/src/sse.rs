@@ -24,8 +24,10 @@ pub enum SseError {
 }
 
 /// Incremental decoder: `push` bytes as they arrive, then drain `next_event` until `None`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseDecoder {
+    /// The largest event (or unfinished line) held: past it, `TooLarge`.
+    max_event: usize,
     buf: Vec<u8>,
     /// Bytes of `buf` already consumed as whole lines.
     pos: usize,
@@ -37,12 +39,24 @@ pub struct SseDecoder {
     skip_lf: bool,
 }
 
-/// An upstream event larger than this is an error, not unbounded buffering.
+/// An upstream event larger than this is an error, not unbounded buffering (the default;
+/// `with_limit` sets another, per upstream).
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+impl Default for SseDecoder {
+    fn default() -> Self {
+        Self::with_limit(MAX_EVENT_BYTES)
+    }
+}
 
 impl SseDecoder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A decoder that refuses an event (or a line) over `max_event` bytes.
+    pub fn with_limit(max_event: usize) -> Self {
+        Self { max_event, buf: Vec::new(), pos: 0, event: None, data: Vec::new(), has_data: false, skip_lf: false }
     }
 
     pub fn push(&mut self, chunk: &[u8]) {
@@ -67,8 +81,8 @@ impl SseDecoder {
             }
             let rest = &self.buf[self.pos..];
             let Some(end) = memchr::memchr2(b'\n', b'\r', rest) else {
-                if rest.len() + self.data.len() > MAX_EVENT_BYTES {
-                    return Err(SseError::TooLarge(MAX_EVENT_BYTES));
+                if rest.len() + self.data.len() > self.max_event {
+                    return Err(SseError::TooLarge(self.max_event));
                 }
                 return Ok(None);
             };
@@ -119,11 +133,12 @@ impl SseDecoder {
                 }
                 self.data.extend_from_slice(value);
                 self.has_data = true;
-                if self.data.len() > MAX_EVENT_BYTES {
-                    return Err(SseError::TooLarge(MAX_EVENT_BYTES));
+                if self.data.len() > self.max_event {
+                    return Err(SseError::TooLarge(self.max_event));
                 }
             }
-            b"event" => self.event = Some(value.to_vec()),
+            b"event" if value.len() <= self.max_event => self.event = Some(value.to_vec()),
+            b"event" => return Err(SseError::TooLarge(self.max_event)),
             _ => {} // id, retry and unknown fields carry nothing ax needs
         }
         Ok(())
@@ -204,6 +219,23 @@ mod tests {
         let evs = decode_all(&[b"data: a\n\ndata: b"]).unwrap();
         assert_eq!(evs.len(), 2);
         assert_eq!(evs[1].data, "b");
+    }
+
+    /// A line that never ends is refused once it passes the limit, not held until the stream
+    /// ends; so is an event of many small lines.
+    #[test]
+    fn an_event_or_line_over_the_limit_is_refused() {
+        let mut d = SseDecoder::with_limit(1024);
+        d.push(b"data: ");
+        for _ in 0..3 {
+            d.push(&[b'x'; 400]);
+        }
+        assert_eq!(d.next_event(), Err(SseError::TooLarge(1024)));
+        let mut d = SseDecoder::with_limit(1024);
+        for _ in 0..30 {
+            d.push(b"data: 0123456789012345678901234567890123456789\n");
+        }
+        assert_eq!(d.next_event(), Err(SseError::TooLarge(1024)));
     }
 
     #[test]

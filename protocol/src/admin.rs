@@ -114,8 +114,15 @@ pub struct NodeView {
     pub last_seen: Option<String>,
     /// Its latest health summary (sent every 5 s).
     pub health: Option<crate::health::NodeHealth>,
-    /// Connected to this control-plane replica now.
+    /// Connected now, to any control-plane replica (a websocket heard from in the last 30 s).
     pub connected: bool,
+    /// Open websockets on this node's token (several processes may share one), on all replicas.
+    #[serde(default)]
+    pub connections: i64,
+    /// Usage records of this node kept in the dead-letter table (unreadable, or refused by the
+    /// database) instead of being counted.
+    #[serde(default)]
+    pub dead_letters: i64,
 }
 
 /// `GET /nodes`.

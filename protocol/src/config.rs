@@ -178,6 +178,13 @@ pub struct UpstreamSpec {
     #[serde(default, skip_serializing_if = "is_default")]
     pub limits: LimitsSpec,
     pub models: Vec<ModelSpec>,
+    /// Largest answer accepted from this upstream, in bytes (default 32 MiB): a larger one is
+    /// refused with `upstream_response_too_large` (and fails over) instead of being buffered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<u64>,
+    /// Largest single stream event (or line of one) accepted, in bytes (default 8 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_event_bytes: Option<u64>,
     /// Behaviour of a `mock` upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mock: Option<MockSpec>,

@@ -3,6 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The alias of a record whose requested model does not exist: a name a caller made up never
+/// becomes a metric label or a report group (the raw name is only in the data plane's log line).
+/// No configuration may name an alias so (the data plane's compiler refuses it).
+pub const UNKNOWN_ALIAS: &str = "(unknown)";
+
 /// Fields missing when read (a record from an older data plane) take their defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

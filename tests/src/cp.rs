@@ -140,6 +140,11 @@ impl Session {
         })
     }
 
+    /// The `Cookie` header value of this session (`ax_session=…`).
+    pub fn cookie(&self) -> String {
+        self.cookie.clone()
+    }
+
     /// A request with the session cookie and (for mutations) the CSRF token.
     pub async fn send(&self, method: &str, path: &str, body: Option<&Value>) -> reqwest::Response {
         self.send_with(method, path, body, true).await

@@ -5,7 +5,9 @@
 mod conformance;
 mod controlplane;
 mod failover;
+mod faults;
 mod governance;
+mod hardening;
 mod ingress;
 mod reload;
 mod sdk;
