@@ -146,12 +146,22 @@ pub async fn create_key(
     ApiBody(body): ApiBody,
 ) -> Reply {
     caller.require(Role::Admin)?;
-    let k: KeyIn = if body.is_empty() { KeyIn { id: None, expires_at: None, limits: None } } else { decode(&body)? };
-    let id = k.id.unwrap_or_else(|| format!("{tenant}-{}", &crypto::token(6)[..8]));
+    let mut k: KeyIn =
+        if body.is_empty() { KeyIn { id: None, expires_at: None, limits: None } } else { decode(&body)? };
+    let id = k.id.take().unwrap_or_else(|| format!("{tenant}-{}", &crypto::token(6)[..8]));
     valid_name("id", &id)?;
     if let Some(e) = &k.expires_at {
-        if e.parse::<jiff::Timestamp>().is_err() {
-            return Err(ApiError::field("expires_at", "an RFC 3339 time such as 2027-01-01T00:00:00Z"));
+        // Stored as Postgres reads it: the parsed time in UTC, years 1970 to 9999.
+        match e.parse::<jiff::Timestamp>() {
+            Ok(t) if (0..=253_402_300_799).contains(&t.as_second()) => {
+                k.expires_at = Some(t.to_string());
+            }
+            _ => {
+                return Err(ApiError::field(
+                    "expires_at",
+                    "an RFC 3339 time such as 2027-01-01T00:00:00Z (years 1970-9999)",
+                ))
+            }
         }
     }
     let mut tx = s.db.begin().await?;

@@ -344,6 +344,16 @@ pub struct ReportQuery {
     format: Option<String>,
 }
 
+/// A report's date parameter, as Postgres reads it: `YYYY-MM-DD` in years 1970–9999 (a date the
+/// parser takes but Postgres refuses, such as `-009999-01-01`, would be a 500).
+fn report_date(field: &str, v: Option<&str>) -> ApiResult<Option<String>> {
+    let Some(v) = v else { return Ok(None) };
+    match v.parse::<jiff::civil::Date>() {
+        Ok(d) if (1970..=9999).contains(&d.year()) => Ok(Some(d.to_string())),
+        _ => Err(ApiError::field(field, "a date as YYYY-MM-DD, years 1970 to 9999")),
+    }
+}
+
 fn micro_usd(v: i64) -> String {
     let sign = if v < 0 { "-" } else { "" };
     let a = v.unsigned_abs();
@@ -370,13 +380,9 @@ pub async fn cost_report(
         "key" => "key_id",
         _ => return Err(ApiError::field("by", "tenant, alias, model or key")),
     };
-    for (field, v) in [("from", &q.from), ("to", &q.to)] {
-        if let Some(d) = v {
-            if d.parse::<jiff::civil::Date>().is_err() {
-                return Err(ApiError::field(field, "a date as YYYY-MM-DD"));
-            }
-        }
-    }
+    let mut q = q;
+    q.from = report_date("from", q.from.as_deref())?;
+    q.to = report_date("to", q.to.as_deref())?;
     let sql = format!(
         "SELECT to_char(date_trunc('{period}', day), 'YYYY-MM-DD'), {by}, sum(requests)::bigint, sum(errors)::bigint,
                 sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, sum(cached_tokens)::bigint,
@@ -468,11 +474,9 @@ pub async fn top_spenders(
     ApiQuery(q): ApiQuery<TopQuery>,
 ) -> ApiResult<Json<Value>> {
     caller.require(Role::Finance)?;
-    for (field, v) in [("from", &q.from), ("to", &q.to)] {
-        if v.as_ref().is_some_and(|d| d.parse::<jiff::civil::Date>().is_err()) {
-            return Err(ApiError::field(field, "a date as YYYY-MM-DD"));
-        }
-    }
+    let mut q = q;
+    q.from = report_date("from", q.from.as_deref())?;
+    q.to = report_date("to", q.to.as_deref())?;
     let rows = sqlx::query!(
         r#"SELECT tenant, sum(requests)::bigint AS "requests!", sum(prompt_tokens + completion_tokens)::bigint AS "tokens!",
                   sum(cost_micro_usd)::bigint AS "cost!"

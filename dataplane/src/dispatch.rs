@@ -196,7 +196,9 @@ async fn read_body(mut resp: Response, limits: Limits, max: usize) -> Result<byt
     if resp.remaining_length().is_some_and(|n| n > max as u64) {
         return Err(AxError::UpstreamResponseTooLarge(max));
     }
-    let mut chunks: Vec<bytes::Bytes> = Vec::new();
+    // The first chunk apart: the usual one-piece answer allocates nothing here.
+    let mut first: Option<bytes::Bytes> = None;
+    let mut more: Vec<bytes::Bytes> = Vec::new();
     let mut total = 0;
     loop {
         let (end, late) = limits.step_end(limits.idle, AxError::UpstreamIdleTimeout);
@@ -209,19 +211,22 @@ async fn read_body(mut resp: Response, limits: Limits, max: usize) -> Result<byt
         if total > max {
             return Err(AxError::UpstreamResponseTooLarge(max));
         }
-        chunks.push(c);
-    }
-    Ok(match chunks.len() {
-        0 => bytes::Bytes::new(),
-        1 => chunks.swap_remove(0),
-        _ => {
-            let mut body = BytesMut::with_capacity(total);
-            for c in chunks {
-                body.extend_from_slice(&c);
-            }
-            body.freeze()
+        if first.is_none() {
+            first = Some(c);
+        } else {
+            more.push(c);
         }
-    })
+    }
+    let Some(first) = first else { return Ok(bytes::Bytes::new()) };
+    if more.is_empty() {
+        return Ok(first);
+    }
+    let mut body = BytesMut::with_capacity(total);
+    body.extend_from_slice(&first);
+    for c in more {
+        body.extend_from_slice(&c);
+    }
+    Ok(body.freeze())
 }
 
 fn log_upstream_error(up: &Upstream, status: u16, body: &[u8], err: &AxError) {

@@ -522,6 +522,14 @@ impl Drop for RedisServer {
     }
 }
 
+/// A program of the repository's Python venv (`.venv/bin/<name>`, made by `.ci/run` from
+/// `tests/sdk/requirements.txt`); `what` says what the test needs it for.
+pub fn venv_bin(name: &str, what: &str) -> String {
+    let path = format!("{}/../.venv/bin/{name}", env!("CARGO_MANIFEST_DIR"));
+    assert!(Path::new(&path).exists(), "{what} needs {path}: run `bash .ci/run` once");
+    path
+}
+
 /// A loopback address where nothing listens: connecting is refused.
 pub async fn refused_url() -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");

@@ -38,12 +38,7 @@ fn python() -> String {
     if let Ok(p) = std::env::var("AX_PYTHON") {
         return p;
     }
-    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../.venv/bin/python");
-    assert!(
-        std::path::Path::new(venv).exists(),
-        "the SDK test needs the `openai` package in {venv}: run `bash .ci/run` once, or set AX_PYTHON"
-    );
-    venv.to_owned()
+    ax_tests::venv_bin("python", "the SDK test (the `openai` package; or set AX_PYTHON)")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
