@@ -1,5 +1,6 @@
-//! Data planes: each node, its applied version against the latest, last seen, connection, last
-//! error and its health summary (per upstream: breaker, requests, success rate, p95 latency).
+//! Data planes: each node, its applied version against the latest, last seen, connections, usage
+//! records kept aside (dead letters), last error and its health summary (per upstream: breaker,
+//! requests, success rate, p95 latency).
 //! Refreshed every 2 s.
 
 use ax_protocol::admin::NodeList;
@@ -24,17 +25,23 @@ pub fn Nodes() -> impl IntoView {
                 view! {
                     <p>{latest.map(|l| format!("Latest version: {l}"))}</p>
                     <table class="nodes">
-                        <thead><tr><th>"Node"</th><th>"Applied"</th><th>"Connected"</th><th>"Last seen"</th><th>"Upstreams"</th><th>"Last error"</th></tr></thead>
+                        <thead><tr><th>"Node"</th><th>"Applied"</th><th>"Connected"</th><th>"Dead letters"</th><th>"Last seen"</th><th>"Upstreams"</th><th>"Last error"</th></tr></thead>
                         <tbody>
                         {nodes.into_iter().map(|n| {
                             let applied = n.applied_version;
                             let behind = matches!((applied, latest), (Some(a), Some(l)) if a < l) || applied.is_none();
                             let ups = n.health.map(|h| h.upstreams).unwrap_or_default();
+                            let dead_letters = n.dead_letters;
                             view! {
                                 <tr class:behind=behind>
                                     <td>{n.id}</td>
                                     <td>{applied.map_or_else(|| "none".to_owned(), |a| a.to_string())}</td>
-                                    <td>{if n.connected { "yes" } else { "no" }}</td>
+                                    <td>{match (n.connected, n.connections) {
+                                        (false, _) => "no".to_owned(),
+                                        (true, c) if c > 1 => format!("yes ({c} processes)"),
+                                        (true, _) => "yes".to_owned(),
+                                    }}</td>
+                                    <td class:error={dead_letters > 0}>{fmt::int(dead_letters)}</td>
                                     <td>{n.last_seen.as_deref().map_or_else(|| "never".to_owned(), |s| fmt::ago(s, now))}</td>
                                     <td>{ups.into_iter().map(|u| {
                                         let mut up = super::overview::Up::default();
