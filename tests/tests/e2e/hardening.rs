@@ -525,6 +525,18 @@ async fn two_replicas_share_sessions_and_see_every_connection() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(connections(other.url.clone()).await, (true, 2), "every replica sees every connection");
+    // A change committed on one replica reaches the data plane held by the other, both ways.
+    let admin2 = Session::login(&other.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    for (session, dp, upstream) in [(&s.admin, &dp2, "b"), (&admin2, &dp1, "a"), (&s.admin, &dp2, "a")] {
+        session
+            .ok("PUT", "/api/v1/routes/chat", Some(&json!({ "candidates": [{ "upstream": upstream, "model": "m" }] })))
+            .await;
+        let start = Instant::now();
+        while chat(&dp.url, &key, "chat").await.headers()["x-ax-upstream"] != upstream {
+            assert!(start.elapsed() < Duration::from_secs(2), "a change on the other replica did not reach {}", dp.url);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     dp2.kill();
     let start = Instant::now();
     while connections(other.url.clone()).await != (true, 1) {
@@ -538,12 +550,11 @@ async fn two_replicas_share_sessions_and_see_every_connection() {
         assert!(start.elapsed() < Duration::from_secs(5), "the data plane did not move: {}", dp1.logs());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let admin2 = Session::login(&other.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
     let v = admin2
-        .ok("PUT", "/api/v1/routes/chat", Some(&json!({ "candidates": [{ "upstream": "a", "model": "m" }] })))
+        .ok("PUT", "/api/v1/routes/chat", Some(&json!({ "candidates": [{ "upstream": "b", "model": "m" }] })))
         .await["version"]
         .as_u64()
         .unwrap();
     wait_applied(&admin2, "dp-1", v, Duration::from_secs(2)).await;
-    assert_eq!(chat(&dp1.url, &key, "chat").await.headers()["x-ax-upstream"], "a");
+    assert_eq!(chat(&dp1.url, &key, "chat").await.headers()["x-ax-upstream"], "b");
 }
