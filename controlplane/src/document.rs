@@ -304,13 +304,14 @@ fn group<T>(rows: Vec<T>, key: impl Fn(&T) -> String) -> std::collections::HashM
     map
 }
 
-/// Validates a document with the data plane's compiler: what passes here, every data plane accepts.
-/// The document is moved in and handed back (not copied: 10,000 aliases).
+/// Validates a document with the rules every data plane applies (`ax_protocol::validate`): what
+/// passes here, every data plane accepts. The document is moved in and handed back (not copied:
+/// 10,000 aliases).
 pub fn validate(doc: Document) -> (Result<(), FieldError>, Document) {
     let Document { upstreams, routes, tenants } = doc;
     let spec = ax_protocol::config::ConfigSpec { upstreams, routes, tenants, ..Default::default() };
     // `${NAME}` references are resolved on each data plane; here any name resolves.
-    let result = ax_dataplane::snapshot::build(&spec, 1, &|_| Some("x".to_owned()), None)
+    let result = ax_protocol::validate::validate(&spec, &|_| Some("x".to_owned()))
         .map(drop)
         .map_err(|e| FieldError::new(e.path, e.message));
     let ax_protocol::config::ConfigSpec { upstreams, routes, tenants, .. } = spec;

@@ -115,15 +115,15 @@ impl Budget {
             format!(
                 "{}; spent={}; limit={}",
                 self.window_name(),
-                crate::cost::format_usd(spent),
-                crate::cost::format_usd(self.limit)
+                ax_protocol::price::format_usd(spent),
+                ax_protocol::price::format_usd(self.limit)
             )
         })
     }
 
     /// The `x-ax-budget-warning` value of a `warn` budget past its cap (the request is served).
     pub fn exceeded(&self) -> String {
-        format!("{}; exceeded; limit={}", self.window_name(), crate::cost::format_usd(self.limit))
+        format!("{}; exceeded; limit={}", self.window_name(), ax_protocol::price::format_usd(self.limit))
     }
 
     /// `action: warn`: past the cap, requests are served with a warning instead of refused.

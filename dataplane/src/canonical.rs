@@ -547,6 +547,18 @@ pub struct Usage {
     pub reasoning_tokens: u64,
 }
 
+impl Usage {
+    /// The counts a price applies to.
+    pub fn tokens(&self) -> ax_protocol::price::Tokens {
+        ax_protocol::price::Tokens {
+            prompt: self.prompt_tokens,
+            cached: self.cached_tokens,
+            cache_write: self.cache_write_tokens,
+            completion: self.completion_tokens,
+        }
+    }
+}
+
 /// Seconds since the Unix epoch: `created` of an answer that came without one.
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())

@@ -35,7 +35,7 @@ pub enum AxError {
         remaining: u64,
         retry_after: Duration,
     },
-    #[error("the {window} budget of ${} is spent", crate::cost::format_usd(*limit))]
+    #[error("the {window} budget of ${} is spent", ax_protocol::price::format_usd(*limit))]
     BudgetExceeded { window: &'static str, limit: u64 },
     #[error("the prompt is about {estimated} tokens, over the limit of {limit} for '{alias}'")]
     PromptTooLong { alias: String, estimated: u64, limit: u32 },

@@ -436,7 +436,7 @@ async fn chat(
             meter.finish(200, None);
             let mut r = json_response(StatusCode::OK, body, rid);
             if let Some(c) = cost {
-                r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&crate::cost::format_usd(c)));
+                r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&ax_protocol::price::format_usd(c)));
             }
             r
         }
@@ -527,7 +527,7 @@ async fn embed(
     meter.finish(200, None);
     let mut r = json_response(StatusCode::OK, openai::encode_embeddings_response(&resp, req.encoding_format), rid);
     if let Some(c) = cost {
-        r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&crate::cost::format_usd(c)));
+        r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&ax_protocol::price::format_usd(c)));
     }
     served_headers(&mut r, &served);
     Ok(r)

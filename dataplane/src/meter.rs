@@ -127,7 +127,7 @@ pub struct Meter {
     ttft: Option<Duration>,
     /// Set once the record was emitted; a drop before that means the client went away.
     emitted: bool,
-    prices: Option<crate::cost::Prices>,
+    prices: Option<ax_protocol::price::Prices>,
     /// Whether the provider reported usage; if not, tokens are estimated at the end.
     usage_known: bool,
     /// Prompt tokens as estimated before routing (for records without provider usage).
@@ -228,7 +228,7 @@ impl Meter {
         r.completion_tokens = u.completion_tokens;
         r.cached_prompt_tokens = u.cached_tokens;
         r.cache_write_tokens = u.cache_write_tokens;
-        r.cost_micro_usd = self.prices.map(|p| p.cost_micro_usd(u));
+        r.cost_micro_usd = self.prices.map(|p| p.cost_micro_usd(u.tokens()));
     }
 
     pub fn cost_micro_usd(&self) -> Option<u64> {

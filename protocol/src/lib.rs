@@ -1,14 +1,18 @@
-//! Serde types shared by the ax data plane, control plane and UI.
+//! Types shared by the ax data plane, control plane and UI.
 //!
 //! `config` is the snapshot schema: what a data plane reads from its YAML file in standalone
-//! mode and what the control plane pushes to it later. `usage` is the per-call usage record.
-//! `admin` holds the admin API bodies the UI shares with the control plane.
-//! `health` is a data plane's health table (its `/admin/health`, and its summary to the control plane).
-//! These types only describe data; validation and compilation into runtime structures happen in
-//! the data plane (`ax_dataplane::snapshot`).
+//! mode and what the control plane pushes to it later. `validate` (feature `validate`) holds the
+//! rules such a configuration must satisfy, applied by both planes; the data plane compiles what
+//! passes into its live snapshot. `price` turns configured USD prices into exact integer
+//! micro-USD. `usage` is the per-call usage record. `admin` holds the admin API bodies the UI
+//! shares with the control plane. `health` is a data plane's health table (its `/admin/health`,
+//! and its summary to the control plane). `snapshot` is the websocket between the planes.
 
 pub mod admin;
 pub mod config;
 pub mod health;
+pub mod price;
 pub mod snapshot;
 pub mod usage;
+#[cfg(feature = "validate")]
+pub mod validate;

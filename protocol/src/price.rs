@@ -1,13 +1,11 @@
-//! Cost in integer micro-USD: no floating point between the price list and the bill.
+//! Prices in integer micro-USD: no floating point between the price list and the bill.
 //!
-//! Prices are configured in USD per million tokens and converted once, at snapshot build, to
-//! integer micro-USD per million tokens (exact for prices with up to six decimals). A request's
-//! cost is `Σ tokens × price` in those units, divided by 10⁶ once, rounded half up: one rounding
-//! per request, so finance can recompute every record exactly.
+//! Prices are configured in USD per million tokens and converted once, when a configuration is
+//! validated, to integer micro-USD per million tokens (exact for prices with up to six decimals).
+//! A call's cost is `Σ tokens × price` in those units, divided by 10⁶ once, rounded half up: one
+//! rounding per call, so finance can recompute every record exactly.
 
-use ax_protocol::config::PriceSpec;
-
-use crate::canonical::Usage;
+use crate::config::PriceSpec;
 
 /// Integer micro-USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,8 +18,17 @@ pub struct Prices {
     pub cache_write: u64,
 }
 
+/// Token counts of one call, as priced. `prompt` includes the cached and cache-written tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub cached: u64,
+    pub cache_write: u64,
+    pub completion: u64,
+}
+
 /// USD (as configured) → integer micro-USD; `None` for values that are not exact to 6 decimals.
-fn micros(usd: f64) -> Option<u64> {
+pub fn micros(usd: f64) -> Option<u64> {
     let m = (usd * 1e6).round();
     ((usd * 1e6 - m).abs() < 1e-6 && (0.0..9e15).contains(&m)).then_some(m as u64)
 }
@@ -38,15 +45,14 @@ impl Prices {
         })
     }
 
-    /// The cost of one call in micro-USD. `prompt_tokens` includes cached and cache-written
-    /// tokens (canonical usage); each part is priced at its own rate.
-    pub fn cost_micro_usd(&self, u: &Usage) -> u64 {
-        let uncached = u.prompt_tokens.saturating_sub(u.cached_tokens).saturating_sub(u.cache_write_tokens);
+    /// The cost of one call in micro-USD; each part of the prompt is priced at its own rate.
+    pub fn cost_micro_usd(&self, t: Tokens) -> u64 {
+        let uncached = t.prompt.saturating_sub(t.cached).saturating_sub(t.cache_write);
         let n = |t: u64, p: u64| u128::from(t) * u128::from(p);
         let total = n(uncached, self.input)
-            + n(u.cached_tokens, self.cached_input)
-            + n(u.cache_write_tokens, self.cache_write)
-            + n(u.completion_tokens, self.output);
+            + n(t.cached, self.cached_input)
+            + n(t.cache_write, self.cache_write)
+            + n(t.completion, self.output);
         u64::try_from((total + 500_000) / 1_000_000).unwrap_or(u64::MAX)
     }
 
@@ -75,16 +81,10 @@ mod tests {
     fn anthropic_cache_reads_and_writes_priced_exactly() {
         // Anthropic usage: input_tokens 1,200 (uncached), cache_creation 2,000, cache_read 10,000,
         // output 850 → canonical prompt = 13,200.
-        let u = Usage {
-            prompt_tokens: 13_200,
-            completion_tokens: 850,
-            cached_tokens: 10_000,
-            cache_write_tokens: 2_000,
-            reasoning_tokens: 0,
-        };
+        let t = Tokens { prompt: 13_200, completion: 850, cached: 10_000, cache_write: 2_000 };
         // By hand: 1,200×3 + 10,000×0.3 + 2,000×3.75 + 850×15 = 3,600 + 3,000 + 7,500 + 12,750
         // = 26,850 USD per Mtok·token → 0.02685 USD = 26,850 µUSD.
-        assert_eq!(sonnet().cost_micro_usd(&u), 26_850);
+        assert_eq!(sonnet().cost_micro_usd(t), 26_850);
         assert_eq!(format_usd(26_850), "0.026850");
     }
 
@@ -94,13 +94,10 @@ mod tests {
             Prices::from_spec(&PriceSpec { input: 0.15, output: 0.6, cached_input: None, cache_write: None }).unwrap();
         assert_eq!(p.cached_input, 150_000, "cache reads default to the input price");
         // 7 × 0.15 + 3 × 0.6 = 2.85 µUSD → 3.
-        let u = Usage { prompt_tokens: 7, completion_tokens: 3, ..Usage::default() };
-        assert_eq!(p.cost_micro_usd(&u), 3);
+        assert_eq!(p.cost_micro_usd(Tokens { prompt: 7, completion: 3, ..Tokens::default() }), 3);
         // 1 × 0.15 = 0.15 µUSD → 0.
-        assert_eq!(p.cost_micro_usd(&Usage { prompt_tokens: 1, ..Usage::default() }), 0);
-        // No drift: a million identical requests cost exactly a million times one.
-        let one = p.cost_micro_usd(&Usage { prompt_tokens: 1_000, completion_tokens: 500, ..Usage::default() });
-        assert_eq!(one, 450);
+        assert_eq!(p.cost_micro_usd(Tokens { prompt: 1, ..Tokens::default() }), 0);
+        assert_eq!(p.cost_micro_usd(Tokens { prompt: 1_000, completion: 500, ..Tokens::default() }), 450);
     }
 
     #[test]
