@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::StatusCode;
 use serde::Serialize;
 
-use crate::health::Outcome;
+use crate::upstream::health::Outcome;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AxError {
@@ -30,7 +30,7 @@ pub enum AxError {
     #[error("rate limit of the {layer} exceeded: {limit} {}", kind.as_str())]
     RateLimitExceeded {
         layer: &'static str,
-        kind: crate::limits::Kind,
+        kind: crate::governance::limits::Kind,
         limit: u64,
         remaining: u64,
         retry_after: Duration,

@@ -12,9 +12,9 @@ use std::sync::OnceLock;
 use ax_protocol::config::{ParamsMode, ProviderKind};
 
 use crate::canonical::{ChatRequest, EmbeddingsRequest};
+use crate::config::snapshot::Snapshot;
 use crate::providers::{self, Ctx, StreamDecoder};
-use crate::snapshot::Snapshot;
-use crate::sse::{SseDecoder, SseEvent};
+use crate::upstream::sse::{SseDecoder, SseEvent};
 
 /// The providers an input's first byte picks from.
 const KINDS: [ProviderKind; 4] =
@@ -28,7 +28,7 @@ fn split(data: &[u8]) -> (u8, &[u8]) {
 }
 
 /// Every event of `input` read in pieces of `piece` bytes (0: in one piece), or the error.
-fn sse_events(input: &[u8], piece: usize, limit: usize) -> Result<Vec<SseEvent>, crate::sse::SseError> {
+fn sse_events(input: &[u8], piece: usize, limit: usize) -> Result<Vec<SseEvent>, crate::upstream::sse::SseError> {
     let mut d = SseDecoder::with_limit(limit);
     let mut out = Vec::new();
     let pieces: Vec<&[u8]> = if piece == 0 { vec![input] } else { input.chunks(piece).collect() };
@@ -55,14 +55,15 @@ pub fn sse(data: &[u8]) {
     match (&whole, &pieces) {
         (Ok(a), Ok(b)) => assert_eq!(a, b, "events depend on how the bytes were split"),
         // The size limit may trip at a different read; any other verdict must agree.
-        (Err(crate::sse::SseError::TooLarge(_)), _) | (_, Err(crate::sse::SseError::TooLarge(_))) => {}
+        (Err(crate::upstream::sse::SseError::TooLarge(_)), _)
+        | (_, Err(crate::upstream::sse::SseError::TooLarge(_))) => {}
         (a, b) => assert_eq!(a.is_err(), b.is_err(), "{a:?} / {b:?}"),
     }
 }
 
 /// An upstream's response head and chunked body (`client`'s parser and framing).
 pub fn upstream_http(data: &[u8]) {
-    crate::client::fuzz_response(data);
+    crate::upstream::client::fuzz_response(data);
 }
 
 /// A whole upstream answer and an upstream error body, for the provider the first byte picks.
@@ -120,7 +121,7 @@ fn snapshot() -> Option<&'static Snapshot> {
 "
         );
         let spec = crate::config::parse(&yaml).ok()?;
-        crate::snapshot::build(&spec, 1, &|_| None, None).ok()
+        crate::config::snapshot::build(&spec, 1, &|_| None, None).ok()
     })
     .as_ref()
 }
@@ -133,7 +134,7 @@ pub fn chat_request(data: &[u8]) {
         if req.validate().is_err() {
             continue;
         }
-        let _ = crate::route::chat_needs(&req, 4096);
+        let _ = crate::routing::plan::chat_needs(&req, 4096);
         for up in snapshot().map_or(&[][..], |s| &s.upstreams) {
             let ctx = Ctx { upstream: up, model: &up.models[0], default_max_tokens: 4096 };
             let _ = providers::encode_chat(ctx, &req);
@@ -144,7 +145,7 @@ pub fn chat_request(data: &[u8]) {
 /// A caller's embeddings request, decoded, estimated and translated for every provider.
 pub fn embeddings_request(data: &[u8]) {
     let Ok(req) = crate::ingress::decode::<EmbeddingsRequest>(data, ParamsMode::Strict) else { return };
-    let _ = crate::route::embeddings_needs(&req);
+    let _ = crate::routing::plan::embeddings_needs(&req);
     for up in snapshot().map_or(&[][..], |s| &s.upstreams).iter().filter(|u| u.kind != ProviderKind::Anthropic) {
         let ctx = Ctx { upstream: up, model: &up.models[0], default_max_tokens: 4096 };
         let _ = providers::encode_embeddings(ctx, &req);
@@ -155,7 +156,7 @@ pub fn embeddings_request(data: &[u8]) {
 pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     if let Ok(spec) = crate::config::parse(text) {
-        let _ = crate::snapshot::build(&spec, 1, &|_| None, None);
+        let _ = crate::config::snapshot::build(&spec, 1, &|_| None, None);
     }
     if let Ok(ax_protocol::snapshot::ToNode::Snapshot { document, .. }) =
         serde_json::from_str::<ax_protocol::snapshot::ToNode>(text)
@@ -166,7 +167,7 @@ pub fn config(data: &[u8]) {
             tenants: document.tenants,
             ..Default::default()
         };
-        let _ = crate::snapshot::build(&spec, 1, &|_| None, None);
+        let _ = crate::config::snapshot::build(&spec, 1, &|_| None, None);
     }
 }
 
@@ -297,7 +298,7 @@ mod tests {
             assert!(crate::ingress::decode::<EmbeddingsRequest>(s, ParamsMode::Strict).is_ok());
         }
         let cfg = std::str::from_utf8(samples::CONFIG[0]).unwrap();
-        crate::snapshot::build(&crate::config::parse(cfg).unwrap(), 1, &|_| None, None).unwrap();
+        crate::config::snapshot::build(&crate::config::parse(cfg).unwrap(), 1, &|_| None, None).unwrap();
         assert!(providers::decode_chat(ProviderKind::Openai, &samples::UPSTREAM_ANSWER[0][1..]).is_ok());
         assert!(providers::decode_chat(ProviderKind::Anthropic, &samples::UPSTREAM_ANSWER[1][1..]).is_ok());
         assert!(providers::decode_chat(ProviderKind::Gemini, &samples::UPSTREAM_ANSWER[2][1..]).is_ok());

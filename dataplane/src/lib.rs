@@ -1,53 +1,46 @@
 //! ax data plane: one OpenAI-compatible endpoint in front of many model providers.
 //!
-//! A request passes these stages, each its own module (see ARCHITECTURE.md):
+//! The folders are the stages of a request (ARCHITECTURE.md walks one through them):
 //!
-//! 1. `ingress`   — HTTP surface; request id; loads one `Snapshot`; the only place errors become HTTP.
-//! 2. auth        — `ingress::authenticate`: bearer key → SHA-256 → tenant (`Snapshot::authenticate`).
-//! 3. decode      — body limit, JSON → `canonical::ChatRequest`, unknown/unsupported parameters.
-//! 4. `guard`     — context budget, budgets (`budget`), rate limits (`limits`, `shared` via Redis).
-//! 5. `route`     — capability filter and strategy → the ordered attempt plan.
-//! 6. `failover`  — walk the plan: breakers and permits (`health`), retries, fallback aliases.
-//! 7. `dispatch`  — encode with the candidate's adapter (`providers::*`), send, classify.
-//! 8. `stream`    — upstream SSE (`sse`) → canonical chunks → OpenAI chunks, flushed per event.
-//! 9. `meter`     — metrics and exactly one usage record per request (`spool`), cost (`cost`).
+//! - `ingress`    — HTTP: the route table, request ids, a wire protocol's codec (`ingress::openai`),
+//!   and the one place an `AxError` becomes an HTTP answer.
+//! - `pipeline`   — the stages every call passes, in order, whatever protocol the caller spoke:
+//!   authenticate, decode, admit, guard, route, fail over, dispatch, stream, meter.
+//! - `governance` — budgets, rate limits (local and fleet-wide through Redis) and the guard that
+//!   takes and gives back their reservations.
+//! - `routing`    — from an alias to the ordered attempt plan, and failover over it.
+//! - `upstream`   — one call to one upstream: the pooled HTTP client, SSE framing, deadlines,
+//!   breakers and statistics.
+//! - `providers`  — pure translation between the canonical model and each provider's wire format.
+//! - `metering`   — exactly one usage record per request, its durable spool, metrics.
+//! - `config`     — the YAML file, the control-plane link, and the compiled immutable `Snapshot`
+//!   swapped whole through `SnapshotStore`; nothing on the request path locks.
 //!
-//! Configuration arrives as a `ConfigSpec` (`config`, `reload`), compiles into a `Snapshot`
-//! (`snapshot`) and is swapped whole through `SnapshotStore`; nothing on the request path locks.
+//! `canonical` (the protocol-neutral request and answer), `error`, `body` and `worker` are used
+//! by all of them.
 
 pub mod body;
-pub mod budget;
 pub mod canonical;
-pub mod client;
 pub mod config;
-pub mod control;
-pub mod dispatch;
 pub mod error;
-pub mod failover;
 #[doc(hidden)]
 pub mod fuzz;
-pub mod guard;
-pub mod health;
+pub mod governance;
 pub mod ingress;
-pub mod limits;
-pub mod meter;
+pub mod metering;
+pub mod pipeline;
 pub mod providers;
-pub mod reload;
-pub mod route;
-pub mod shared;
-pub mod snapshot;
-pub mod spool;
-pub mod sse;
-pub mod stream;
+pub mod routing;
+pub mod upstream;
 pub mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use config::snapshot::{Snapshot, SnapshotStore};
 pub use error::AxError;
 use metrics_exporter_prometheus::PrometheusHandle;
-use snapshot::{Snapshot, SnapshotStore};
 use tokio::net::TcpListener;
 
 /// Process-wide state shared by every request: the snapshot store and the metrics handle.
@@ -55,14 +48,14 @@ pub struct App {
     pub store: SnapshotStore,
     pub metrics: Option<PrometheusHandle>,
     /// Fleet-wide limits through Redis, when `server.redis_url` was set at start.
-    pub shared: Option<Arc<shared::Shared>>,
+    pub shared: Option<Arc<governance::fleet::Shared>>,
 }
 
 impl App {
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
-        let metrics = meter::prometheus();
+        let metrics = metering::meter::prometheus();
         let shared = snapshot.redis.as_ref().and_then(|(url, prefix, replicas)| {
-            shared::Shared::new(url, prefix, *replicas)
+            governance::fleet::Shared::new(url, prefix, *replicas)
                 .inspect_err(|e| tracing::error!(error = %e, "redis disabled"))
                 .ok()
         });

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 
 use std::net::ToSocketAddrs;
 
-use ax_dataplane::{config, control, reload, worker, App};
+use ax_dataplane::config::{self, control, reload};
+use ax_dataplane::{worker, App};
 use sha2::{Digest, Sha256};
 
 /// mimalloc instead of glibc malloc: under load glibc's arenas spent ~22% of the gateway's CPU
@@ -195,13 +196,13 @@ fn serve(args: Args) -> ExitCode {
     let path = args.config.clone();
     let base = spec.clone();
     let listen = args.listen.unwrap_or(spec.server.listen);
-    let metering: Option<(PathBuf, Box<dyn ax_dataplane::spool::Sink>)> =
+    let metering: Option<(PathBuf, Box<dyn ax_dataplane::metering::spool::Sink>)> =
         match (&spec.metering.spool_dir, &spec.metering.jsonl, &link) {
             (None, None, _) => None,
             (Some(dir), Some(jsonl), _) => {
                 let dir = PathBuf::from(dir);
-                let opened = ax_dataplane::spool::init(&dir)
-                    .and_then(|()| ax_dataplane::spool::JsonlSink::open(Path::new(jsonl)));
+                let opened = ax_dataplane::metering::spool::init(&dir)
+                    .and_then(|()| ax_dataplane::metering::spool::JsonlSink::open(Path::new(jsonl)));
                 match opened {
                     Ok(sink) => Some((dir, Box::new(sink))),
                     Err(e) => {
@@ -212,7 +213,7 @@ fn serve(args: Args) -> ExitCode {
             }
             (Some(dir), None, Some(link)) => {
                 let dir = PathBuf::from(dir);
-                match ax_dataplane::spool::init(&dir).and_then(|()| control::ControlPlaneSink::new(link)) {
+                match ax_dataplane::metering::spool::init(&dir).and_then(|()| control::ControlPlaneSink::new(link)) {
                     Ok(sink) => Some((dir, Box::new(sink))),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot open the usage spool");
@@ -298,7 +299,7 @@ fn serve(args: Args) -> ExitCode {
             (None, None) => {}
         }
         if let Some((dir, sink)) = metering {
-            if let Err(e) = ax_dataplane::spool::spawn_drain(dir, sink) {
+            if let Err(e) = ax_dataplane::metering::spool::spawn_drain(dir, sink) {
                 tracing::error!(error = %e, "cannot start the usage spool drain");
                 return true;
             }
@@ -371,7 +372,7 @@ async fn shutdown_signal() {
 fn control_plane_start(
     path: Option<&Path>,
     link: &control::Link,
-) -> Result<(ax_protocol::config::ConfigSpec, ax_dataplane::snapshot::Snapshot), String> {
+) -> Result<(ax_protocol::config::ConfigSpec, ax_dataplane::config::snapshot::Snapshot), String> {
     let mut base = match path {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;

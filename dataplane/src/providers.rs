@@ -13,9 +13,9 @@ pub mod openai;
 use ax_protocol::config::ProviderKind;
 
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
+use crate::config::snapshot::{Model, Upstream};
 use crate::error::{upstream_code_suffix, AxError};
-use crate::snapshot::{Model, Upstream};
-use crate::sse::SseEvent;
+use crate::upstream::sse::SseEvent;
 
 /// What an adapter may read besides the request.
 #[derive(Clone, Copy)]

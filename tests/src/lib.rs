@@ -323,8 +323,8 @@ pub struct Gateway {
 impl Gateway {
     pub async fn start(yaml: &str) -> Self {
         let spec = ax_dataplane::config::parse(yaml).expect("test config parses");
-        let snap =
-            ax_dataplane::snapshot::build(&spec, 1, &|n| std::env::var(n).ok(), None).expect("test config builds");
+        let snap = ax_dataplane::config::snapshot::build(&spec, 1, &|n| std::env::var(n).ok(), None)
+            .expect("test config builds");
         let app = ax_dataplane::App::new(snap);
         app.spawn_upkeep();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind gateway");

@@ -17,7 +17,7 @@ use crate::canonical::{
     StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
-use crate::sse::SseEvent;
+use crate::upstream::sse::SseEvent;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
 pub const SUPPORTED: &[&str] = &["temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "user"];

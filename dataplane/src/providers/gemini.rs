@@ -18,7 +18,7 @@ use crate::canonical::{
     FinishReason, FunctionCall, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
-use crate::sse::SseEvent;
+use crate::upstream::sse::SseEvent;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
 pub const SUPPORTED: &[&str] = &[

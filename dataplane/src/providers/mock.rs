@@ -12,8 +12,8 @@ use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, FunctionCall, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
+use crate::config::snapshot::{MockUpstream, Model};
 use crate::error::AxError;
-use crate::snapshot::{MockUpstream, Model};
 
 const WORDS: &[&str] = &[
     "ax",

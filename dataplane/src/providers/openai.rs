@@ -16,7 +16,7 @@ use crate::canonical::{
     Usage,
 };
 use crate::error::AxError;
-use crate::sse::SseEvent;
+use crate::upstream::sse::SseEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Upstream request

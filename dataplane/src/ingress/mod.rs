@@ -20,17 +20,17 @@ use tracing::Instrument;
 
 use crate::body::Body;
 use crate::canonical::{ChatRequest, EmbeddingsRequest};
-use crate::dispatch::{self, ChatOutcome};
+use crate::config::snapshot::{header_value, Snapshot, Tenant};
 use crate::error::AxError;
-use crate::failover::{self, AttemptCtx, Served};
-use crate::guard;
-use crate::health::Outcome;
-use crate::limits::Kind;
-use crate::meter::Meter;
+use crate::governance::guard;
+use crate::governance::limits::Kind;
+use crate::metering::meter::Meter;
+use crate::pipeline::stream::EgressStream;
 use crate::providers::{self, openai};
-use crate::route;
-use crate::snapshot::{header_value, Snapshot, Tenant};
-use crate::stream::EgressStream;
+use crate::routing::failover::{self, AttemptCtx, Served};
+use crate::routing::plan;
+use crate::upstream::call::{self, ChatOutcome};
+use crate::upstream::health::Outcome;
 use crate::App;
 
 pub type Response = http::Response<Body>;
@@ -136,7 +136,7 @@ fn served_headers(r: &mut Response, s: &Served<'_>) {
 struct Caller<'s> {
     tenant: &'s Tenant,
     key_id: &'s str,
-    key: &'s crate::snapshot::KeyRef,
+    key: &'s crate::config::snapshot::KeyRef,
 }
 
 fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s>, AxError> {
@@ -224,7 +224,7 @@ fn alias_allowed<'s>(
     snap: &'s Snapshot,
     caller: &Caller<'_>,
     alias: &str,
-) -> Result<&'s crate::snapshot::Route, AxError> {
+) -> Result<&'s crate::config::snapshot::Route, AxError> {
     let route = snap.routes.get(alias).ok_or_else(|| AxError::ModelNotFound(alias.to_owned()))?;
     if !caller.tenant.allowed.permits(alias) {
         return Err(AxError::ModelNotAllowed(alias.to_owned()));
@@ -325,7 +325,7 @@ async fn admit<'s, T: ModelRequest>(
     snap: &'s Snapshot,
     headers: &HeaderMap,
     body: Incoming,
-) -> Result<(Caller<'s>, T, &'s crate::snapshot::Route), Rejection> {
+) -> Result<(Caller<'s>, T, &'s crate::config::snapshot::Route), Rejection> {
     let caller = authenticate(snap, headers).map_err(Rejection::anonymous)?;
     let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
     let req: T = decode(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
@@ -374,7 +374,7 @@ async fn chat(
     let (caller, req, route) = admit::<ChatRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
     req.validate().map_err(Rejection::of(&caller, Some(alias)))?;
-    let needs = route::chat_needs(&req, snap.default_max_tokens);
+    let needs = plan::chat_needs(&req, snap.default_max_tokens);
     // Context budget: a prompt over the alias's limit goes to its long-context alias, if any.
     let (route, long_context) = match route.max_prompt_tokens {
         Some(limit) if needs.prompt_estimate > u64::from(limit) => match &route.long_context_alias {
@@ -401,7 +401,7 @@ async fn chat(
     let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, limits, guard } = a;
         let req = for_provider(req, &needs.params, up.kind);
-        match dispatch::chat(up, model, &req, snap.default_max_tokens, rid, limits).await {
+        match call::chat(up, model, &req, snap.default_max_tokens, rid, limits).await {
             Err(e) => Err((e, guard)),
             Ok(ChatOutcome::Full { body, usage }) => {
                 let mut guard = guard;
@@ -490,7 +490,7 @@ async fn embed(
 ) -> Result<Response, Rejection> {
     let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
     let alias = route.alias.as_str();
-    let needs = route::embeddings_needs(&req);
+    let needs = plan::embeddings_needs(&req);
     let passed = guard::run(app, snap, caller.tenant, caller.key, route, route, &needs)
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
@@ -502,7 +502,7 @@ async fn embed(
     let req = &req;
     let result = failover::run(snap, route, &needs, rid, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, limits, guard } = a;
-        match dispatch::embeddings(up, model, req, rid, limits).await {
+        match call::embeddings(up, model, req, rid, limits).await {
             Ok(resp) => {
                 let mut guard = guard;
                 guard.usage(resp.prompt_tokens);
@@ -579,7 +579,7 @@ fn readyz(app: &App) -> Response {
 fn metrics(app: &App) -> Response {
     match &app.metrics {
         Some(h) => {
-            crate::meter::health_gauges(&app.store.load());
+            crate::metering::meter::health_gauges(&app.store.load());
             plain(StatusCode::OK, "text/plain; version=0.0.4", h.render())
         }
         None => error_response(&AxError::Internal, "-"),
@@ -606,7 +606,7 @@ fn admin_health(app: &App, headers: &HeaderMap) -> Response {
     if digest != want {
         return error_response(&AxError::InvalidApiKey, &rid);
     }
-    let body = serde_json::to_vec(&crate::meter::health_table(&snap)).unwrap_or_default();
+    let body = serde_json::to_vec(&crate::metering::meter::health_table(&snap)).unwrap_or_default();
     json_response(StatusCode::OK, body, &rid)
 }
 

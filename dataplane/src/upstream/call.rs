@@ -13,12 +13,12 @@ use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use crate::canonical::{ChatRequest, EmbeddingsRequest, EmbeddingsResponse, StreamItem, Usage};
-use crate::client::{self, Response};
+use crate::config::snapshot::{Model, Route, Upstream};
 use crate::error::AxError;
 use crate::providers::openai;
 use crate::providers::{self, mock, Ctx, StreamDecoder};
-use crate::snapshot::{Model, Route, Upstream};
-use crate::sse::SseDecoder;
+use crate::upstream::client::{self, Response};
+use crate::upstream::sse::SseDecoder;
 
 /// Upstream error bodies are logged up to this many bytes.
 const LOGGED_BODY_BYTES: usize = 2048;
@@ -362,7 +362,7 @@ impl UpstreamStream {
                     }
                 },
                 Ok(None) => {}
-                Err(crate::sse::SseError::TooLarge(max)) => {
+                Err(crate::upstream::sse::SseError::TooLarge(max)) => {
                     *state = HttpState::Over;
                     tracing::warn!(limit = max, "upstream stream event over max_event_bytes");
                     return Some(Err(AxError::UpstreamResponseTooLarge(max)));

@@ -7,18 +7,18 @@
 
 use ax_protocol::config::BudgetAction;
 
-use crate::budget::{Reserved, Verdict};
+use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant};
 use crate::error::AxError;
-use crate::limits::{Held, Kind};
-use crate::route::Needs;
-use crate::snapshot::{KeyRef, Route, Snapshot, Tenant};
+use crate::governance::budget::{Reserved, Verdict};
+use crate::governance::limits::{Held, Kind};
+use crate::routing::plan::Needs;
 use crate::App;
 
 /// What one request holds against rate limits: local holds (concurrency, and the per-minute
 /// limits when they are local) and, with Redis, its fleet-wide reservations.
 pub struct Holds {
     pub local: Vec<Held>,
-    pub shared: Option<crate::shared::SharedHeld>,
+    pub shared: Option<crate::governance::fleet::SharedHeld>,
 }
 
 /// The caller-side rate limits, in order: key, tenant, alias. All or nothing: a refusal gives
@@ -41,7 +41,7 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
             let mut which = Vec::new();
             for (layer, subject, l) in &layers {
                 if let Some(rpm) = l.rpm {
-                    items.push(crate::shared::Item {
+                    items.push(crate::governance::fleet::Item {
                         stem: format!("rl:{layer}:{subject}:rpm"),
                         limit: u64::from(rpm),
                         amount: 1,
@@ -50,7 +50,7 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
                     which.push((*layer, Kind::Requests, u64::from(rpm)));
                 }
                 if let Some(tpm) = l.tpm {
-                    items.push(crate::shared::Item {
+                    items.push(crate::governance::fleet::Item {
                         stem: format!("rl:{layer}:{subject}:tpm"),
                         limit: u64::from(tpm),
                         amount: tokens,
@@ -60,12 +60,12 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
                 }
             }
             match s.admit(&items).await {
-                crate::shared::Decision::Admitted(h) => shared = Some(h),
-                crate::shared::Decision::Refused { index, retry_after } => {
+                crate::governance::fleet::Decision::Admitted(h) => shared = Some(h),
+                crate::governance::fleet::Decision::Refused { index, retry_after } => {
                     let (layer, kind, limit) = which.get(index).copied().unwrap_or(("tenant", Kind::Requests, 0));
                     return Err(AxError::RateLimitExceeded { layer, kind, limit, remaining: 0, retry_after });
                 }
-                crate::shared::Decision::Unavailable => {}
+                crate::governance::fleet::Decision::Unavailable => {}
             }
         }
     }
@@ -140,22 +140,22 @@ async fn check_budgets<'s>(
             // local spend against its share of the budget.
             if let Some(shared) = &app.shared {
                 let stem = format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*"));
-                let period = crate::budget::period(b.window, &snap.budget_tz);
+                let period = crate::governance::budget::period(b.window, &snap.budget_tz);
                 match shared.spend(&stem, period, cost, b.limit, b.ttl()).await {
-                    crate::shared::Spend::Reserved { key, spent } => {
+                    crate::governance::fleet::Spend::Reserved { key, spent } => {
                         reserved.push(Reserved::shared(shared.clone(), key, cost));
                         warning = warning.or(b.warning(spent));
                         continue;
                     }
-                    crate::shared::Spend::Exhausted if b.warns_only() => {
+                    crate::governance::fleet::Spend::Exhausted if b.warns_only() => {
                         warning = warning.or(Some(b.exceeded()));
                         continue;
                     }
-                    crate::shared::Spend::Exhausted => {
+                    crate::governance::fleet::Spend::Exhausted => {
                         exhausted = Some(b);
                         break;
                     }
-                    crate::shared::Spend::Unavailable => {}
+                    crate::governance::fleet::Spend::Unavailable => {}
                 }
             }
             let divisor = app.shared.as_ref().map_or(1, |s| s.replicas);

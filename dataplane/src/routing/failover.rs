@@ -20,13 +20,13 @@ use ax_protocol::usage::AttemptRecord;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::dispatch::Limits;
+use crate::config::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
 use crate::error::AxError;
-use crate::health::{Admission, ModelHealth, Outcome, Permit, UpstreamHealth};
-use crate::limits::Held;
-use crate::meter;
-use crate::route::{self, Needs};
-use crate::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
+use crate::governance::limits::Held;
+use crate::metering::meter;
+use crate::routing::plan::{self, Needs};
+use crate::upstream::call::Limits;
+use crate::upstream::health::{Admission, ModelHealth, Outcome, Permit, UpstreamHealth};
 
 /// Who served, for headers, metering and logs.
 #[derive(Clone, Copy)]
@@ -172,7 +172,7 @@ where
         let item = if let Some(item) = queue.pop_front() {
             item
         } else if let Some((k, r)) = chain.next() {
-            match route::plan(snap, r, needs, &mut rand::rng()) {
+            match plan::plan(snap, r, needs, &mut rand::rng()) {
                 Ok(plan) => {
                     let fallback = (k > 0).then_some(r.alias.as_str());
                     queue.extend(plan.into_iter().map(|cand| Item {

@@ -15,7 +15,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::canonical::Usage;
 use crate::error::AxError;
-use crate::failover::Served;
+use crate::routing::failover::Served;
 
 /// Installs the process-wide Prometheus recorder once and returns its handle.
 pub fn prometheus() -> Option<PrometheusHandle> {
@@ -136,10 +136,10 @@ pub struct Meter {
     deltas: u64,
     /// The request's rate-limit reservations: settled to the actual usage when the record is
     /// emitted, concurrency freed when the meter is dropped (the request's end).
-    holds: Vec<crate::limits::Held>,
-    shared_hold: Option<crate::shared::SharedHeld>,
+    holds: Vec<crate::governance::limits::Held>,
+    shared_hold: Option<crate::governance::fleet::SharedHeld>,
     /// Budget reservations: settled to the actual cost when the record is emitted.
-    budgets: Vec<crate::budget::Reserved>,
+    budgets: Vec<crate::governance::budget::Reserved>,
 }
 
 impl Meter {
@@ -179,7 +179,7 @@ impl Meter {
     }
 
     /// Takes what the request holds from the guard stage: settled when the record is emitted.
-    pub fn guarded(&mut self, passed: crate::guard::Passed<'_>) {
+    pub fn guarded(&mut self, passed: crate::governance::guard::Passed<'_>) {
         self.holds = passed.holds.local;
         self.shared_hold = passed.holds.shared;
         self.budgets = passed.budgets;
@@ -319,7 +319,7 @@ impl Meter {
                 }
             }
         });
-        crate::spool::append(r);
+        crate::metering::spool::append(r);
         tracing::info!(
             target: "ax::usage",
             tenant = %r.tenant,
@@ -372,7 +372,7 @@ pub fn attempt_id(request_id: &str, n: u32) -> String {
 }
 
 /// The health table served at `/admin/health` and sent to the control plane.
-pub fn health_table(snap: &crate::snapshot::Snapshot) -> ax_protocol::health::NodeHealth {
+pub fn health_table(snap: &crate::config::snapshot::Snapshot) -> ax_protocol::health::NodeHealth {
     use ax_protocol::health::{BreakerStatus, NodeHealth, UpstreamStatus};
     let upstreams = snap
         .upstreams
@@ -406,8 +406,8 @@ pub fn health_table(snap: &crate::snapshot::Snapshot) -> ax_protocol::health::No
 }
 
 /// Sets the health gauges from the live table; called when `/metrics` is scraped, never per request.
-pub fn health_gauges(snap: &crate::snapshot::Snapshot) {
-    use crate::health::BreakerState;
+pub fn health_gauges(snap: &crate::config::snapshot::Snapshot) {
+    use crate::upstream::health::BreakerState;
     for u in &snap.upstreams {
         let name = u.name.clone();
         metrics::gauge!("ax_upstream_in_flight", "upstream" => name.clone()).set(f64::from(u.health.in_flight()));

@@ -1,11 +1,19 @@
-//! Standalone (DB-less) configuration: a YAML file decoded into `ax_protocol::config::ConfigSpec`
-//! with errors that name the field path, then compiled by `snapshot::build`.
+//! Configuration: where a `ConfigSpec` comes from and what it compiles into.
+//!
+//! Standalone (DB-less), a YAML file decoded here with errors that name the field path and
+//! reloaded on SIGHUP or change (`reload`); fed by the control plane, the websocket link
+//! (`control`). Either way the spec is validated (`ax_protocol::validate`) and compiled into an
+//! immutable `snapshot::Snapshot`, swapped whole.
+
+pub mod control;
+pub mod reload;
+pub mod snapshot;
 
 use std::path::Path;
 
 use ax_protocol::config::ConfigSpec;
 
-use crate::snapshot::{self, ConfigError, Snapshot};
+use snapshot::{ConfigError, Snapshot};
 
 /// Decodes YAML text. Unknown fields are errors (`deny_unknown_fields` on every struct).
 pub fn parse(text: &str) -> Result<ConfigSpec, ConfigError> {
@@ -36,7 +44,7 @@ mod tests {
     /// exactly the same configuration.
     #[test]
     fn json_documents_round_trip_with_defaults_left_out() {
-        let quickstart = include_str!("../../deploy/examples/quickstart.yaml");
+        let quickstart = include_str!("../../../deploy/examples/quickstart.yaml");
         let custom = r#"
 upstreams:
   - { name: u, provider: openai, base_url: "http://x", api_key: k, headers: { x-a: b }, max_concurrency: 7,

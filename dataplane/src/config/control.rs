@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::snapshot::{self, ConfigError, Snapshot};
+use crate::config::snapshot::{self, ConfigError, Snapshot};
 use crate::App;
 
 /// Where the control plane is and who this node is.
@@ -211,7 +211,7 @@ async fn follow_session(
                 Ok(Some(m)) => m.map_err(|e| e.to_string())?,
             },
             _ = health.tick() => {
-                let table = crate::meter::health_table(&app.store.load());
+                let table = crate::metering::meter::health_table(&app.store.load());
                 tx.send(send(FromNode::Health { health: table })).await.map_err(|e| e.to_string())?;
                 continue;
             }
@@ -349,7 +349,7 @@ impl ControlPlaneSink {
     }
 }
 
-impl crate::spool::Sink for ControlPlaneSink {
+impl crate::metering::spool::Sink for ControlPlaneSink {
     fn deliver(&mut self, lines: &[&[u8]]) -> std::io::Result<()> {
         for l in lines {
             self.buf.extend_from_slice(l);

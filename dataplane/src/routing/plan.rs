@@ -9,9 +9,9 @@ use ax_protocol::config::{Capability, ParamsMode, Strategy};
 use rand::Rng;
 
 use crate::canonical::{ChatRequest, Content, ContentPart, EmbeddingsRequest};
+use crate::config::snapshot::{Candidate, Route, Snapshot};
 use crate::error::AxError;
 use crate::providers::{self, estimate_tokens};
-use crate::snapshot::{Candidate, Route, Snapshot};
 
 /// Tokens counted for one image whatever its size (OpenAI bills 85–1,105 for typical images).
 const IMAGE_TOKENS: u64 = 1_000;
@@ -237,7 +237,7 @@ mod tests {
 
     fn snapshot(yaml: &str) -> Snapshot {
         let spec = serde_norway::from_str(yaml).unwrap();
-        crate::snapshot::build(&spec, 1, &|_| None, None).unwrap()
+        crate::config::snapshot::build(&spec, 1, &|_| None, None).unwrap()
     }
 
     const TWO: &str = r#"
@@ -310,7 +310,7 @@ routes:
 
     #[test]
     fn latency_favours_the_faster_smoothly_and_explores() {
-        use crate::health::Outcome;
+        use crate::upstream::health::Outcome;
         use std::time::Duration;
         let yaml = THREE.replace("STRATEGY", "latency").replace(", { upstream: c, model: m }", "");
         let snap = snapshot(&yaml);

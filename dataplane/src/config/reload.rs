@@ -7,14 +7,14 @@
 //!
 //! A file rewritten in place (truncated, then written) can be read halfway. A file that changed
 //! while it was read is read again on the next tick, and an empty one never replaces a
-//! configuration that serves ([`Snapshot::replacing`](crate::snapshot::Snapshot::replacing)):
+//! configuration that serves ([`Snapshot::replacing`](crate::config::snapshot::Snapshot::replacing)):
 //! read between truncation and write, it would refuse every caller until the next reload.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::snapshot::ConfigError;
+use crate::config::snapshot::ConfigError;
 use crate::App;
 
 #[derive(PartialEq, Eq, Clone, Copy)]

@@ -17,8 +17,8 @@ use ax_protocol::config::{
 use ax_protocol::validate::{Valid, ValidUpstream};
 use sha2::{Digest, Sha256};
 
-use crate::health::{ModelHealth, UpstreamHealth};
-use crate::limits::{LimitState, Limiter};
+use crate::governance::limits::{LimitState, Limiter};
+use crate::upstream::health::{ModelHealth, UpstreamHealth};
 
 /// Where requests find the current snapshot. The only shared mutable state on the request path,
 /// and it is lock-free.
@@ -66,7 +66,7 @@ pub struct Upstream {
     pub kind: ProviderKind,
     /// The pooled HTTP client (one pool per serving thread, so connections stay on their
     /// thread); `None` for a mock upstream.
-    client: Option<Arc<crate::client::Client>>,
+    client: Option<Arc<crate::upstream::client::Client>>,
     pub timeouts: TimeoutsSpec,
     pub max_concurrency: u32,
     pub breaker: BreakerSpec,
@@ -162,7 +162,7 @@ pub struct Tenant {
     pub id: String,
     pub allowed: Allowed,
     pub limiter: Limiter,
-    pub budgets: Vec<crate::budget::Budget>,
+    pub budgets: Vec<crate::governance::budget::Budget>,
 }
 
 #[derive(Debug)]
@@ -197,7 +197,7 @@ pub fn header_value(s: &str) -> http::HeaderValue {
 
 impl Upstream {
     /// The pooled HTTP client; `None` for a mock upstream.
-    pub fn client(&self) -> Option<&crate::client::Client> {
+    pub fn client(&self) -> Option<&crate::upstream::client::Client> {
         self.client.as_deref()
     }
 }
@@ -326,7 +326,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
             .budgets
             .iter()
             .zip(v.budget_limits)
-            .map(|(b, limit)| crate::budget::Budget {
+            .map(|(b, limit)| crate::governance::budget::Budget {
                 window: b.window,
                 limit,
                 alias: b.alias.clone(),
@@ -390,8 +390,13 @@ fn compile_upstream(
         (Some(o), _) => o.client.clone(),
         (None, None) => None,
         (None, Some(base)) => Some(Arc::new(
-            crate::client::Client::new(base, v.headers, Duration::from_millis(u.timeouts.connect_ms), threads)
-                .map_err(|e| ax_protocol::validate::err(format!("upstreams[{i}].base_url"), e))?,
+            crate::upstream::client::Client::new(
+                base,
+                v.headers,
+                Duration::from_millis(u.timeouts.connect_ms),
+                threads,
+            )
+            .map_err(|e| ax_protocol::validate::err(format!("upstreams[{i}].base_url"), e))?,
         )),
     };
 

@@ -12,13 +12,13 @@ use bytes::{Bytes, BytesMut};
 
 use crate::body::Body;
 use crate::canonical::{Chunk, StreamItem, Usage};
-use crate::dispatch::UpstreamStream;
 use crate::error::AxError;
-use crate::failover::AttemptGuard;
-use crate::health::Outcome;
-use crate::meter::Meter;
+use crate::metering::meter::Meter;
 use crate::providers::openai::ChunkEncoder;
-use crate::sse::{self, DONE_EVENT};
+use crate::routing::failover::AttemptGuard;
+use crate::upstream::call::UpstreamStream;
+use crate::upstream::health::Outcome;
+use crate::upstream::sse::{self, DONE_EVENT};
 
 pub struct EgressStream {
     upstream: Box<UpstreamStream>,

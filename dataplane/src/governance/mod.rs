@@ -1,0 +1,10 @@
+//! Governance: what a caller may spend and how fast.
+//!
+//! `guard` is the stage: it takes budget reservations (`budget`) and rate-limit holds (`limits`,
+//! fleet-wide through Redis in `fleet`) before a request is routed, gives them back when the
+//! request is refused, and settles them to the actual usage when it ends.
+
+pub mod budget;
+pub mod fleet;
+pub mod guard;
+pub mod limits;
