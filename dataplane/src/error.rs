@@ -9,8 +9,6 @@ use std::time::Duration;
 use http::StatusCode;
 use serde::Serialize;
 
-use crate::upstream::health::Outcome;
-
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AxError {
     #[error("{message}")]
@@ -28,13 +26,7 @@ pub enum AxError {
     #[error("this API key has expired")]
     ApiKeyExpired,
     #[error("rate limit of the {layer} exceeded: {limit} {}", kind.as_str())]
-    RateLimitExceeded {
-        layer: &'static str,
-        kind: crate::governance::limits::Kind,
-        limit: u64,
-        remaining: u64,
-        retry_after: Duration,
-    },
+    RateLimitExceeded { layer: &'static str, kind: LimitKind, limit: u64, remaining: u64, retry_after: Duration },
     #[error("the {window} budget of ${} is spent", ax_protocol::price::format_usd(*limit))]
     BudgetExceeded { window: &'static str, limit: u64 },
     #[error("the prompt is about {estimated} tokens, over the limit of {limit} for '{alias}'")]
@@ -313,6 +305,44 @@ pub fn upstream_code_suffix(code: Option<&str>) -> String {
             format!(" ({c})")
         }
         _ => String::new(),
+    }
+}
+
+/// How an attempt ended, as the breaker sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    /// 5xx, 529, an error inside a 200, a reset or refused connection, an unreadable answer.
+    Error,
+    /// Any timeout: cools down longer than errors.
+    Timeout,
+    /// 429, with the upstream's Retry-After if it gave one.
+    RateLimited(Option<Duration>),
+    /// Client errors (4xx) and cancellations: the upstream answered properly; never counted.
+    Neutral,
+}
+
+impl Outcome {
+    pub(crate) fn is_failure(self) -> bool {
+        matches!(self, Self::Error | Self::Timeout | Self::RateLimited(_))
+    }
+}
+
+/// Which limit refused, for the 429 and its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    Requests,
+    Tokens,
+    Concurrency,
+}
+
+impl LimitKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requests => "requests per minute",
+            Self::Tokens => "tokens per minute",
+            Self::Concurrency => "concurrent requests",
+        }
     }
 }
 

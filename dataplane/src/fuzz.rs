@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use ax_protocol::config::{ParamsMode, ProviderKind};
 
-use crate::canonical::{ChatRequest, EmbeddingsRequest};
+use crate::canonical::EmbeddingsRequest;
 use crate::config::snapshot::Snapshot;
 use crate::providers::{self, Ctx, StreamDecoder};
 use crate::upstream::sse::{SseDecoder, SseEvent};
@@ -130,7 +130,7 @@ fn snapshot() -> Option<&'static Snapshot> {
 /// needs estimated, and translated for every provider.
 pub fn chat_request(data: &[u8]) {
     for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
-        let Ok(req) = crate::ingress::decode::<ChatRequest>(data, mode) else { continue };
+        let Ok(req) = crate::ingress::openai::decode_chat(data, mode) else { continue };
         if req.validate().is_err() {
             continue;
         }
@@ -144,7 +144,7 @@ pub fn chat_request(data: &[u8]) {
 
 /// A caller's embeddings request, decoded, estimated and translated for every provider.
 pub fn embeddings_request(data: &[u8]) {
-    let Ok(req) = crate::ingress::decode::<EmbeddingsRequest>(data, ParamsMode::Strict) else { return };
+    let Ok(req) = crate::ingress::openai::decode_embeddings(data, ParamsMode::Strict) else { return };
     let _ = crate::routing::plan::embeddings_needs(&req);
     for up in snapshot().map_or(&[][..], |s| &s.upstreams).iter().filter(|u| u.kind != ProviderKind::Anthropic) {
         let ctx = Ctx { upstream: up, model: &up.models[0], default_max_tokens: 4096 };
@@ -289,13 +289,13 @@ mod tests {
     fn samples_parse() {
         for s in samples::CHAT_REQUEST {
             assert!(
-                crate::ingress::decode::<ChatRequest>(s, ParamsMode::Strict).is_ok(),
+                crate::ingress::openai::decode_chat(s, ParamsMode::Strict).is_ok(),
                 "{}",
                 String::from_utf8_lossy(s)
             );
         }
         for s in samples::EMBEDDINGS_REQUEST {
-            assert!(crate::ingress::decode::<EmbeddingsRequest>(s, ParamsMode::Strict).is_ok());
+            assert!(crate::ingress::openai::decode_embeddings(s, ParamsMode::Strict).is_ok());
         }
         let cfg = std::str::from_utf8(samples::CONFIG[0]).unwrap();
         crate::config::snapshot::build(&crate::config::parse(cfg).unwrap(), 1, &|_| None, None).unwrap();

@@ -48,24 +48,24 @@ pub struct App {
     pub store: SnapshotStore,
     pub metrics: Option<PrometheusHandle>,
     /// Fleet-wide limits through Redis, when `server.redis_url` was set at start.
-    pub shared: Option<Arc<governance::fleet::Shared>>,
+    pub fleet: Option<Arc<governance::fleet::Fleet>>,
 }
 
 impl App {
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
         let metrics = metering::meter::prometheus();
-        let shared = snapshot.redis.as_ref().and_then(|(url, prefix, replicas)| {
-            governance::fleet::Shared::new(url, prefix, *replicas)
+        let fleet = snapshot.redis.as_ref().and_then(|(url, prefix, replicas)| {
+            governance::fleet::Fleet::new(url, prefix, *replicas)
                 .inspect_err(|e| tracing::error!(error = %e, "redis disabled"))
                 .ok()
         });
-        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics, shared })
+        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics, fleet })
     }
 
     /// Background upkeep, once per process: Prometheus histograms need it to bound their memory,
     /// and the Redis connection is made and watched here (never on a request's path).
     pub fn spawn_upkeep(&self) {
-        if let Some(s) = self.shared.clone() {
+        if let Some(s) = self.fleet.clone() {
             tokio::spawn(s.keep_connected());
         }
         if let Some(h) = self.metrics.clone() {
@@ -83,7 +83,7 @@ impl App {
 /// Serves until `shutdown` completes, then drains in-flight requests: the listener closes, each
 /// connection finishes the request it is serving and closes (hyper's graceful shutdown).
 ///
-/// HTTP/1.1 on hyper's server connection directly, with `ingress::route` as the service: no router
+/// HTTP/1.1 on hyper's server connection directly, with `ingress::router` as the service: no router
 /// or service layers between hyper and the handler (axum's cost about 6,000 instructions a
 /// request, 8 % of the data plane's, for seven fixed routes; `docs/BENCHMARKS.md`). Every
 /// accepted socket has TCP_NODELAY set: without it a non-streaming response can wait ~40 ms on a
@@ -112,7 +112,7 @@ pub async fn serve(
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
         let app = app.clone();
-        let service = hyper::service::service_fn(move |req| ingress::route(app.clone(), req));
+        let service = hyper::service::service_fn(move |req| ingress::router(app.clone(), req));
         let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -8,6 +8,18 @@ use serde::{Deserialize, Serialize};
 /// No configuration may name an alias so (the data plane's compiler refuses it).
 pub const UNKNOWN_ALIAS: &str = "(unknown)";
 
+/// `<request_id>#<n>`.
+pub fn attempt_id(request_id: &str, n: u32) -> String {
+    let mut id = String::with_capacity(request_id.len() + 4);
+    id.push_str(request_id);
+    id.push('#');
+    match char::from_digit(n, 10) {
+        Some(d) => id.push(d),
+        None => id.push_str(&n.to_string()),
+    }
+    id
+}
+
 /// Fields missing when read (a record from an older data plane) take their defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

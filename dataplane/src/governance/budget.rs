@@ -47,12 +47,12 @@ pub struct Reserved {
     period: u64,
     amount: u64,
     /// Set when the reservation was made in Redis (fleet-wide spend): the key to correct.
-    shared: Option<(Arc<crate::governance::fleet::Shared>, String)>,
+    shared: Option<(Arc<crate::governance::fleet::Fleet>, String)>,
 }
 
 impl Reserved {
     /// A reservation made in Redis.
-    pub fn shared(shared: Arc<crate::governance::fleet::Shared>, key: String, amount: u64) -> Self {
+    pub fn shared(shared: Arc<crate::governance::fleet::Fleet>, key: String, amount: u64) -> Self {
         Self { state: Arc::default(), period: 0, amount, shared: Some((shared, key)) }
     }
 

@@ -118,7 +118,7 @@ pub struct Item {
 }
 
 pub enum Decision {
-    Admitted(SharedHeld),
+    Admitted(FleetHeld),
     /// The item at this index refused; come back after `retry_after`.
     Refused {
         index: usize,
@@ -128,7 +128,7 @@ pub enum Decision {
     Unavailable,
 }
 
-pub struct Shared {
+pub struct Fleet {
     client: redis::Client,
     /// Made by `keep_connected`; it reconnects by itself.
     conn: OnceLock<ConnectionManager>,
@@ -158,7 +158,7 @@ pub enum Spend {
     Unavailable,
 }
 
-impl Shared {
+impl Fleet {
     pub fn new(url: &str, prefix: &str, replicas: u32) -> Result<Arc<Self>, String> {
         let client = redis::Client::open(url).map_err(|e| format!("invalid redis_url: {e}"))?;
         Ok(Arc::new(Self {
@@ -259,7 +259,7 @@ impl Shared {
     /// Checks and reserves all `items` at once.
     pub async fn admit(self: &Arc<Self>, items: &[Item]) -> Decision {
         if items.is_empty() {
-            return Decision::Admitted(SharedHeld { shared: self.clone(), second: 0, reserved: Vec::new() });
+            return Decision::Admitted(FleetHeld { shared: self.clone(), second: 0, reserved: Vec::new() });
         }
         let mut inv = self.admit.prepare_invoke();
         inv.arg(TTL_MS);
@@ -270,7 +270,7 @@ impl Shared {
             keys.push((key, it.amount, it.tokens));
         }
         match self.call::<(i64, i64)>(inv).await {
-            Some((0, second)) => Decision::Admitted(SharedHeld { shared: self.clone(), second, reserved: keys }),
+            Some((0, second)) => Decision::Admitted(FleetHeld { shared: self.clone(), second, reserved: keys }),
             Some((i, wait_ms)) => Decision::Refused {
                 index: usize::try_from(i - 1).unwrap_or(0),
                 retry_after: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(1).max(1)),
@@ -332,15 +332,15 @@ async fn ping(mut c: ConnectionManager) -> Result<(), String> {
 }
 
 /// The reservations one request holds in Redis; `settle` corrects token counts to actual usage.
-pub struct SharedHeld {
-    shared: Arc<Shared>,
+pub struct FleetHeld {
+    shared: Arc<Fleet>,
     /// Redis's second the reservations were counted in.
     second: i64,
     /// (key, amount, is a token limit).
     reserved: Vec<(String, u64, bool)>,
 }
 
-impl SharedHeld {
+impl FleetHeld {
     /// The request was refused after all (by a local limit): gives back every reservation.
     pub fn cancel(&mut self) {
         for (key, amount, _) in self.reserved.drain(..) {

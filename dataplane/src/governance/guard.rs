@@ -3,22 +3,25 @@
 //!
 //! Budgets come first (they may downgrade the request to a cheaper alias), then the rate limits
 //! of the key, the tenant and the requested alias. Both reserve worst cases (maximum cost,
-//! prompt estimate + output cap) that the meter settles to actual usage when the record is written.
+//! prompt estimate + output cap), held in `Reservations` and settled to the actual usage when the
+//! request's record is written (or given back at once when a later limit refuses).
 
 use ax_protocol::config::BudgetAction;
+use ax_protocol::usage::UsageRecord;
 
 use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant};
 use crate::error::AxError;
+use crate::error::LimitKind as Kind;
 use crate::governance::budget::{Reserved, Verdict};
-use crate::governance::limits::{Held, Kind};
+use crate::governance::limits::Held;
 use crate::routing::plan::Needs;
 use crate::App;
 
 /// What one request holds against rate limits: local holds (concurrency, and the per-minute
 /// limits when they are local) and, with Redis, its fleet-wide reservations.
-pub struct Holds {
-    pub local: Vec<Held>,
-    pub shared: Option<crate::governance::fleet::SharedHeld>,
+struct Holds {
+    local: Vec<Held>,
+    shared: Option<crate::governance::fleet::FleetHeld>,
 }
 
 /// The caller-side rate limits, in order: key, tenant, alias. All or nothing: a refusal gives
@@ -34,7 +37,7 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
     ];
     let mut shared = None;
     let mut divisor = 1;
-    if let Some(s) = &app.shared {
+    if let Some(s) = &app.fleet {
         divisor = s.replicas;
         if !s.is_down() {
             let mut items = Vec::new();
@@ -138,7 +141,7 @@ async fn check_budgets<'s>(
         for b in tenant.budgets.iter().filter(|b| b.applies_to(&route.alias)) {
             // Fleet-wide spend through Redis when configured and reachable; else this replica's
             // local spend against its share of the budget.
-            if let Some(shared) = &app.shared {
+            if let Some(shared) = &app.fleet {
                 let stem = format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*"));
                 let period = crate::governance::budget::period(b.window, &snap.budget_tz);
                 match shared.spend(&stem, period, cost, b.limit, b.ttl()).await {
@@ -158,7 +161,7 @@ async fn check_budgets<'s>(
                     crate::governance::fleet::Spend::Unavailable => {}
                 }
             }
-            let divisor = app.shared.as_ref().map_or(1, |s| s.replicas);
+            let divisor = app.fleet.as_ref().map_or(1, |s| s.replicas);
             match b.reserve_share(cost, &snap.budget_tz, divisor) {
                 Verdict::Reserved(r, w) => {
                     reserved.push(r);
@@ -187,12 +190,50 @@ async fn check_budgets<'s>(
     }
 }
 
+/// What one request holds against budgets and rate limits, from the guard to its end, where it is
+/// settled to what the request's record says it used.
+pub struct Reservations {
+    holds: Holds,
+    budgets: Vec<Reserved>,
+    settled: bool,
+}
+
+impl Reservations {
+    /// Settles every reservation to the request's record: its cost when it was served or its
+    /// tokens are known; its tokens when known, none when it failed before any answer (a stream
+    /// cut off with nothing known keeps its worst case). Once; later calls do nothing.
+    pub fn settle(&mut self, r: &UsageRecord, tokens_known: bool) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        let cost = r.cost_micro_usd.unwrap_or(0);
+        for b in &mut self.budgets {
+            b.settle(if r.status == 200 || tokens_known { cost } else { 0 });
+        }
+        let settle_to = if tokens_known {
+            Some(r.prompt_tokens + r.completion_tokens)
+        } else if r.status != 200 {
+            // Failed or refused before any answer: no tokens were used.
+            Some(0)
+        } else {
+            None
+        };
+        if let Some(n) = settle_to {
+            for h in &mut self.holds.local {
+                h.settle(n);
+            }
+            if let Some(h) = &mut self.holds.shared {
+                h.settle(n);
+            }
+        }
+    }
+}
+
 /// What a request that passed the guard holds, and where it goes.
 pub struct Passed<'s> {
     /// The route to serve (the budget's downgrade alias, if it applied).
     pub route: &'s Route,
-    pub holds: Holds,
-    pub budgets: Vec<Reserved>,
+    pub reservations: Reservations,
     /// `x-ax-degraded`, when a budget downgraded the request.
     pub degraded: Option<String>,
     /// `x-ax-budget-warning`, past a budget's threshold.
@@ -222,5 +263,5 @@ pub async fn run<'s>(
             return Err(e);
         }
     };
-    Ok(Passed { route, holds, budgets, degraded, warning })
+    Ok(Passed { route, reservations: Reservations { holds, budgets, settled: false }, degraded, warning })
 }

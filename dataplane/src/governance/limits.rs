@@ -168,23 +168,7 @@ impl std::fmt::Debug for LimitState {
     }
 }
 
-/// Which limit refused, for the 429 and its headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Requests,
-    Tokens,
-    Concurrency,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Requests => "requests per minute",
-            Self::Tokens => "tokens per minute",
-            Self::Concurrency => "concurrent requests",
-        }
-    }
-}
+use crate::error::LimitKind as Kind;
 
 /// A refusal: which kind, the limit, and when to come back.
 #[derive(Debug, Clone, Copy)]

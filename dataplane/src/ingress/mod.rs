@@ -1,36 +1,28 @@
-//! Ingress: the OpenAI-compatible HTTP surface, and the one place where `AxError` becomes HTTP.
+//! Ingress: the HTTP surface, and the one place where `AxError` becomes HTTP.
 //!
-//! Per request, in order: request id → load the snapshot once → authenticate (401) → read the
-//! body under the size limit (413) → decode into the canonical model (400) → alias exists (404)
-//! and is allowed (403) → plan (400 when nothing can serve it) → dispatch → respond.
+//! The route table (`router`) sends each model endpoint through its wire protocol's codec
+//! (`openai`): the caller's key, body and decoder go into the pipeline (`crate::pipeline`), and
+//! what comes out is encoded back with the gateway's `x-ax-*` headers. Operational endpoints
+//! (`/healthz`, `/readyz`, `/metrics`, `/admin/health`, `/v1/models`) are answered here.
 
+pub mod decode;
+pub mod openai;
+
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ax_protocol::config::{ParamsMode, ProviderKind};
-use ax_protocol::usage::UNKNOWN_ALIAS;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use serde::de::DeserializeOwned;
-use std::borrow::Cow;
-use std::convert::Infallible;
 use tracing::Instrument;
 
 use crate::body::Body;
-use crate::canonical::{ChatRequest, EmbeddingsRequest};
-use crate::config::snapshot::{header_value, Snapshot, Tenant};
-use crate::error::AxError;
-use crate::governance::guard;
-use crate::governance::limits::Kind;
-use crate::metering::meter::Meter;
-use crate::pipeline::stream::EgressStream;
-use crate::providers::{self, openai};
-use crate::routing::failover::{self, AttemptCtx, Served};
-use crate::routing::plan;
-use crate::upstream::call::{self, ChatOutcome};
-use crate::upstream::health::Outcome;
+use crate::config::snapshot::{header_value, Snapshot};
+use crate::error::{AxError, LimitKind};
+use crate::pipeline::{self, ChatReply, Ended};
+use crate::routing::failover::Served;
 use crate::App;
 
 pub type Response = http::Response<Body>;
@@ -38,7 +30,7 @@ pub type Response = http::Response<Body>;
 /// Every HTTP route, by method and path: the service `serve` runs for each request. A `GET`
 /// route answers `HEAD` too (hyper sends the head only); a known path with another method is
 /// `405 method_not_allowed` with `Allow`, any other path `404 not_found`.
-pub async fn route(app: Arc<App>, req: http::Request<Incoming>) -> Result<Response, Infallible> {
+pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Response, Infallible> {
     let (parts, body) = req.into_parts();
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
     let post = parts.method == Method::POST;
@@ -105,9 +97,9 @@ pub fn error_response(e: &AxError, request_id: &str) -> Response {
     if let AxError::RateLimitExceeded { kind, limit, remaining, retry_after, .. } = e {
         // OpenAI's headers, for the limit that refused.
         let which = match kind {
-            Kind::Requests => Some("requests"),
-            Kind::Tokens => Some("tokens"),
-            Kind::Concurrency => None,
+            LimitKind::Requests => Some("requests"),
+            LimitKind::Tokens => Some("tokens"),
+            LimitKind::Concurrency => None,
         };
         if let Some(w) = which {
             let h = r.headers_mut();
@@ -132,29 +124,6 @@ fn served_headers(r: &mut Response, s: &Served<'_>) {
     }
 }
 
-/// Who is calling: the tenant behind the bearer key.
-struct Caller<'s> {
-    tenant: &'s Tenant,
-    key_id: &'s str,
-    key: &'s crate::config::snapshot::KeyRef,
-}
-
-fn authenticate<'s>(snap: &'s Snapshot, headers: &HeaderMap) -> Result<Caller<'s>, AxError> {
-    let raw = headers.get(header::AUTHORIZATION).ok_or(AxError::MissingApiKey)?;
-    let key = raw
-        .to_str()
-        .ok()
-        .and_then(|v| v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]))
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .ok_or(AxError::MissingApiKey)?;
-    let (tenant, k) = snap.authenticate(key)?;
-    let span = tracing::Span::current();
-    span.record("tenant", tenant.id.as_str());
-    span.record("key_id", k.key_id.as_str());
-    Ok(Caller { tenant, key_id: &k.key_id, key: k })
-}
-
 async fn read_body(headers: &HeaderMap, body: Incoming, limit: u64) -> Result<Bytes, AxError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -169,379 +138,112 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limit: u64) -> Result<By
     }
 }
 
-/// Decodes a JSON body, naming the failing field path; unknown fields are collected, then
-/// refused (strict) or dropped with a warning (lenient).
-pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxError> {
-    // UTF-8 is checked once for the whole body (`from_slice` checks each string on its own).
-    let Ok(text) = std::str::from_utf8(bytes) else {
-        return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson("the body is not UTF-8".into())));
-    };
-    let mut unknown = Vec::new();
-    let mut de = serde_json::Deserializer::from_str(text);
-    let value: T = match serde_ignored::deserialize(&mut de, |path| unknown.push(path.to_string()))
-        .and_then(|v| de.end().map(|()| v))
-    {
-        Ok(v) => v,
-        // Field paths are tracked only to explain a failure: a second pass, off the common path.
-        Err(e) => return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson(e.to_string()))),
-    };
-    if let Some(first) = unknown.first() {
-        match mode {
-            ParamsMode::Strict => {
-                return Err(AxError::UnsupportedParameter { param: first.clone(), provider: "ax" });
-            }
-            ParamsMode::Lenient => {
-                tracing::warn!(params = ?unknown, "dropped unknown request parameters")
-            }
-        }
-    }
-    Ok(value)
-}
-
-/// The error of a body `decode` refused, with the path of the field at fault.
-fn explain<T: DeserializeOwned>(bytes: &[u8]) -> Option<AxError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let mut track = serde_path_to_error::Track::new();
-    let value: Result<T, _> = {
-        let pd = serde_path_to_error::Deserializer::new(&mut de, &mut track);
-        serde_ignored::deserialize(pd, |_| ())
-    };
-    let err = match value {
-        Err(e) => {
-            let path = track.path().to_string();
-            if path.is_empty() || path == "." {
-                AxError::InvalidJson(e.to_string())
-            } else {
-                AxError::InvalidJson(format!("{path}: {e}"))
-            }
-        }
-        Ok(_) => AxError::InvalidJson(de.end().err()?.to_string()),
-    };
-    Some(err)
-}
-
-fn alias_allowed<'s>(
-    snap: &'s Snapshot,
-    caller: &Caller<'_>,
-    alias: &str,
-) -> Result<&'s crate::config::snapshot::Route, AxError> {
-    let route = snap.routes.get(alias).ok_or_else(|| AxError::ModelNotFound(alias.to_owned()))?;
-    if !caller.tenant.allowed.permits(alias) {
-        return Err(AxError::ModelNotAllowed(alias.to_owned()));
-    }
-    tracing::Span::current().record("alias", alias);
-    Ok(route)
-}
-
 fn request_span(request_id: &str, path: &'static str) -> tracing::Span {
     tracing::info_span!("request", request_id = %request_id, path, tenant = tracing::field::Empty,
         key_id = tracing::field::Empty, alias = tracing::field::Empty)
 }
 
-/// The frame every model endpoint shares: request id, the request's span, one snapshot load, and
-/// the error edge (a request rejected before any upstream was chosen still gets its usage record).
-async fn handle<F, Fut>(app: Arc<App>, headers: HeaderMap, body: Incoming, path: &'static str, stage: F) -> Response
+/// A model endpoint's frame: the request id, the request's span, and one snapshot load for the
+/// whole request.
+async fn model_call<F, Fut>(app: Arc<App>, headers: HeaderMap, path: &'static str, call: F) -> Response
 where
-    F: FnOnce(Arc<App>, Arc<Snapshot>, String, HeaderMap, Incoming, Instant) -> Fut,
-    Fut: std::future::Future<Output = (String, Result<Response, Rejection>)>,
+    F: FnOnce(Arc<App>, Arc<Snapshot>, String, HeaderMap, Instant) -> Fut,
+    Fut: std::future::Future<Output = Response>,
 {
     let start = Instant::now();
     let rid = request_id(&headers);
     let span = request_span(&rid, path);
-    async move {
-        let snap = app.store.load();
-        match stage(app, snap, rid, headers, body, start).await {
-            (_, Ok(r)) => r,
-            (rid, Err(r)) => {
-                let caller = r.caller.as_ref().map(|(t, k)| (t.as_str(), k.as_str()));
-                Meter::rejected(&rid, caller, r.alias.as_deref(), start, &r.error);
-                error_response(&r.error, &rid)
-            }
-        }
-    }
-    .instrument(span)
-    .await
+    let snap = app.store.load();
+    call(app, snap, rid, headers, start).instrument(span).await
 }
 
 async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
-    handle(app, headers, body, "/v1/chat/completions", |app, snap, rid, headers, body, start| async move {
-        let r = chat(&app, &snap, &rid, &headers, body, start).await;
-        (rid, r)
+    model_call(app, headers, "/v1/chat/completions", |app, snap, rid, headers, start| async move {
+        let inbound = pipeline::Inbound {
+            request_id: &rid,
+            start,
+            key: openai::api_key(&headers),
+            body: |limit| read_body(&headers, body, limit),
+            decode: openai::decode_chat,
+        };
+        let ended =
+            pipeline::chat(&app, &snap, inbound, |req, model| openai::Events::new(req, &rid, &model.name)).await;
+        answer(ended, &rid, |reply, served| match reply {
+            ChatReply::Full(r) => json_response(StatusCode::OK, openai::encode_chat(r, &rid, &served.model.name), &rid),
+            ChatReply::Stream(s) => {
+                let mut r = Response::new(s.into_body());
+                let h = r.headers_mut();
+                h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                h.insert(X_REQUEST_ID.clone(), header_value(&rid));
+                r
+            }
+        })
     })
     .await
 }
 
 async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
-    handle(app, headers, body, "/v1/embeddings", |app, snap, rid, headers, body, start| async move {
-        let r = embed(&app, &snap, &rid, &headers, body, start).await;
-        (rid, r)
+    model_call(app, headers, "/v1/embeddings", |app, snap, rid, headers, start| async move {
+        let inbound = pipeline::Inbound {
+            request_id: &rid,
+            start,
+            key: openai::api_key(&headers),
+            body: |limit| read_body(&headers, body, limit),
+            decode: openai::decode_embeddings,
+        };
+        let ended = pipeline::embeddings(&app, &snap, inbound).await;
+        answer(ended, &rid, |(resp, req), _| {
+            json_response(StatusCode::OK, openai::encode_embeddings(&resp, &req), &rid)
+        })
     })
     .await
 }
 
-/// A request refused before any upstream was chosen, with what is known of it for its record.
-struct Rejection {
-    error: AxError,
-    alias: Option<String>,
-    /// (tenant, key id), once the key was checked.
-    caller: Option<(String, String)>,
-}
-
-impl Rejection {
-    fn anonymous(error: AxError) -> Self {
-        Self { error, alias: None, caller: None }
-    }
-
-    /// The names are copied only if the request is refused (this runs 4 times per request).
-    fn of<'a>(caller: &'a Caller<'_>, alias: Option<&'a str>) -> impl FnOnce(AxError) -> Self + 'a {
-        move |error| Self {
-            error,
-            alias: alias.map(str::to_owned),
-            caller: Some((caller.tenant.id.clone(), caller.key_id.to_owned())),
-        }
-    }
-}
-
-/// A request body that names the alias it wants.
-trait ModelRequest: DeserializeOwned {
-    fn alias(&self) -> &str;
-}
-
-impl ModelRequest for ChatRequest {
-    fn alias(&self) -> &str {
-        &self.model
-    }
-}
-
-impl ModelRequest for EmbeddingsRequest {
-    fn alias(&self) -> &str {
-        &self.model
-    }
-}
-
-/// The stages every model endpoint shares, in order: authenticate (401), read the body under the
-/// limit (413), decode (400), the alias exists (404) and is allowed (403).
-async fn admit<'s, T: ModelRequest>(
-    snap: &'s Snapshot,
-    headers: &HeaderMap,
-    body: Incoming,
-) -> Result<(Caller<'s>, T, &'s crate::config::snapshot::Route), Rejection> {
-    let caller = authenticate(snap, headers).map_err(Rejection::anonymous)?;
-    let bytes = read_body(headers, body, snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
-    let req: T = decode(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
-    let route = alias_allowed(snap, &caller, req.alias()).map_err(|e| {
-        // A name the caller made up is never a metric label or a report group: its record counts
-        // under one fixed alias, and the raw name is only in the log line (`error_response`).
-        let alias = if matches!(e, AxError::ModelNotFound(_)) { UNKNOWN_ALIAS } else { req.alias() };
-        Rejection::of(&caller, Some(alias))(e)
-    })?;
-    Ok((caller, req, route))
-}
-
-/// What a successful chat attempt produced.
-enum ChatReply {
-    /// The answer's JSON, and the usage it reports.
-    Full {
-        body: Vec<u8>,
-        usage: Option<crate::canonical::Usage>,
-    },
-    Stream(Box<EgressStream>),
-}
-
-/// The request as this provider should see it: in lenient mode, without the parameters it cannot
-/// honour (strict mode already kept such candidates out of the plan).
-fn for_provider<'r>(req: &'r ChatRequest, params: &[&'static str], kind: ProviderKind) -> Cow<'r, ChatRequest> {
-    let dropped: Vec<&str> = params.iter().copied().filter(|p| !providers::supports(kind, p)).collect();
-    if dropped.is_empty() {
-        return Cow::Borrowed(req);
-    }
-    tracing::warn!(provider = kind.as_str(), params = ?dropped, "dropped parameters the provider does not support");
-    let mut r = req.clone();
-    for p in dropped {
-        r.clear_param(p);
-    }
-    Cow::Owned(r)
-}
-
-async fn chat(
-    app: &App,
-    snap: &Arc<Snapshot>,
-    rid: &str,
-    headers: &HeaderMap,
-    body: Incoming,
-    start: Instant,
-) -> Result<Response, Rejection> {
-    let (caller, req, route) = admit::<ChatRequest>(snap, headers, body).await?;
-    let alias = route.alias.as_str();
-    req.validate().map_err(Rejection::of(&caller, Some(alias)))?;
-    let needs = plan::chat_needs(&req, snap.default_max_tokens);
-    // Context budget: a prompt over the alias's limit goes to its long-context alias, if any.
-    let (route, long_context) = match route.max_prompt_tokens {
-        Some(limit) if needs.prompt_estimate > u64::from(limit) => match &route.long_context_alias {
-            Some(l) => (snap.routes.get(l).unwrap_or(route), Some(l.as_str())),
-            None => {
-                let e = AxError::PromptTooLong { alias: alias.to_owned(), estimated: needs.prompt_estimate, limit };
-                return Err(Rejection::of(&caller, Some(alias))(e));
-            }
-        },
-        _ => (route, None),
-    };
-    // Budgets (may downgrade to a cheaper alias), then the requested alias's rate limits:
-    // checked after every other reason to refuse, so a refused request uses no one's quota.
-    let requested = snap.routes.get(alias).unwrap_or(route);
-    let passed = guard::run(app, snap, caller.tenant, caller.key, requested, route, &needs)
-        .await
-        .map_err(Rejection::of(&caller, Some(alias)))?;
-    let (route, degraded, warning) = (passed.route, passed.degraded.clone(), passed.warning.clone());
-    let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, req.stream, start);
-    meter.prompt_estimate(needs.prompt_estimate);
-    meter.guarded(passed);
-    let mut attempt_log = Vec::new();
-    let (req, needs) = (&req, &needs);
-    let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
-        let AttemptCtx { up, model, limits, guard } = a;
-        let req = for_provider(req, &needs.params, up.kind);
-        match call::chat(up, model, &req, snap.default_max_tokens, rid, limits).await {
-            Err(e) => Err((e, guard)),
-            Ok(ChatOutcome::Full { body, usage }) => {
-                let mut guard = guard;
-                if let Some(u) = &usage {
-                    guard.usage(u.total());
-                }
-                guard.finish(Outcome::Success);
-                Ok(ChatReply::Full { body, usage })
-            }
-            Ok(ChatOutcome::Stream(us)) => {
-                let enc =
-                    openai::ChunkEncoder::new(&format!("chatcmpl-{rid}"), crate::canonical::unix_now(), &model.name);
-                EgressStream::open(us, enc, rid.to_owned(), req.include_usage(), req.n.unwrap_or(1), guard)
-                    .await
-                    .map(ChatReply::Stream)
-            }
-        }
-    })
-    .await;
-    meter.attempts(attempt_log);
-    let (reply, served) = match result {
-        Ok(x) => x,
-        Err((e, served)) => return Ok(failed(&e, rid, meter, served.as_ref())),
-    };
-    meter.served_by(&served);
-    let mut r = match reply {
-        ChatReply::Full { body, usage } => {
-            if let Some(u) = &usage {
-                meter.usage(u);
-            }
-            let cost = meter.cost_micro_usd();
-            meter.finish(200, None);
-            let mut r = json_response(StatusCode::OK, body, rid);
-            if let Some(c) = cost {
+/// The HTTP answer to a call: the codec's body (`encode`) with the gateway's headers, or the error.
+fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &Served<'_>) -> Response) -> Response {
+    match ended {
+        Ended::Answered(a) => {
+            let mut r = encode(a.reply, &a.served);
+            if let Some(c) = a.cost {
                 r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&ax_protocol::price::format_usd(c)));
             }
-            r
-        }
-        ChatReply::Stream(mut s) => {
-            s.attach(meter);
-            let mut r = Response::new(s.into_body());
+            served_headers(&mut r, &a.served);
             let h = r.headers_mut();
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            h.insert(X_REQUEST_ID.clone(), header_value(rid));
+            if let Some(l) = a.long_context {
+                h.insert(X_AX_LONG_CONTEXT.clone(), header_value(l));
+            }
+            if let Some(d) = &a.degraded {
+                h.insert(X_AX_DEGRADED.clone(), header_value(d));
+            }
+            if let Some(w) = &a.warning {
+                h.insert(X_AX_BUDGET_WARNING.clone(), header_value(w));
+            }
             r
         }
-    };
-    served_headers(&mut r, &served);
-    let h = r.headers_mut();
-    if let Some(l) = long_context {
-        h.insert(X_AX_LONG_CONTEXT.clone(), header_value(l));
-    }
-    if let Some(d) = &degraded {
-        h.insert(X_AX_DEGRADED.clone(), header_value(d));
-    }
-    if let Some(w) = &warning {
-        h.insert(X_AX_BUDGET_WARNING.clone(), header_value(w));
-    }
-    Ok(r)
-}
-
-/// The answer when every attempt failed (or none could be made); the record says so.
-fn failed(e: &AxError, rid: &str, mut meter: Meter, served: Option<&Served<'_>>) -> Response {
-    if let Some(s) = served {
-        meter.served_by(s);
-    }
-    meter.finish(e.status().as_u16(), Some(e.code()));
-    let mut r = error_response(e, rid);
-    match served {
-        Some(s) => served_headers(&mut r, s),
-        None => {
-            r.headers_mut().insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(0));
-        }
-    }
-    r
-}
-
-async fn embed(
-    app: &App,
-    snap: &Arc<Snapshot>,
-    rid: &str,
-    headers: &HeaderMap,
-    body: Incoming,
-    start: Instant,
-) -> Result<Response, Rejection> {
-    let (caller, req, route) = admit::<EmbeddingsRequest>(snap, headers, body).await?;
-    let alias = route.alias.as_str();
-    let needs = plan::embeddings_needs(&req);
-    let passed = guard::run(app, snap, caller.tenant, caller.key, route, route, &needs)
-        .await
-        .map_err(Rejection::of(&caller, Some(alias)))?;
-    let route = passed.route;
-    let mut meter = Meter::new(rid, &caller.tenant.id, caller.key_id, alias, false, start);
-    meter.prompt_estimate(needs.prompt_estimate);
-    meter.guarded(passed);
-    let mut attempt_log = Vec::new();
-    let req = &req;
-    let result = failover::run(snap, route, &needs, rid, &mut attempt_log, |a| async move {
-        let AttemptCtx { up, model, limits, guard } = a;
-        match call::embeddings(up, model, req, rid, limits).await {
-            Ok(resp) => {
-                let mut guard = guard;
-                guard.usage(resp.prompt_tokens);
-                guard.finish(Outcome::Success);
-                Ok(resp)
+        Ended::Failed { error, served } => {
+            let mut r = error_response(&error, rid);
+            match &served {
+                Some(s) => served_headers(&mut r, s),
+                None => {
+                    r.headers_mut().insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(0));
+                }
             }
-            Err(e) => Err((e, guard)),
+            r
         }
-    })
-    .await;
-    meter.attempts(attempt_log);
-    let (mut resp, served) = match result {
-        Ok(x) => x,
-        Err((e, served)) => return Ok(failed(&e, rid, meter, served.as_ref())),
-    };
-    if resp.model.is_empty() || resp.model == req.model {
-        resp.model.clone_from(&served.model.name);
+        Ended::Rejected(e) => error_response(&e, rid),
     }
-    meter.served_by(&served);
-    meter.usage(&crate::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
-    let cost = meter.cost_micro_usd();
-    meter.finish(200, None);
-    let mut r = json_response(StatusCode::OK, openai::encode_embeddings_response(&resp, req.encoding_format), rid);
-    if let Some(c) = cost {
-        r.headers_mut().insert(X_AX_COST_USD.clone(), header_value(&ax_protocol::price::format_usd(c)));
-    }
-    served_headers(&mut r, &served);
-    Ok(r)
 }
 
 fn models(app: &App, headers: &HeaderMap) -> Response {
     let rid = request_id(headers);
     let snap = app.store.load();
-    let caller = match authenticate(&snap, headers) {
-        Ok(c) => c,
+    let tenant = match snap.authenticate(openai::api_key(headers).unwrap_or_default()) {
+        Ok((t, _)) if openai::api_key(headers).is_some() => t,
+        Ok(_) => return error_response(&AxError::MissingApiKey, &rid),
         Err(e) => return error_response(&e, &rid),
     };
-    let mut aliases: Vec<&str> =
-        snap.routes.keys().map(String::as_str).filter(|a| caller.tenant.allowed.permits(a)).collect();
+    let mut aliases: Vec<&str> = snap.routes.keys().map(String::as_str).filter(|a| tenant.allowed.permits(a)).collect();
     aliases.sort_unstable();
     let data: Vec<serde_json::Value> = aliases
         .iter()

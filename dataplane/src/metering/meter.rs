@@ -10,12 +10,11 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use ax_protocol::usage::{AttemptRecord, UsageRecord};
+use ax_protocol::usage::{attempt_id, AttemptRecord, UsageRecord};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::canonical::Usage;
 use crate::error::AxError;
-use crate::routing::failover::Served;
 
 /// Installs the process-wide Prometheus recorder once and returns its handle.
 pub fn prometheus() -> Option<PrometheusHandle> {
@@ -121,6 +120,16 @@ impl Handles {
     }
 }
 
+/// Who served a request, as the record says it.
+#[derive(Clone, Copy)]
+pub struct Served<'a> {
+    pub upstream: &'a str,
+    pub model: &'a str,
+    pub attempts: u32,
+    pub fallback: Option<&'a str>,
+    pub prices: Option<ax_protocol::price::Prices>,
+}
+
 pub struct Meter {
     pub record: UsageRecord,
     start: Instant,
@@ -134,12 +143,6 @@ pub struct Meter {
     prompt_estimate: u64,
     /// Content and tool-call deltas forwarded so far (a stream's completion tokens, estimated).
     deltas: u64,
-    /// The request's rate-limit reservations: settled to the actual usage when the record is
-    /// emitted, concurrency freed when the meter is dropped (the request's end).
-    holds: Vec<crate::governance::limits::Held>,
-    shared_hold: Option<crate::governance::fleet::SharedHeld>,
-    /// Budget reservations: settled to the actual cost when the record is emitted.
-    budgets: Vec<crate::governance::budget::Reserved>,
 }
 
 impl Meter {
@@ -165,9 +168,6 @@ impl Meter {
             usage_known: false,
             prompt_estimate: 0,
             deltas: 0,
-            holds: Vec::new(),
-            shared_hold: None,
-            budgets: Vec::new(),
         }
     }
 
@@ -178,27 +178,25 @@ impl Meter {
         m.finish(e.status().as_u16(), Some(e.code()));
     }
 
-    /// Takes what the request holds from the guard stage: settled when the record is emitted.
-    pub fn guarded(&mut self, passed: crate::governance::guard::Passed<'_>) {
-        self.holds = passed.holds.local;
-        self.shared_hold = passed.holds.shared;
-        self.budgets = passed.budgets;
-        self.record.degraded = passed.degraded;
+    /// `x-ax-degraded`: a budget sent the request to a cheaper alias.
+    pub fn degraded(&mut self, why: Option<String>) {
+        self.record.degraded = why;
     }
 
     pub fn prompt_estimate(&mut self, tokens: u64) {
         self.prompt_estimate = tokens;
     }
 
-    /// The attempt that answered the caller (or the last one, when all failed).
-    pub fn served_by(&mut self, s: &Served<'_>) {
+    /// The attempt that answered the caller (or the last one, when all failed): its upstream and
+    /// model, its number, the fallback alias it served, and the model's prices.
+    pub fn served_by(&mut self, s: Served<'_>) {
         let r = &mut self.record;
-        s.up.name.clone_into(&mut r.upstream);
-        s.model.name.clone_into(&mut r.model);
+        s.upstream.clone_into(&mut r.upstream);
+        s.model.clone_into(&mut r.model);
         r.attempts = s.attempts;
         r.retry_of = (s.attempts > 1).then(|| attempt_id(&r.request_id, s.attempts - 1));
         r.fallback = s.fallback.map(str::to_owned);
-        self.prices = s.model.prices;
+        self.prices = s.prices;
     }
 
     /// Every attempt of the request, in order.
@@ -235,6 +233,22 @@ impl Meter {
         self.record.cost_micro_usd
     }
 
+    /// Whether the record's tokens are known: reported by the provider, or estimated once the
+    /// record was emitted.
+    pub fn tokens_known(&self) -> bool {
+        self.usage_known || self.record.estimated
+    }
+
+    /// The caller went away before the end: the record is emitted now, marked incomplete.
+    pub fn disconnected(&mut self) {
+        if !self.emitted {
+            self.record.status = 200;
+            self.record.incomplete = true;
+            self.record.error_code = Some("client_disconnected".to_owned());
+            self.emit();
+        }
+    }
+
     /// The call ended as the caller saw it: `status`, and the error code if it failed. Emits the
     /// record now, before the caller receives the end of the answer.
     pub fn finish(&mut self, status: u16, error_code: Option<&'static str>) {
@@ -265,28 +279,6 @@ impl Meter {
         }
         self.emitted = true;
         self.estimate_missing();
-        let used = self.record.prompt_tokens + self.record.completion_tokens;
-        let known = self.usage_known || self.record.estimated;
-        let cost = self.record.cost_micro_usd.unwrap_or(0);
-        for b in &mut self.budgets {
-            b.settle(if self.record.status == 200 || known { cost } else { 0 });
-        }
-        let settle_to = if known {
-            Some(used)
-        } else if self.record.status != 200 {
-            // Failed or refused before any answer: no tokens were used.
-            Some(0)
-        } else {
-            None
-        };
-        if let Some(n) = settle_to {
-            for h in &mut self.holds {
-                h.settle(n);
-            }
-            if let Some(h) = &mut self.shared_hold {
-                h.settle(n);
-            }
-        }
         let elapsed = self.start.elapsed();
         let r = &mut self.record;
         r.latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
@@ -350,25 +342,8 @@ impl Meter {
 impl Drop for Meter {
     /// A meter dropped before its record was emitted belongs to a caller that went away.
     fn drop(&mut self) {
-        if !self.emitted {
-            self.record.status = 200;
-            self.record.incomplete = true;
-            self.record.error_code = Some("client_disconnected".to_owned());
-            self.emit();
-        }
+        self.disconnected();
     }
-}
-
-/// `<request_id>#<n>`.
-pub fn attempt_id(request_id: &str, n: u32) -> String {
-    let mut id = String::with_capacity(request_id.len() + 4);
-    id.push_str(request_id);
-    id.push('#');
-    match char::from_digit(n, 10) {
-        Some(d) => id.push(d),
-        None => id.push_str(&n.to_string()),
-    }
-    id
 }
 
 /// The health table served at `/admin/health` and sent to the control plane.

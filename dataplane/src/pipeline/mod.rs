@@ -1,3 +1,403 @@
-//! The request pipeline: the stages every model call passes, whatever wire protocol it came in.
+//! The request pipeline: the stages every model call passes, in this order, whatever wire
+//! protocol the caller spoke. Ingress hands in the caller's key, a way to read the body and the
+//! protocol's decoder; it gets back an [`Ended`], which it turns into HTTP.
+//!
+//! 1. authenticate — key → SHA-256 → tenant (`Snapshot::authenticate`): 401.
+//! 2. read         — the body under `server.max_body_bytes`: 413.
+//! 3. decode       — the codec's decoder, into the canonical request: 400.
+//! 4. admit        — the alias exists (404) and the key may use it (403); the request is valid,
+//!    fits the alias's context budget or moves to its long-context alias.
+//! 5. guard        — budgets (may downgrade), then rate limits (`governance::guard`): 429.
+//! 6. route        — the ordered attempt plan (`routing::plan`), walked by `routing::failover`.
+//! 7. dispatch     — one upstream call per attempt (`upstream::call`), with the request as that
+//!    provider can honour it.
+//! 8. stream       — a streamed answer becomes the codec's events (`stream::EgressStream`).
+//! 9. meter        — one usage record (`metering::meter`); the guard's reservations settle to it
+//!    (`Ledger`).
+//!
+//! A request refused at stages 1–5 still gets its record (`Meter::rejected`).
 
 pub mod stream;
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::time::Instant;
+
+use ax_protocol::config::{ParamsMode, ProviderKind};
+use ax_protocol::usage::UNKNOWN_ALIAS;
+use bytes::Bytes;
+
+use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use crate::config::snapshot::{KeyRef, Model, Route, Snapshot, Tenant};
+use crate::error::{AxError, Outcome};
+use crate::governance::guard::{self, Reservations};
+use crate::metering::meter::Meter;
+use crate::routing::failover::{self, AttemptCtx, Served};
+use crate::routing::plan;
+use crate::upstream::call::{self, ChatOutcome};
+use crate::App;
+use stream::{EgressStream, StreamEncoder};
+
+/// How a call ended, for ingress to answer.
+pub enum Ended<'s, R> {
+    /// An upstream answered.
+    Answered(Answer<'s, R>),
+    /// Every attempt failed, or none could be made; `served` is the last attempt, if any.
+    Failed { error: AxError, served: Option<Served<'s>> },
+    /// Refused before any upstream was chosen.
+    Rejected(AxError),
+}
+
+/// An answer and what the gateway says of it (its `x-ax-*` headers).
+pub struct Answer<'s, R> {
+    pub reply: R,
+    pub served: Served<'s>,
+    /// Micro-USD, when the serving model has prices.
+    pub cost: Option<u64>,
+    /// The long-context alias the request moved to.
+    pub long_context: Option<&'s str>,
+    /// `x-ax-degraded`, when a budget sent the request to a cheaper alias.
+    pub degraded: Option<String>,
+    /// `x-ax-budget-warning`, past a budget's threshold.
+    pub warning: Option<String>,
+}
+
+/// A chat answer: whole, or a stream the caller reads as it comes.
+pub enum ChatReply<E> {
+    Full(ChatResponse),
+    Stream(Box<EgressStream<E>>),
+}
+
+/// The request's meter with the guard's reservations: when the record is written (at the end, or
+/// as the caller goes away) the reservations settle to what it says.
+pub struct Ledger {
+    pub meter: Meter,
+    reservations: Reservations,
+}
+
+impl Ledger {
+    /// Emits the record with the caller's `status` and settles the reservations to it.
+    pub fn finish(&mut self, status: u16, error_code: Option<&'static str>) {
+        self.meter.finish(status, error_code);
+        self.reservations.settle(&self.meter.record, self.meter.tokens_known());
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.meter.disconnected();
+        self.reservations.settle(&self.meter.record, self.meter.tokens_known());
+    }
+}
+
+/// The request as ingress hands it in: its id, when it arrived, the caller's key, the body still
+/// to read (given the size limit), and the codec's decoder.
+pub struct Inbound<'h, B, D> {
+    pub request_id: &'h str,
+    pub start: Instant,
+    pub key: Option<&'h str>,
+    pub body: B,
+    pub decode: D,
+}
+
+/// A decoded request that names the alias it wants.
+pub trait ModelRequest {
+    fn alias(&self) -> &str;
+}
+
+impl ModelRequest for ChatRequest {
+    fn alias(&self) -> &str {
+        &self.model
+    }
+}
+
+impl ModelRequest for EmbeddingsRequest {
+    fn alias(&self) -> &str {
+        &self.model
+    }
+}
+
+/// Who is calling: the tenant behind the key.
+struct Caller<'s> {
+    tenant: &'s Tenant,
+    key: &'s KeyRef,
+}
+
+/// A request refused before any upstream was chosen, with what is known of it for its record.
+struct Rejection {
+    error: AxError,
+    alias: Option<String>,
+    /// (tenant, key id), once the key was checked.
+    caller: Option<(String, String)>,
+}
+
+impl Rejection {
+    fn anonymous(error: AxError) -> Self {
+        Self { error, alias: None, caller: None }
+    }
+
+    /// The names are copied only if the request is refused.
+    fn of<'a>(caller: &'a Caller<'_>, alias: Option<&'a str>) -> impl FnOnce(AxError) -> Self + 'a {
+        move |error| Self {
+            error,
+            alias: alias.map(str::to_owned),
+            caller: Some((caller.tenant.id.clone(), caller.key.key_id.clone())),
+        }
+    }
+
+    /// Writes the refused request's record.
+    fn record<'s, R>(self, request_id: &str, start: Instant) -> Ended<'s, R> {
+        let caller = self.caller.as_ref().map(|(t, k)| (t.as_str(), k.as_str()));
+        Meter::rejected(request_id, caller, self.alias.as_deref(), start, &self.error);
+        Ended::Rejected(self.error)
+    }
+}
+
+fn authenticate<'s>(snap: &'s Snapshot, key: Option<&str>) -> Result<Caller<'s>, AxError> {
+    let (tenant, key) = snap.authenticate(key.ok_or(AxError::MissingApiKey)?)?;
+    let span = tracing::Span::current();
+    span.record("tenant", tenant.id.as_str());
+    span.record("key_id", key.key_id.as_str());
+    Ok(Caller { tenant, key })
+}
+
+/// Stages 1–4 every model call shares: authenticate, read, decode, the alias exists and is allowed.
+async fn admit<'s, T, B, Fut, D>(
+    snap: &'s Snapshot,
+    inbound: Inbound<'_, B, D>,
+) -> Result<(Caller<'s>, T, &'s Route), Rejection>
+where
+    T: ModelRequest,
+    B: FnOnce(u64) -> Fut,
+    Fut: Future<Output = Result<Bytes, AxError>>,
+    D: FnOnce(&[u8], ParamsMode) -> Result<T, AxError>,
+{
+    let caller = authenticate(snap, inbound.key).map_err(Rejection::anonymous)?;
+    let bytes = (inbound.body)(snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
+    let req: T = (inbound.decode)(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
+    drop(bytes);
+    let alias = req.alias();
+    let allowed = match snap.routes.get(alias) {
+        None => Err(AxError::ModelNotFound(alias.to_owned())),
+        Some(_) if !caller.tenant.allowed.permits(alias) => Err(AxError::ModelNotAllowed(alias.to_owned())),
+        Some(route) => Ok(route),
+    };
+    let route = allowed.map_err(|e| {
+        // A name the caller made up is never a metric label or a report group: its record counts
+        // under one fixed alias, and the raw name is only in the log line.
+        let alias = if matches!(e, AxError::ModelNotFound(_)) { UNKNOWN_ALIAS } else { alias };
+        Rejection::of(&caller, Some(alias))(e)
+    })?;
+    tracing::Span::current().record("alias", alias);
+    Ok((caller, req, route))
+}
+
+/// The request as this provider should see it: in lenient mode, without the parameters it cannot
+/// honour (strict mode already kept such candidates out of the plan).
+fn for_provider<'r>(req: &'r ChatRequest, params: &[&'static str], kind: ProviderKind) -> Cow<'r, ChatRequest> {
+    let dropped: Vec<&str> = params.iter().copied().filter(|p| !crate::providers::supports(kind, p)).collect();
+    if dropped.is_empty() {
+        return Cow::Borrowed(req);
+    }
+    tracing::warn!(provider = kind.as_str(), params = ?dropped, "dropped parameters the provider does not support");
+    let mut r = req.clone();
+    for p in dropped {
+        r.clear_param(p);
+    }
+    Cow::Owned(r)
+}
+
+/// The meter's view of who served.
+fn served<'s>(s: &Served<'s>) -> crate::metering::meter::Served<'s> {
+    crate::metering::meter::Served {
+        upstream: &s.up.name,
+        model: &s.model.name,
+        attempts: s.attempts,
+        fallback: s.fallback,
+        prices: s.model.prices,
+    }
+}
+
+/// Every attempt failed (or none could be made): the record says so.
+fn failed<'s, R>(error: AxError, mut ledger: Ledger, served_by: Option<Served<'s>>) -> Ended<'s, R> {
+    if let Some(s) = &served_by {
+        ledger.meter.served_by(served(s));
+    }
+    ledger.finish(error.status().as_u16(), Some(error.code()));
+    Ended::Failed { error, served: served_by }
+}
+
+/// A chat completion. `events` makes the codec's stream encoder for the request and the model
+/// that serves it.
+pub async fn chat<'s, B, Fut, D, E>(
+    app: &App,
+    snap: &'s Snapshot,
+    inbound: Inbound<'_, B, D>,
+    events: impl Fn(&ChatRequest, &Model) -> E,
+) -> Ended<'s, ChatReply<E>>
+where
+    B: FnOnce(u64) -> Fut,
+    Fut: Future<Output = Result<Bytes, AxError>>,
+    D: FnOnce(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    E: StreamEncoder,
+{
+    let (rid, start) = (inbound.request_id, inbound.start);
+    match chat_stages(app, snap, inbound, events).await {
+        Ok(ended) => ended,
+        Err(r) => r.record(rid, start),
+    }
+}
+
+async fn chat_stages<'s, B, Fut, D, E>(
+    app: &App,
+    snap: &'s Snapshot,
+    inbound: Inbound<'_, B, D>,
+    events: impl Fn(&ChatRequest, &Model) -> E,
+) -> Result<Ended<'s, ChatReply<E>>, Rejection>
+where
+    B: FnOnce(u64) -> Fut,
+    Fut: Future<Output = Result<Bytes, AxError>>,
+    D: FnOnce(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    E: StreamEncoder,
+{
+    let (rid, start) = (inbound.request_id, inbound.start);
+    let (caller, req, route) = admit::<ChatRequest, _, _, _>(snap, inbound).await?;
+    let alias = route.alias.as_str();
+    req.validate().map_err(Rejection::of(&caller, Some(alias)))?;
+    let needs = plan::chat_needs(&req, snap.default_max_tokens);
+    // Context budget: a prompt over the alias's limit goes to its long-context alias, if any.
+    let (route, long_context) = match route.max_prompt_tokens {
+        Some(limit) if needs.prompt_estimate > u64::from(limit) => match &route.long_context_alias {
+            Some(l) => (snap.routes.get(l).unwrap_or(route), Some(l.as_str())),
+            None => {
+                let e = AxError::PromptTooLong { alias: alias.to_owned(), estimated: needs.prompt_estimate, limit };
+                return Err(Rejection::of(&caller, Some(alias))(e));
+            }
+        },
+        _ => (route, None),
+    };
+    // Budgets (may downgrade to a cheaper alias), then the requested alias's rate limits:
+    // checked after every other reason to refuse, so a refused request uses no one's quota.
+    let requested = snap.routes.get(alias).unwrap_or(route);
+    let passed = guard::run(app, snap, caller.tenant, caller.key, requested, route, &needs)
+        .await
+        .map_err(Rejection::of(&caller, Some(alias)))?;
+    let guard::Passed { route, reservations, degraded, warning } = passed;
+    let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, req.stream, start);
+    meter.prompt_estimate(needs.prompt_estimate);
+    meter.degraded(degraded.clone());
+    let mut ledger = Ledger { meter, reservations };
+    let mut attempt_log = Vec::new();
+    let (req, needs, events) = (&req, &needs, &events);
+    let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
+        let AttemptCtx { up, model, deadlines, guard } = a;
+        let req = for_provider(req, &needs.params, up.kind);
+        match call::chat(up, model, &req, snap.default_max_tokens, rid, deadlines).await {
+            Err(e) => Err((e, guard)),
+            Ok(ChatOutcome::Full(r)) => {
+                let mut guard = guard;
+                if let Some(u) = &r.usage {
+                    guard.usage(u.total());
+                }
+                guard.finish(Outcome::Success);
+                Ok(ChatReply::Full(r))
+            }
+            Ok(ChatOutcome::Stream(us)) => {
+                EgressStream::open(us, events(&req, model), req.n.unwrap_or(1), guard).await.map(ChatReply::Stream)
+            }
+        }
+    })
+    .await;
+    ledger.meter.attempts(attempt_log);
+    let (reply, served_by) = match result {
+        Ok(x) => x,
+        Err((e, s)) => return Ok(failed(e, ledger, s)),
+    };
+    ledger.meter.served_by(served(&served_by));
+    let mut cost = None;
+    let reply = match reply {
+        ChatReply::Full(r) => {
+            if let Some(u) = &r.usage {
+                ledger.meter.usage(u);
+            }
+            cost = ledger.meter.cost_micro_usd();
+            ledger.finish(200, None);
+            ChatReply::Full(r)
+        }
+        ChatReply::Stream(mut s) => {
+            s.attach(ledger);
+            ChatReply::Stream(s)
+        }
+    };
+    Ok(Ended::Answered(Answer { reply, served: served_by, cost, long_context, degraded, warning }))
+}
+
+/// An embeddings call.
+pub async fn embeddings<'s, B, Fut, D>(
+    app: &App,
+    snap: &'s Snapshot,
+    inbound: Inbound<'_, B, D>,
+) -> Ended<'s, (EmbeddingsResponse, EmbeddingsRequest)>
+where
+    B: FnOnce(u64) -> Fut,
+    Fut: Future<Output = Result<Bytes, AxError>>,
+    D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
+{
+    let (rid, start) = (inbound.request_id, inbound.start);
+    match embeddings_stages(app, snap, inbound).await {
+        Ok(ended) => ended,
+        Err(r) => r.record(rid, start),
+    }
+}
+
+async fn embeddings_stages<'s, B, Fut, D>(
+    app: &App,
+    snap: &'s Snapshot,
+    inbound: Inbound<'_, B, D>,
+) -> Result<Ended<'s, (EmbeddingsResponse, EmbeddingsRequest)>, Rejection>
+where
+    B: FnOnce(u64) -> Fut,
+    Fut: Future<Output = Result<Bytes, AxError>>,
+    D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
+{
+    let (rid, start) = (inbound.request_id, inbound.start);
+    let (caller, req, route) = admit::<EmbeddingsRequest, _, _, _>(snap, inbound).await?;
+    let alias = route.alias.as_str();
+    let needs = plan::embeddings_needs(&req);
+    let passed = guard::run(app, snap, caller.tenant, caller.key, route, route, &needs)
+        .await
+        .map_err(Rejection::of(&caller, Some(alias)))?;
+    let guard::Passed { route, reservations, degraded, warning } = passed;
+    let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, false, start);
+    meter.prompt_estimate(needs.prompt_estimate);
+    meter.degraded(degraded.clone());
+    let mut ledger = Ledger { meter, reservations };
+    let mut attempt_log = Vec::new();
+    let req_ref = &req;
+    let result = failover::run(snap, route, &needs, rid, &mut attempt_log, |a| async move {
+        let AttemptCtx { up, model, deadlines, guard } = a;
+        match call::embeddings(up, model, req_ref, rid, deadlines).await {
+            Ok(resp) => {
+                let mut guard = guard;
+                guard.usage(resp.prompt_tokens);
+                guard.finish(Outcome::Success);
+                Ok(resp)
+            }
+            Err(e) => Err((e, guard)),
+        }
+    })
+    .await;
+    ledger.meter.attempts(attempt_log);
+    let (mut resp, served_by) = match result {
+        Ok(x) => x,
+        Err((e, s)) => return Ok(failed(e, ledger, s)),
+    };
+    if resp.model.is_empty() || resp.model == req.model {
+        resp.model.clone_from(&served_by.model.name);
+    }
+    ledger.meter.served_by(served(&served_by));
+    ledger.meter.usage(&crate::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
+    let cost = ledger.meter.cost_micro_usd();
+    ledger.finish(200, None);
+    Ok(Ended::Answered(Answer { reply: (resp, req), served: served_by, cost, long_context: None, degraded, warning }))
+}

@@ -1,55 +1,61 @@
-//! The egress stream: canonical items from an upstream stream become OpenAI
-//! `chat.completion.chunk` SSE events, each forwarded as soon as it is complete.
+//! The egress stream: canonical items from an upstream stream become the caller's wire events
+//! (the codec's `StreamEncoder`), each forwarded as soon as it is complete.
 //!
 //! The work runs inside the response body's stream, not in a spawned task: when the client
 //! disconnects, hyper drops the body, which drops the upstream response and cancels the call.
-//! After the first byte has gone out, an upstream failure ends the stream with one OpenAI-shaped
-//! error event and `[DONE]`; nothing already sent is repeated.
+//! After the first byte has gone out, an upstream failure ends the stream with the protocol's
+//! error event; nothing already sent is repeated.
 
 use std::collections::VecDeque;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::body::Body;
-use crate::canonical::{Chunk, StreamItem, Usage};
-use crate::error::AxError;
-use crate::metering::meter::Meter;
-use crate::providers::openai::ChunkEncoder;
-use crate::routing::failover::AttemptGuard;
+use crate::canonical::{Chunk, ChunkChoice, StreamItem, Usage};
+use crate::error::{AxError, Outcome};
+use crate::pipeline::Ledger;
+use crate::routing::failover::AttemptHealth;
 use crate::upstream::call::UpstreamStream;
-use crate::upstream::health::Outcome;
-use crate::upstream::sse::{self, DONE_EVENT};
 
-pub struct EgressStream {
+/// How a wire protocol writes a stream for its callers.
+pub trait StreamEncoder: Send + 'static {
+    /// The opening event(s), before the first content, for `n` choices.
+    fn start(&mut self, n: u32) -> Bytes;
+    /// One event of content or tool-call deltas.
+    fn chunk(&mut self, choices: &[ChunkChoice]) -> Bytes;
+    /// The end of a completed stream, with the usage the provider reported.
+    fn finish(&mut self, usage: Option<&Usage>) -> Bytes;
+    /// The end of a stream an upstream failure cut short.
+    fn fail(&mut self, e: &AxError) -> Bytes;
+}
+
+pub struct EgressStream<E> {
     upstream: Box<UpstreamStream>,
-    enc: ChunkEncoder,
-    request_id: String,
-    include_usage: bool,
+    enc: E,
     usage: Option<Usage>,
     pending: VecDeque<Bytes>,
     done: bool,
     /// The attempt's health bookkeeping: reports success, the mid-stream failure, or (dropped
     /// unfinished) a client disconnect.
-    guard: Option<AttemptGuard>,
-    meter: Option<Meter>,
+    guard: Option<AttemptHealth>,
+    /// The request's meter and reservations, once attached.
+    ledger: Option<Ledger>,
     /// How the stream ended: `Some(None)` completed, `Some(Some(e))` failed.
     end: Option<Option<AxError>>,
     /// Content and tool-call deltas forwarded (the completion tokens, if the stream is cut).
     deltas: u64,
 }
 
-impl EgressStream {
+impl<E: StreamEncoder> EgressStream<E> {
     /// Pulls upstream items until the first one with something to send, so that failures before
     /// the first byte still get a proper HTTP status and can fail over. On failure the attempt's
     /// guard comes back with the error.
     pub async fn open(
         mut upstream: Box<UpstreamStream>,
-        enc: ChunkEncoder,
-        request_id: String,
-        include_usage: bool,
+        enc: E,
         n: u32,
-        guard: AttemptGuard,
-    ) -> Result<Box<Self>, (AxError, AttemptGuard)> {
+        guard: AttemptHealth,
+    ) -> Result<Box<Self>, (AxError, AttemptHealth)> {
         let mut usage = None;
         loop {
             match upstream.next().await {
@@ -60,13 +66,13 @@ impl EgressStream {
                     if c.choices.iter().all(crate::canonical::ChunkChoice::is_empty) {
                         continue;
                     }
-                    let mut s = Self::new(upstream, enc, request_id, include_usage, usage, n, guard);
+                    let mut s = Self::new(upstream, enc, usage, n, guard);
                     s.push_chunk(c);
                     return Ok(Box::new(s));
                 }
                 Some(Ok(StreamItem::Done)) | None => {
                     // A stream that ends with nothing: still a valid (empty) reply.
-                    let mut s = Self::new(upstream, enc, request_id, include_usage, usage, n, guard);
+                    let mut s = Self::new(upstream, enc, usage, n, guard);
                     s.finish();
                     return Ok(Box::new(s));
                 }
@@ -75,37 +81,28 @@ impl EgressStream {
         }
     }
 
-    fn new(
-        upstream: Box<UpstreamStream>,
-        enc: ChunkEncoder,
-        request_id: String,
-        include_usage: bool,
-        usage: Option<Usage>,
-        n: u32,
-        guard: AttemptGuard,
-    ) -> Self {
-        let role = enc.role(n.max(1));
+    fn new(upstream: Box<UpstreamStream>, mut enc: E, usage: Option<Usage>, n: u32, guard: AttemptHealth) -> Self {
+        let role = enc.start(n.max(1));
         EgressStream {
             upstream,
             enc,
-            request_id,
-            include_usage,
             usage,
             pending: VecDeque::from([role]),
             done: false,
             guard: Some(guard),
-            meter: None,
+            ledger: None,
             end: None,
             deltas: 0,
         }
     }
 
-    /// Hands over the request's meter; it reports when the stream ends, however it ends.
-    pub fn attach(&mut self, mut meter: Meter) {
+    /// Hands over the request's meter and reservations; they settle when the stream ends, however
+    /// it ends.
+    pub fn attach(&mut self, mut ledger: Ledger) {
         for _ in 0..self.deltas {
-            meter.delta();
+            ledger.meter.delta();
         }
-        self.meter = Some(meter);
+        self.ledger = Some(ledger);
         self.settle();
     }
 
@@ -143,14 +140,14 @@ impl EgressStream {
             .filter(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty())
             .count();
         self.deltas += deltas as u64;
-        if let Some(m) = &mut self.meter {
+        if let Some(l) = &mut self.ledger {
             for _ in 0..deltas {
-                m.delta();
+                l.meter.delta();
             }
         }
         if c.choices.iter().any(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty()) {
-            if let Some(m) = &mut self.meter {
-                m.first_token();
+            if let Some(l) = &mut self.ledger {
+                l.meter.first_token();
             }
             if let Some(g) = &mut self.guard {
                 g.first_token();
@@ -160,12 +157,8 @@ impl EgressStream {
     }
 
     fn finish(&mut self) {
-        let mut tail = BytesMut::new();
-        if self.include_usage {
-            tail.extend_from_slice(&self.enc.usage(&self.usage.unwrap_or_default()));
-        }
-        tail.extend_from_slice(DONE_EVENT);
-        self.pending.push_back(tail.freeze());
+        let tail = self.enc.finish(self.usage.as_ref());
+        self.pending.push_back(tail);
         self.done = true;
         self.end = Some(None);
         self.settle();
@@ -173,10 +166,8 @@ impl EgressStream {
 
     fn fail(&mut self, e: &AxError) {
         tracing::warn!(code = e.code(), "stream ended by upstream failure");
-        let mut tail = BytesMut::new();
-        tail.extend_from_slice(&sse::data_event(&e.to_body(&self.request_id)));
-        tail.extend_from_slice(DONE_EVENT);
-        self.pending.push_back(tail.freeze());
+        let tail = self.enc.fail(e);
+        self.pending.push_back(tail);
         self.done = true;
         self.end = Some(Some(e.clone()));
         self.settle();
@@ -193,23 +184,23 @@ impl EgressStream {
             }
             g.finish(end.as_ref().map_or(Outcome::Success, AxError::outcome));
         }
-        if let Some(m) = &mut self.meter {
+        if let Some(l) = &mut self.ledger {
             if let Some(u) = &self.usage {
-                m.usage(u);
+                l.meter.usage(u);
             }
-            m.finish(200, end.as_ref().map(AxError::code));
+            l.finish(200, end.as_ref().map(AxError::code));
         }
     }
 }
 
-impl Drop for EgressStream {
-    /// The caller went away mid-stream: the meter's record (emitted as it drops) carries the
+impl<E> Drop for EgressStream<E> {
+    /// The caller went away mid-stream: the record (emitted as the ledger drops) carries the
     /// tokens generated until now: the provider's count if one arrived, else the deltas forwarded.
     fn drop(&mut self) {
         if self.end.is_none() {
-            if let (Some(m), Some(u)) = (&mut self.meter, &self.usage) {
+            if let (Some(l), Some(u)) = (&mut self.ledger, &self.usage) {
                 if u.completion_tokens >= self.deltas {
-                    m.usage(u);
+                    l.meter.usage(u);
                 }
             }
         }

@@ -22,11 +22,11 @@ use tokio::time::Instant;
 
 use crate::config::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
 use crate::error::AxError;
+use crate::error::Outcome;
 use crate::governance::limits::Held;
-use crate::metering::meter;
 use crate::routing::plan::{self, Needs};
-use crate::upstream::call::Limits;
-use crate::upstream::health::{Admission, ModelHealth, Outcome, Permit, UpstreamHealth};
+use crate::upstream::call::Deadlines;
+use crate::upstream::health::{Admission, ModelHealth, Permit, UpstreamHealth};
 
 /// Who served, for headers, metering and logs.
 #[derive(Clone, Copy)]
@@ -43,14 +43,14 @@ pub struct Served<'s> {
 pub struct AttemptCtx<'s> {
     pub up: &'s Upstream,
     pub model: &'s Model,
-    pub limits: Limits,
-    pub guard: AttemptGuard,
+    pub deadlines: Deadlines,
+    pub guard: AttemptHealth,
 }
 
 /// One attempt's bookkeeping: its concurrency permit, whether it is the breaker's probe, and its
 /// timing. It reports the outcome to the breaker and the model's statistics exactly once:
 /// through `finish`, or on drop (a caller that went away counts as neutral).
-pub struct AttemptGuard {
+pub struct AttemptHealth {
     upstream: Arc<UpstreamHealth>,
     model: Arc<ModelHealth>,
     breaker: BreakerSpec,
@@ -63,7 +63,7 @@ pub struct AttemptGuard {
     hold: Option<Held>,
 }
 
-impl AttemptGuard {
+impl AttemptHealth {
     fn new(up: &Upstream, model: &Model, probe: bool, permit: Permit, hold: Option<Held>) -> Self {
         Self {
             upstream: up.health.clone(),
@@ -109,7 +109,7 @@ impl AttemptGuard {
     }
 }
 
-impl Drop for AttemptGuard {
+impl Drop for AttemptHealth {
     /// An attempt that never reported (the caller went away mid-call) proves nothing: a probe
     /// gives its slot back (the breaker stays half-open and the next request probes), any other
     /// attempt counts as neutral.
@@ -155,7 +155,7 @@ pub async fn run<'s, T, F, Fut>(
 ) -> Result<(T, Served<'s>), (AxError, Option<Served<'s>>)>
 where
     F: FnMut(AttemptCtx<'s>) -> Fut,
-    Fut: Future<Output = Result<T, (AxError, AttemptGuard)>>,
+    Fut: Future<Output = Result<T, (AxError, AttemptHealth)>>,
 {
     let fo = &route.failover;
     let deadline = Instant::now() + Duration::from_millis(fo.deadline_ms);
@@ -209,7 +209,7 @@ where
         let Some(guard) = admit(up, model, needs.reserve_tokens, &mut skips) else { continue };
         attempts += 1;
         let served = Served { up, model, attempts, fallback: item.fallback };
-        let ctx = AttemptCtx { up, model, limits: Limits::new(up, item.route, deadline), guard };
+        let ctx = AttemptCtx { up, model, deadlines: Deadlines::new(up, item.route, deadline), guard };
         let started = Instant::now();
         let e = match attempt(ctx).await {
             Ok(v) => {
@@ -261,7 +261,7 @@ where
 
 /// The breaker and concurrency checks; `None` (with the reason recorded) when the candidate must
 /// be skipped.
-fn admit(up: &Upstream, model: &Model, tokens: u64, skips: &mut Vec<Skip>) -> Option<AttemptGuard> {
+fn admit(up: &Upstream, model: &Model, tokens: u64, skips: &mut Vec<Skip>) -> Option<AttemptHealth> {
     let probe = match up.health.breaker.admit() {
         Admission::Pass => false,
         Admission::Probe => true,
@@ -289,7 +289,7 @@ fn admit(up: &Upstream, model: &Model, tokens: u64, skips: &mut Vec<Skip>) -> Op
             Err(r) => return release(skips, "at its rate limit", Some(r.retry_after)),
         }
     };
-    Some(AttemptGuard::new(up, model, probe, permit, hold))
+    Some(AttemptHealth::new(up, model, probe, permit, hold))
 }
 
 /// Exponential backoff with full jitter: uniform in [base·2^n / 2, base·2^n].
@@ -311,7 +311,7 @@ fn log_failed(served: &Served<'_>, e: &AxError, elapsed: Duration) {
 
 fn attempt_record(request_id: &str, served: &Served<'_>, e: Option<&AxError>, elapsed: Duration) -> AttemptRecord {
     AttemptRecord {
-        attempt_id: meter::attempt_id(request_id, served.attempts),
+        attempt_id: ax_protocol::usage::attempt_id(request_id, served.attempts),
         upstream: served.up.name.clone(),
         model: served.model.name.clone(),
         error_code: e.map(|e| e.code().to_owned()),

@@ -310,7 +310,7 @@ routes:
 
     #[test]
     fn latency_favours_the_faster_smoothly_and_explores() {
-        use crate::upstream::health::Outcome;
+        use crate::error::Outcome;
         use std::time::Duration;
         let yaml = THREE.replace("STRATEGY", "latency").replace(", { upstream: c, model: m }", "");
         let snap = snapshot(&yaml);

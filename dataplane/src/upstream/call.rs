@@ -12,10 +12,9 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
-use crate::canonical::{ChatRequest, EmbeddingsRequest, EmbeddingsResponse, StreamItem, Usage};
+use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
 use crate::config::snapshot::{Model, Route, Upstream};
 use crate::error::AxError;
-use crate::providers::openai;
 use crate::providers::{self, mock, Ctx, StreamDecoder};
 use crate::upstream::client::{self, Response};
 use crate::upstream::sse::SseDecoder;
@@ -26,16 +25,16 @@ const LOGGED_BODY_BYTES: usize = 2048;
 /// it, the error is classified by its status alone.
 const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
 
-/// The time limits of one attempt: the upstream's timeouts with the route's overrides, and the
+/// The time deadlines of one attempt: the upstream's timeouts with the route's overrides, and the
 /// attempt's deadline (its total limit, capped by the request's overall deadline).
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct Deadlines {
     pub first_byte: Duration,
     pub idle: Duration,
     pub deadline: Instant,
 }
 
-impl Limits {
+impl Deadlines {
     /// When a step that may take `step` from now must end, and the error if it does not: the
     /// sooner of the step's own limit (`step_error`) and the attempt's deadline
     /// (`UpstreamTimeout`). One timer where a `timeout` inside a `timeout_at` armed two. (Not an
@@ -61,11 +60,8 @@ impl Limits {
 }
 
 pub enum ChatOutcome {
-    /// A whole answer, already in ax's wire form (OpenAI JSON), and the usage it reports.
-    Full {
-        body: Vec<u8>,
-        usage: Option<Usage>,
-    },
+    /// A whole answer, in the canonical model.
+    Full(ChatResponse),
     Stream(Box<UpstreamStream>),
 }
 
@@ -75,24 +71,23 @@ pub async fn chat(
     req: &ChatRequest,
     default_max_tokens: u32,
     request_id: &str,
-    limits: Limits,
+    deadlines: Deadlines,
 ) -> Result<ChatOutcome, AxError> {
     if let Some(m) = &up.mock {
         return if req.stream {
             let source = Source::Mock(mock::MockStream::start(m, req)?);
-            Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, limits))))
+            Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, deadlines))))
         } else {
-            let mut reply = timeout_at(limits.deadline, mock::chat(m, model, req))
+            let reply = timeout_at(deadlines.deadline, mock::chat(m, model, req))
                 .await
                 .map_err(|_| AxError::UpstreamTimeout)??;
-            openai::fill_response(&mut reply, request_id, &model.name);
-            Ok(ChatOutcome::Full { body: openai::encode_response(&reply), usage: reply.usage })
+            Ok(ChatOutcome::Full(reply))
         };
     }
     let ctx = Ctx { upstream: up, model, default_max_tokens };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(up, url.as_ref(), body, request_id, limits).await?;
+    let resp = send(up, url.as_ref(), body, request_id, deadlines).await?;
     if req.stream {
         let is_sse = resp
             .headers
@@ -101,7 +96,7 @@ pub async fn chat(
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
         if !is_sse {
             // Some servers answer a stream request with one JSON body, often an error.
-            let bytes = read_body(resp, limits, up.max_response_bytes).await?;
+            let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
             let err = match providers::decode_chat(up.kind, &bytes) {
                 Err(e) => e,
                 Ok(_) => AxError::UpstreamInvalidResponse,
@@ -112,14 +107,11 @@ pub async fn chat(
         let decoder = StreamDecoder::new(up.kind).ok_or(AxError::Internal)?;
         let sse = SseDecoder::with_limit(up.max_event_bytes);
         let source = Source::Http { resp, sse, decoder, state: HttpState::Reading };
-        return Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, limits))));
+        return Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, deadlines))));
     }
-    let bytes = read_body(resp, limits, up.max_response_bytes).await?;
+    let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     match providers::decode_chat(up.kind, &bytes) {
-        Ok(mut r) => {
-            openai::fill_response(&mut r, request_id, &model.name);
-            Ok(ChatOutcome::Full { body: openai::encode_response(&r), usage: r.usage })
-        }
+        Ok(r) => Ok(ChatOutcome::Full(r)),
         Err(e) => {
             log_upstream_error(up, 200, &bytes, &e);
             Err(e)
@@ -132,15 +124,15 @@ pub async fn embeddings(
     model: &Model,
     req: &EmbeddingsRequest,
     request_id: &str,
-    limits: Limits,
+    deadlines: Deadlines,
 ) -> Result<EmbeddingsResponse, AxError> {
     if up.mock.is_some() {
         return mock::embeddings(model, req);
     }
     let ctx = Ctx { upstream: up, model, default_max_tokens: 0 };
     let body = providers::encode_embeddings(ctx, req)?;
-    let resp = send(up, model.embed_url.as_ref(), body, request_id, limits).await?;
-    let bytes = read_body(resp, limits, up.max_response_bytes).await?;
+    let resp = send(up, model.embed_url.as_ref(), body, request_id, deadlines).await?;
+    let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
 }
 
@@ -151,11 +143,11 @@ async fn send(
     target: Option<&http::Uri>,
     body: Vec<u8>,
     request_id: &str,
-    limits: Limits,
+    deadlines: Deadlines,
 ) -> Result<Response, AxError> {
     let (Some(client), Some(target)) = (up.client(), target) else { return Err(AxError::Internal) };
     let fut = client.post_json(target, body, request_id);
-    let (end, late) = limits.step_end(limits.first_byte, AxError::UpstreamFirstByteTimeout);
+    let (end, late) = deadlines.step_end(deadlines.first_byte, AxError::UpstreamFirstByteTimeout);
     let resp = timeout_at(end, fut).await.map_err(|_| late)?.map_err(|e| {
         tracing::warn!(upstream = %up.name, error = %e, "upstream request failed");
         match e {
@@ -170,7 +162,7 @@ async fn send(
         return Ok(resp);
     }
     let retry_after = retry_after(&resp.headers);
-    let bytes = read_body(resp, limits, MAX_ERROR_BODY_BYTES).await.unwrap_or_default();
+    let bytes = read_body(resp, deadlines, MAX_ERROR_BODY_BYTES).await.unwrap_or_default();
     let err = providers::decode_error(up.kind, status.as_u16(), &bytes, retry_after);
     log_upstream_error(up, status.as_u16(), &bytes, &err);
     Err(err)
@@ -192,7 +184,7 @@ fn retry_after(h: &http::HeaderMap) -> Option<Duration> {
 /// exact size: a body that arrived in one piece (the usual answer) is not copied at all, and a
 /// large one is not copied into ever-doubling buffers (each left behind freed, but resident,
 /// until the allocator purges it: 100 MiB of RSS for one 32 MiB answer, measured).
-async fn read_body(mut resp: Response, limits: Limits, max: usize) -> Result<bytes::Bytes, AxError> {
+async fn read_body(mut resp: Response, deadlines: Deadlines, max: usize) -> Result<bytes::Bytes, AxError> {
     if resp.remaining_length().is_some_and(|n| n > max as u64) {
         return Err(AxError::UpstreamResponseTooLarge(max));
     }
@@ -201,7 +193,7 @@ async fn read_body(mut resp: Response, limits: Limits, max: usize) -> Result<byt
     let mut more: Vec<bytes::Bytes> = Vec::new();
     let mut total = 0;
     loop {
-        let (end, late) = limits.step_end(limits.idle, AxError::UpstreamIdleTimeout);
+        let (end, late) = deadlines.step_end(deadlines.idle, AxError::UpstreamIdleTimeout);
         let chunk = timeout_at(end, resp.chunk()).await.map_err(|_| late)?.map_err(|e| {
             tracing::warn!(error = %e, "upstream body failed");
             AxError::UpstreamStreamTruncated
@@ -245,11 +237,11 @@ fn log_upstream_error(up: &Upstream, status: u16, body: &[u8], err: &AxError) {
 // Upstream streams
 
 /// The canonical items of one upstream stream, pulled one at a time under the attempt's idle and
-/// total limits. Dropping it drops the upstream response, which closes the connection: a client
+/// total deadlines. Dropping it drops the upstream response, which closes the connection: a client
 /// disconnect cancels the upstream call.
 pub struct UpstreamStream {
     source: Source,
-    limits: Limits,
+    deadlines: Deadlines,
     /// Made on the first pull and kept for the whole stream: a stream of thousands of events
     /// arms no timer per event (two per event used to cost a timer-wheel insert and removal each).
     timers: Option<Timers>,
@@ -290,18 +282,18 @@ enum HttpState {
 }
 
 impl UpstreamStream {
-    fn new(source: Source, limits: Limits) -> Self {
-        Self { source, limits, timers: None }
+    fn new(source: Source, deadlines: Deadlines) -> Self {
+        Self { source, deadlines, timers: None }
     }
 
     /// The next canonical item; `None` once the stream is over.
     pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
-        let limits = self.limits;
+        let deadlines = self.deadlines;
         let now = Instant::now();
         let Self { source, timers, .. } = self;
         let t = timers.get_or_insert_with(|| Timers {
-            deadline: Box::pin(sleep_until(limits.deadline)),
-            idle: Box::pin(sleep_until(now + limits.idle)),
+            deadline: Box::pin(sleep_until(deadlines.deadline)),
+            idle: Box::pin(sleep_until(now + deadlines.idle)),
             pull_started: now,
         });
         t.pull_started = now;
@@ -314,7 +306,7 @@ impl UpstreamStream {
                     return Some(Err(AxError::UpstreamTimeout));
                 }
                 () = t.idle.as_mut() => {
-                    let quiet_until = t.pull_started + limits.idle;
+                    let quiet_until = t.pull_started + deadlines.idle;
                     if Instant::now() >= quiet_until {
                         *source = Source::Ended;
                         return Some(Err(AxError::UpstreamIdleTimeout));
@@ -415,8 +407,8 @@ fn truncate(s: &str) -> &str {
 mod tests {
     use super::*;
 
-    fn limits(deadline_in: Duration) -> Limits {
-        Limits {
+    fn deadlines(deadline_in: Duration) -> Deadlines {
+        Deadlines {
             first_byte: Duration::from_secs(5),
             idle: Duration::from_secs(5),
             deadline: Instant::now() + deadline_in,
@@ -425,7 +417,7 @@ mod tests {
 
     #[test]
     fn a_step_ends_at_its_own_limit_when_that_comes_first() {
-        let l = limits(Duration::from_secs(60));
+        let l = deadlines(Duration::from_secs(60));
         let before = Instant::now();
         let (end, err) = l.step_end(l.first_byte, AxError::UpstreamFirstByteTimeout);
         assert_eq!(err.code(), AxError::UpstreamFirstByteTimeout.code());
@@ -436,7 +428,7 @@ mod tests {
 
     #[test]
     fn a_step_ends_at_the_deadline_when_that_comes_first() {
-        let l = limits(Duration::from_secs(1));
+        let l = deadlines(Duration::from_secs(1));
         let (end, err) = l.step_end(l.first_byte, AxError::UpstreamFirstByteTimeout);
         assert_eq!(err.code(), AxError::UpstreamTimeout.code());
         assert_eq!(end, l.deadline);

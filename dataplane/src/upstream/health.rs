@@ -18,28 +18,7 @@ fn ms_since(base: Instant) -> u64 {
     u64::try_from(Instant::now().saturating_duration_since(base).as_millis()).unwrap_or(u64::MAX)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Outcomes
-
-/// How an attempt ended, as the breaker sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Success,
-    /// 5xx, 529, an error inside a 200, a reset or refused connection, an unreadable answer.
-    Error,
-    /// Any timeout: cools down longer than errors.
-    Timeout,
-    /// 429, with the upstream's Retry-After if it gave one.
-    RateLimited(Option<Duration>),
-    /// Client errors (4xx) and cancellations: the upstream answered properly; never counted.
-    Neutral,
-}
-
-impl Outcome {
-    fn is_failure(self) -> bool {
-        matches!(self, Self::Error | Self::Timeout | Self::RateLimited(_))
-    }
-}
+use crate::error::Outcome;
 
 // ---------------------------------------------------------------------------------------------
 // Rolling window of outcomes, one bucket per second
