@@ -238,9 +238,8 @@ fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &Served<'_>)
 fn models(app: &App, headers: &HeaderMap) -> Response {
     let rid = request_id(headers);
     let snap = app.store.load();
-    let tenant = match snap.authenticate(openai::api_key(headers).unwrap_or_default()) {
-        Ok((t, _)) if openai::api_key(headers).is_some() => t,
-        Ok(_) => return error_response(&AxError::MissingApiKey, &rid),
+    let tenant = match openai::api_key(headers).ok_or(AxError::MissingApiKey).and_then(|k| snap.authenticate(k)) {
+        Ok((t, _)) => t,
         Err(e) => return error_response(&e, &rid),
     };
     let mut aliases: Vec<&str> = snap.routes.keys().map(String::as_str).filter(|a| tenant.allowed.permits(a)).collect();

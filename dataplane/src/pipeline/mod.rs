@@ -242,10 +242,12 @@ where
     E: StreamEncoder,
 {
     let (rid, start) = (inbound.request_id, inbound.start);
-    match chat_stages(app, snap, inbound, events).await {
-        Ok(ended) => ended,
-        Err(r) => r.record(rid, start),
-    }
+    recorded(chat_stages(app, snap, inbound, events).await, rid, start)
+}
+
+/// A call's end, with the record of a refusal written.
+fn recorded<'s, R>(stages: Result<Ended<'s, R>, Rejection>, request_id: &str, start: Instant) -> Ended<'s, R> {
+    stages.unwrap_or_else(|r| r.record(request_id, start))
 }
 
 async fn chat_stages<'s, B, Fut, D, E>(
@@ -344,10 +346,7 @@ where
     D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
 {
     let (rid, start) = (inbound.request_id, inbound.start);
-    match embeddings_stages(app, snap, inbound).await {
-        Ok(ended) => ended,
-        Err(r) => r.record(rid, start),
-    }
+    recorded(embeddings_stages(app, snap, inbound).await, rid, start)
 }
 
 async fn embeddings_stages<'s, B, Fut, D>(
@@ -367,10 +366,10 @@ where
     let passed = guard::run(app, snap, caller.tenant, caller.key, route, route, &needs)
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
-    let guard::Passed { route, reservations, degraded, warning } = passed;
+    let guard::Passed { route, reservations, degraded, .. } = passed;
     let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, false, start);
     meter.prompt_estimate(needs.prompt_estimate);
-    meter.degraded(degraded.clone());
+    meter.degraded(degraded);
     let mut ledger = Ledger { meter, reservations };
     let mut attempt_log = Vec::new();
     let req_ref = &req;
@@ -399,5 +398,8 @@ where
     ledger.meter.usage(&crate::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
     let cost = ledger.meter.cost_micro_usd();
     ledger.finish(200, None);
-    Ok(Ended::Answered(Answer { reply: (resp, req), served: served_by, cost, long_context: None, degraded, warning }))
+    // Embeddings answers carry no budget headers (the record says whether a budget downgraded it).
+    let answer =
+        Answer { reply: (resp, req), served: served_by, cost, long_context: None, degraded: None, warning: None };
+    Ok(Ended::Answered(answer))
 }
