@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ax_dataplane::error::Outcome;
-use ax_dataplane::governance::budget::{Budget, Verdict};
-use ax_dataplane::governance::limits::{LimitState, Limiter};
-use ax_dataplane::upstream::health::{Breaker, ModelHealth, UpstreamHealth};
+use ax_dataplane::state::budget::{Budget, Verdict};
+use ax_dataplane::state::health::{Breaker, ModelHealth, UpstreamHealth};
+use ax_dataplane::state::limits::{LimitState, Limiter};
 use ax_protocol::config::BreakerSpec;
 
 const N: u32 = 2_000_000;

@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use ax_dataplane::config::control::compile;
 use ax_dataplane::config::snapshot::SnapshotStore;
+use ax_dataplane::control::compile;
 use ax_protocol::config::ConfigSpec;
 use ax_protocol::snapshot::ToNode;
 use serde_json::json;

@@ -12,6 +12,11 @@ use bytes::Bytes;
 use futures_util::Stream;
 use hyper::body::{Frame, SizeHint};
 
+/// A header value for a name; `-` for a name no header can carry.
+pub fn header_value(s: &str) -> http::HeaderValue {
+    http::HeaderValue::from_str(s).unwrap_or_else(|_| http::HeaderValue::from_static("-"))
+}
+
 pub enum Body {
     /// A whole answer; `None` once it was handed to hyper (or for an empty body).
     Full(Option<Bytes>),

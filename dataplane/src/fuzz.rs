@@ -14,7 +14,7 @@ use ax_protocol::config::{ParamsMode, ProviderKind};
 use crate::canonical::EmbeddingsRequest;
 use crate::config::snapshot::Snapshot;
 use crate::providers::{self, Ctx, StreamDecoder};
-use crate::upstream::sse::{SseDecoder, SseEvent};
+use crate::sse::{SseDecoder, SseEvent};
 
 /// The providers an input's first byte picks from.
 const KINDS: [ProviderKind; 4] =
@@ -28,7 +28,7 @@ fn split(data: &[u8]) -> (u8, &[u8]) {
 }
 
 /// Every event of `input` read in pieces of `piece` bytes (0: in one piece), or the error.
-fn sse_events(input: &[u8], piece: usize, limit: usize) -> Result<Vec<SseEvent>, crate::upstream::sse::SseError> {
+fn sse_events(input: &[u8], piece: usize, limit: usize) -> Result<Vec<SseEvent>, crate::sse::SseError> {
     let mut d = SseDecoder::with_limit(limit);
     let mut out = Vec::new();
     let pieces: Vec<&[u8]> = if piece == 0 { vec![input] } else { input.chunks(piece).collect() };
@@ -55,15 +55,14 @@ pub fn sse(data: &[u8]) {
     match (&whole, &pieces) {
         (Ok(a), Ok(b)) => assert_eq!(a, b, "events depend on how the bytes were split"),
         // The size limit may trip at a different read; any other verdict must agree.
-        (Err(crate::upstream::sse::SseError::TooLarge(_)), _)
-        | (_, Err(crate::upstream::sse::SseError::TooLarge(_))) => {}
+        (Err(crate::sse::SseError::TooLarge(_)), _) | (_, Err(crate::sse::SseError::TooLarge(_))) => {}
         (a, b) => assert_eq!(a.is_err(), b.is_err(), "{a:?} / {b:?}"),
     }
 }
 
 /// An upstream's response head and chunked body (`client`'s parser and framing).
 pub fn upstream_http(data: &[u8]) {
-    crate::upstream::client::fuzz_response(data);
+    crate::transport::fuzz_response(data);
 }
 
 /// A whole upstream answer and an upstream error body, for the provider the first byte picks.
@@ -136,7 +135,7 @@ pub fn chat_request(data: &[u8]) {
         }
         let _ = crate::routing::plan::chat_needs(&req, 4096);
         for up in snapshot().map_or(&[][..], |s| &s.upstreams) {
-            let ctx = Ctx { upstream: up, model: &up.models[0], default_max_tokens: 4096 };
+            let ctx = Ctx { kind: up.kind, model: &up.models[0].name, max_tokens: 4096 };
             let _ = providers::encode_chat(ctx, &req);
         }
     }
@@ -147,7 +146,7 @@ pub fn embeddings_request(data: &[u8]) {
     let Ok(req) = crate::ingress::openai::decode_embeddings(data, ParamsMode::Strict) else { return };
     let _ = crate::routing::plan::embeddings_needs(&req);
     for up in snapshot().map_or(&[][..], |s| &s.upstreams).iter().filter(|u| u.kind != ProviderKind::Anthropic) {
-        let ctx = Ctx { upstream: up, model: &up.models[0], default_max_tokens: 4096 };
+        let ctx = Ctx { kind: up.kind, model: &up.models[0].name, max_tokens: 4096 };
         let _ = providers::encode_embeddings(ctx, &req);
     }
 }

@@ -1,27 +1,28 @@
 //! ax data plane: one OpenAI-compatible endpoint in front of many model providers.
 //!
-//! The folders are the stages of a request (ARCHITECTURE.md walks one through them):
+//! The modules are the stages of a request (ARCHITECTURE.md walks one through them), in layers:
+//! a module imports only from the layers below its own (checked by `tests/layering.rs`).
 //!
-//! - `ingress`    — HTTP: the route table, request ids, a wire protocol's codec (`ingress::openai`),
-//!   and the one place an `AxError` becomes an HTTP answer.
-//! - `pipeline`   — the stages every call passes, in order, whatever protocol the caller spoke:
-//!   authenticate, decode, admit, guard, route, fail over, dispatch, stream, meter.
-//! - `governance` — budgets, rate limits (local and fleet-wide through Redis) and the guard that
-//!   takes and gives back their reservations.
-//! - `routing`    — from an alias to the ordered attempt plan, and failover over it.
-//! - `upstream`   — one call to one upstream: the pooled HTTP client, SSE framing, deadlines,
-//!   breakers and statistics.
-//! - `providers`  — pure translation between the canonical model and each provider's wire format.
-//! - `metering`   — exactly one usage record per request, its durable spool, metrics.
-//! - `config`     — the YAML file, the control-plane link, and the compiled immutable `Snapshot`
-//!   swapped whole through `SnapshotStore`; nothing on the request path locks.
-//!
-//! `canonical` (the protocol-neutral request and answer), `error`, `body` and `worker` are used
-//! by all of them.
+//! 5. Edges: `ingress` (HTTP: the route table, a wire protocol's codec such as `ingress::openai`,
+//!    and the one place an `AxError` becomes an HTTP answer) and `control` (the control-plane link).
+//! 4. `pipeline`: the stages every call passes, in order, whatever protocol the caller spoke:
+//!    authenticate, read, decode, admit, guard, route, fail over, dispatch, stream, meter.
+//! 3. The stages: `governance` (budgets and rate limits, fleet-wide through Redis), `routing`
+//!    (from an alias to the ordered attempt plan, and failover over it), `upstream` (one call to
+//!    one upstream's backend, under its deadlines) and `metering` (one usage record per request,
+//!    its durable spool, metrics).
+//! 2. `config`: the YAML file, reloads, and the compiled immutable `Snapshot` swapped whole
+//!    through `SnapshotStore`; nothing on the request path locks.
+//! 1. `providers` (pure translation between the canonical model and each provider's wire
+//!    format), `state` (live counters, spend, breakers and statistics, carried across snapshots)
+//!    and `transport` (the upstream HTTP/1 client and its per-thread pools).
+//! 0. `error`, `canonical` (the protocol-neutral request and answer), `sse` (event framing),
+//!    `body` and `worker`, used by all of them.
 
 pub mod body;
 pub mod canonical;
 pub mod config;
+pub mod control;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz;
@@ -31,6 +32,9 @@ pub mod metering;
 pub mod pipeline;
 pub mod providers;
 pub mod routing;
+pub mod sse;
+pub mod state;
+pub mod transport;
 pub mod upstream;
 pub mod worker;
 
@@ -49,6 +53,12 @@ pub struct App {
     pub metrics: Option<PrometheusHandle>,
     /// Fleet-wide limits through Redis, when `server.redis_url` was set at start.
     pub fleet: Option<Arc<governance::fleet::Fleet>>,
+}
+
+impl AsRef<SnapshotStore> for App {
+    fn as_ref(&self) -> &SnapshotStore {
+        &self.store
+    }
 }
 
 impl App {

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 
 use std::net::ToSocketAddrs;
 
-use ax_dataplane::config::{self, control, reload};
+use ax_dataplane::config::{self, reload};
+use ax_dataplane::control;
 use ax_dataplane::{worker, App};
 use sha2::{Digest, Sha256};
 

@@ -7,23 +7,23 @@
 
 pub mod anthropic;
 pub mod gemini;
-pub mod mock;
 pub mod openai;
 
 use ax_protocol::config::ProviderKind;
 
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
-use crate::config::snapshot::{Model, Upstream};
 use crate::error::{upstream_code_suffix, AxError};
-use crate::upstream::sse::SseEvent;
+use crate::sse::SseEvent;
 
-/// What an adapter may read besides the request.
-#[derive(Clone, Copy)]
+/// What an adapter may read besides the request: plain values of the one call, no live state.
+#[derive(Debug, Clone, Copy)]
 pub struct Ctx<'a> {
-    pub upstream: &'a Upstream,
-    pub model: &'a Model,
-    /// `max_tokens` for providers that require one when neither request nor model sets it.
-    pub default_max_tokens: u32,
+    pub kind: ProviderKind,
+    /// The upstream's own name for the model.
+    pub model: &'a str,
+    /// `max_tokens` for providers that require one when the request sets none: the model's
+    /// output cap, else the server's default.
+    pub max_tokens: u32,
 }
 
 /// Whether `kind` can honour the request parameter `param` (named as in
@@ -37,7 +37,7 @@ pub fn supports(kind: ProviderKind, param: &str) -> bool {
 }
 
 pub fn encode_chat(ctx: Ctx<'_>, req: &ChatRequest) -> Result<Vec<u8>, AxError> {
-    match ctx.upstream.kind {
+    match ctx.kind {
         ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_chat(ctx, req),
         ProviderKind::Anthropic => anthropic::encode_chat(ctx, req),
         ProviderKind::Gemini => gemini::encode_chat(ctx, req),
@@ -85,7 +85,7 @@ fn is_context_error(code: Option<&str>, body: &[u8]) -> bool {
 }
 
 pub fn encode_embeddings(ctx: Ctx<'_>, req: &EmbeddingsRequest) -> Result<Vec<u8>, AxError> {
-    match ctx.upstream.kind {
+    match ctx.kind {
         ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_embeddings(ctx, req),
         ProviderKind::Gemini => gemini::encode_embeddings(ctx, req),
         ProviderKind::Anthropic | ProviderKind::Mock => Err(AxError::Internal),

@@ -14,8 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::config::snapshot::ConfigError;
-use crate::App;
+use crate::config::snapshot::{ConfigError, SnapshotStore};
 
 #[derive(PartialEq, Eq, Clone, Copy)]
 struct Stamp(Option<SystemTime>, u64);
@@ -29,8 +28,8 @@ fn stamp(path: &std::path::Path) -> Stamp {
 
 /// Tries one reload from the file's `text` (`None`: it could not be read); returns whether a new
 /// snapshot was swapped in.
-pub fn reload_now(app: &App, path: &std::path::Path, text: Option<&[u8]>) -> bool {
-    let current = app.store.load();
+pub fn reload_now(store: &SnapshotStore, path: &std::path::Path, text: Option<&[u8]>) -> bool {
+    let current = store.load();
     let loaded = match text.map(std::str::from_utf8) {
         Some(Ok(text)) => crate::config::from_text(text, current.version + 1, Some(&current)),
         Some(Err(e)) => Err(ConfigError { path: "(root)".into(), message: format!("not UTF-8: {e}") }),
@@ -39,7 +38,7 @@ pub fn reload_now(app: &App, path: &std::path::Path, text: Option<&[u8]>) -> boo
     match loaded.and_then(|(_, snap)| snap.replacing(&current)) {
         Ok(snap) => {
             let v = snap.version;
-            app.store.swap(snap);
+            store.swap(snap);
             tracing::info!(version = v, path = %path.display(), "configuration reloaded");
             true
         }
@@ -51,7 +50,7 @@ pub fn reload_now(app: &App, path: &std::path::Path, text: Option<&[u8]>) -> boo
 }
 
 /// Runs until the process ends.
-pub async fn watch(app: Arc<App>, path: PathBuf) {
+pub async fn watch<A: AsRef<SnapshotStore>>(app: Arc<A>, path: PathBuf) {
     let mut last = stamp(&path);
     let mut last_text = std::fs::read(&path).ok();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -93,6 +92,6 @@ pub async fn watch(app: Arc<App>, path: PathBuf) {
             tracing::info!("SIGHUP: reloading configuration");
         }
         // The text read above: the one checked not to have changed while it was read.
-        reload_now(&app, &path, last_text.as_deref());
+        reload_now((*app).as_ref(), &path, last_text.as_deref());
     }
 }

@@ -17,8 +17,10 @@ use ax_protocol::config::{
 use ax_protocol::validate::{Valid, ValidUpstream};
 use sha2::{Digest, Sha256};
 
-use crate::governance::limits::{LimitState, Limiter};
-use crate::upstream::health::{ModelHealth, UpstreamHealth};
+use crate::body::header_value;
+
+use crate::state::health::{ModelHealth, UpstreamHealth};
+use crate::state::limits::{LimitState, Limiter};
 
 /// Where requests find the current snapshot. The only shared mutable state on the request path,
 /// and it is lock-free.
@@ -64,9 +66,8 @@ pub struct Upstream {
     /// `name` as a response header value, made once here.
     pub name_header: http::HeaderValue,
     pub kind: ProviderKind,
-    /// The pooled HTTP client (one pool per serving thread, so connections stay on their
-    /// thread); `None` for a mock upstream.
-    client: Option<Arc<crate::upstream::client::Client>>,
+    /// Where its requests go.
+    pub backend: Backend,
     pub timeouts: TimeoutsSpec,
     pub max_concurrency: u32,
     pub breaker: BreakerSpec,
@@ -74,13 +75,22 @@ pub struct Upstream {
     pub health: Arc<UpstreamHealth>,
     pub limiter: Limiter,
     pub models: Vec<Model>,
-    pub mock: Option<MockUpstream>,
     /// The largest whole answer and the largest stream event taken from this upstream.
     pub max_response_bytes: usize,
     pub max_event_bytes: usize,
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
     /// warm connections) across reloads.
     client_fingerprint: [u8; 32],
+}
+
+/// Where an upstream's requests go: a closed set, matched exhaustively by dispatch.
+#[derive(Debug)]
+pub enum Backend {
+    /// Over HTTP through the pooled client (one pool per serving thread, so connections stay on
+    /// their thread), in the provider's wire format.
+    Http(Arc<crate::transport::Client>),
+    /// Answered in-process by the built-in mock (`upstream::mock`), in the canonical model.
+    Mock(MockUpstream),
 }
 
 #[derive(Debug)]
@@ -162,7 +172,7 @@ pub struct Tenant {
     pub id: String,
     pub allowed: Allowed,
     pub limiter: Limiter,
-    pub budgets: Vec<crate::governance::budget::Budget>,
+    pub budgets: Vec<crate::state::budget::Budget>,
 }
 
 #[derive(Debug)]
@@ -190,15 +200,13 @@ pub struct KeyRef {
     pub limiter: Limiter,
 }
 
-/// A header value for a name; `-` for a name no header can carry.
-pub fn header_value(s: &str) -> http::HeaderValue {
-    http::HeaderValue::from_str(s).unwrap_or_else(|_| http::HeaderValue::from_static("-"))
-}
-
 impl Upstream {
-    /// The pooled HTTP client; `None` for a mock upstream.
-    pub fn client(&self) -> Option<&crate::upstream::client::Client> {
-        self.client.as_deref()
+    /// The pooled HTTP client, unless the upstream is answered in-process.
+    fn client(&self) -> Option<&Arc<crate::transport::Client>> {
+        match &self.backend {
+            Backend::Http(c) => Some(c),
+            Backend::Mock(_) => None,
+        }
     }
 }
 
@@ -326,7 +334,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
             .budgets
             .iter()
             .zip(v.budget_limits)
-            .map(|(b, limit)| crate::governance::budget::Budget {
+            .map(|(b, limit)| crate::state::budget::Budget {
                 window: b.window,
                 limit,
                 alias: b.alias.clone(),
@@ -384,19 +392,14 @@ fn compile_upstream(
         p.upstreams
             .iter()
             .find(|o| o.name == u.name && o.client_fingerprint == client_fingerprint)
-            .filter(|o| o.client.as_ref().is_some_and(|c| c.threads() == threads))
+            .filter(|o| o.client().is_some_and(|c| c.threads() == threads))
     });
     let client = match (reused, &v.base) {
-        (Some(o), _) => o.client.clone(),
+        (Some(o), _) => o.client().cloned(),
         (None, None) => None,
         (None, Some(base)) => Some(Arc::new(
-            crate::upstream::client::Client::new(
-                base,
-                v.headers,
-                Duration::from_millis(u.timeouts.connect_ms),
-                threads,
-            )
-            .map_err(|e| ax_protocol::validate::err(format!("upstreams[{i}].base_url"), e))?,
+            crate::transport::Client::new(base, v.headers, Duration::from_millis(u.timeouts.connect_ms), threads)
+                .map_err(|e| ax_protocol::validate::err(format!("upstreams[{i}].base_url"), e))?,
         )),
     };
 
@@ -421,21 +424,27 @@ fn compile_upstream(
         })
         .collect();
 
-    let mock = (u.provider == ProviderKind::Mock)
-        .then(|| MockUpstream { spec: u.mock.clone().unwrap_or_default(), counter: AtomicU64::new(0) });
+    let backend = match (u.provider, client) {
+        (ProviderKind::Mock, _) => {
+            Backend::Mock(MockUpstream { spec: u.mock.clone().unwrap_or_default(), counter: AtomicU64::new(0) })
+        }
+        (_, Some(c)) => Backend::Http(c),
+        (_, None) => {
+            return Err(ax_protocol::validate::err(format!("upstreams[{i}].base_url"), "required for this provider"))
+        }
+    };
 
     Ok(Upstream {
         name: u.name.clone(),
         name_header: header_value(&u.name),
         kind: u.provider,
-        client,
+        backend,
         timeouts: u.timeouts.clone(),
         max_concurrency: u.max_concurrency,
         breaker: u.breaker.clone(),
         health: prev_upstream.map_or_else(UpstreamHealth::new, |p| p.health.clone()),
         limiter: limiter(&u.limits, prev_upstream.map(|p| &p.limiter)),
         models,
-        mock,
         max_response_bytes: v.max_response_bytes,
         max_event_bytes: v.max_event_bytes,
         client_fingerprint,

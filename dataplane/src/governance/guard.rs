@@ -9,19 +9,49 @@
 use ax_protocol::config::BudgetAction;
 use ax_protocol::usage::UsageRecord;
 
+use std::sync::Arc;
+
 use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant};
 use crate::error::AxError;
 use crate::error::LimitKind as Kind;
-use crate::governance::budget::{Reserved, Verdict};
-use crate::governance::limits::Held;
-use crate::routing::plan::Needs;
-use crate::App;
+use crate::governance::fleet::{self, Fleet};
+use crate::state::budget::{Reserved, Verdict};
+use crate::state::limits::Held;
+
+/// What a request may use, reserved before it is routed: its prompt estimate and the tokens
+/// reserved against per-minute token limits (the estimate plus the output cap).
+#[derive(Debug, Clone, Copy)]
+pub struct Demand {
+    pub prompt_tokens: u64,
+    pub reserve_tokens: u64,
+}
+
+/// One budget reservation: on this process's spend, or on the fleet-wide spend in Redis.
+enum BudgetHold {
+    Local(Reserved),
+    Fleet { fleet: Arc<Fleet>, key: String, amount: u64 },
+}
+
+impl BudgetHold {
+    fn settle(&mut self, actual: u64) {
+        match self {
+            Self::Local(r) => r.settle(actual),
+            Self::Fleet { fleet, key, amount } => {
+                if actual != *amount {
+                    let delta = i64::try_from(actual).unwrap_or(i64::MAX) - i64::try_from(*amount).unwrap_or(i64::MAX);
+                    fleet.adjust(key.clone(), delta);
+                    *amount = actual;
+                }
+            }
+        }
+    }
+}
 
 /// What one request holds against rate limits: local holds (concurrency, and the per-minute
 /// limits when they are local) and, with Redis, its fleet-wide reservations.
 struct Holds {
     local: Vec<Held>,
-    shared: Option<crate::governance::fleet::FleetHeld>,
+    shared: Option<fleet::FleetHeld>,
 }
 
 /// The caller-side rate limits, in order: key, tenant, alias. All or nothing: a refusal gives
@@ -29,7 +59,13 @@ struct Holds {
 /// round trip) and concurrency is local; without a reachable Redis, every limit is local, divided
 /// by `server.replicas` when Redis is configured. The holds settle to the actual usage when the
 /// request's record is emitted and free their concurrency slots when the request ends.
-async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, tokens: u64) -> Result<Holds, AxError> {
+async fn check_limits(
+    fleet: Option<&Arc<Fleet>>,
+    tenant: &Tenant,
+    key: &KeyRef,
+    route: &Route,
+    tokens: u64,
+) -> Result<Holds, AxError> {
     let layers = [
         ("key", key.key_id.as_str(), &key.limiter),
         ("tenant", tenant.id.as_str(), &tenant.limiter),
@@ -37,14 +73,14 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
     ];
     let mut shared = None;
     let mut divisor = 1;
-    if let Some(s) = &app.fleet {
+    if let Some(s) = fleet {
         divisor = s.replicas;
         if !s.is_down() {
             let mut items = Vec::new();
             let mut which = Vec::new();
             for (layer, subject, l) in &layers {
                 if let Some(rpm) = l.rpm {
-                    items.push(crate::governance::fleet::Item {
+                    items.push(fleet::Item {
                         stem: format!("rl:{layer}:{subject}:rpm"),
                         limit: u64::from(rpm),
                         amount: 1,
@@ -53,7 +89,7 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
                     which.push((*layer, Kind::Requests, u64::from(rpm)));
                 }
                 if let Some(tpm) = l.tpm {
-                    items.push(crate::governance::fleet::Item {
+                    items.push(fleet::Item {
                         stem: format!("rl:{layer}:{subject}:tpm"),
                         limit: u64::from(tpm),
                         amount: tokens,
@@ -63,12 +99,12 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
                 }
             }
             match s.admit(&items).await {
-                crate::governance::fleet::Decision::Admitted(h) => shared = Some(h),
-                crate::governance::fleet::Decision::Refused { index, retry_after } => {
+                fleet::Decision::Admitted(h) => shared = Some(h),
+                fleet::Decision::Refused { index, retry_after } => {
                     let (layer, kind, limit) = which.get(index).copied().unwrap_or(("tenant", Kind::Requests, 0));
                     return Err(AxError::RateLimitExceeded { layer, kind, limit, remaining: 0, retry_after });
                 }
-                crate::governance::fleet::Decision::Unavailable => {}
+                fleet::Decision::Unavailable => {}
             }
         }
     }
@@ -107,64 +143,64 @@ async fn check_limits(app: &App, tenant: &Tenant, key: &KeyRef, route: &Route, t
 
 /// The request's maximum possible cost on `route`: its most expensive candidate at the prompt
 /// estimate plus the output reservation, in micro-USD (rounded up).
-fn max_cost(snap: &Snapshot, route: &Route, needs: &Needs) -> u64 {
-    let output = needs.reserve_tokens.saturating_sub(needs.prompt_estimate);
+fn max_cost(snap: &Snapshot, route: &Route, demand: Demand) -> u64 {
+    let output = demand.reserve_tokens.saturating_sub(demand.prompt_tokens);
     let worst = route
         .candidates
         .iter()
-        .filter_map(|c| snap.upstream_model(c).1.prices.map(|p| p.estimate(needs.prompt_estimate, output)))
+        .filter_map(|c| snap.upstream_model(c).1.prices.map(|p| p.estimate(demand.prompt_tokens, output)))
         .max()
         .unwrap_or(0);
     u64::try_from(worst.div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// The route to serve, the budget reservations, `x-ax-degraded` and `x-ax-budget-warning`.
-pub type BudgetOutcome<'s> = (&'s Route, Vec<Reserved>, Option<String>, Option<String>);
+type BudgetOutcome<'s> = (&'s Route, Vec<BudgetHold>, Option<String>, Option<String>);
 
 /// The tenant's budgets that apply to the alias: reserve the request's maximum possible cost on
 /// each. An exhausted budget rejects (429 `budget_exceeded`) or downgrades once to its cheaper
 /// alias, whose own cost is then reserved. Returns the route to serve, the reservations, the
 /// `x-ax-degraded` value and the `x-ax-budget-warning` value.
 async fn check_budgets<'s>(
-    app: &App,
+    fleet: Option<&Arc<Fleet>>,
     snap: &'s Snapshot,
     tenant: &Tenant,
     mut route: &'s Route,
-    needs: &Needs,
+    demand: Demand,
 ) -> Result<BudgetOutcome<'s>, AxError> {
     let mut degraded = None;
     loop {
-        let cost = max_cost(snap, route, needs);
+        let cost = max_cost(snap, route, demand);
         let mut reserved = Vec::new();
         let mut warning = None;
         let mut exhausted = None;
         for b in tenant.budgets.iter().filter(|b| b.applies_to(&route.alias)) {
             // Fleet-wide spend through Redis when configured and reachable; else this replica's
             // local spend against its share of the budget.
-            if let Some(shared) = &app.fleet {
+            if let Some(shared) = fleet {
                 let stem = format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*"));
-                let period = crate::governance::budget::period(b.window, &snap.budget_tz);
+                let period = crate::state::budget::period(b.window, &snap.budget_tz);
                 match shared.spend(&stem, period, cost, b.limit, b.ttl()).await {
-                    crate::governance::fleet::Spend::Reserved { key, spent } => {
-                        reserved.push(Reserved::shared(shared.clone(), key, cost));
+                    fleet::Spend::Reserved { key, spent } => {
+                        reserved.push(BudgetHold::Fleet { fleet: shared.clone(), key, amount: cost });
                         warning = warning.or(b.warning(spent));
                         continue;
                     }
-                    crate::governance::fleet::Spend::Exhausted if b.warns_only() => {
+                    fleet::Spend::Exhausted if b.warns_only() => {
                         warning = warning.or(Some(b.exceeded()));
                         continue;
                     }
-                    crate::governance::fleet::Spend::Exhausted => {
+                    fleet::Spend::Exhausted => {
                         exhausted = Some(b);
                         break;
                     }
-                    crate::governance::fleet::Spend::Unavailable => {}
+                    fleet::Spend::Unavailable => {}
                 }
             }
-            let divisor = app.fleet.as_ref().map_or(1, |s| s.replicas);
+            let divisor = fleet.map_or(1, |s| s.replicas);
             match b.reserve_share(cost, &snap.budget_tz, divisor) {
                 Verdict::Reserved(r, w) => {
-                    reserved.push(r);
+                    reserved.push(BudgetHold::Local(r));
                     warning = warning.or(w);
                 }
                 Verdict::Exhausted if b.warns_only() => warning = warning.or(Some(b.exceeded())),
@@ -194,7 +230,7 @@ async fn check_budgets<'s>(
 /// settled to what the request's record says it used.
 pub struct Reservations {
     holds: Holds,
-    budgets: Vec<Reserved>,
+    budgets: Vec<BudgetHold>,
     settled: bool,
 }
 
@@ -243,16 +279,16 @@ pub struct Passed<'s> {
 /// The whole stage: budgets on `route` (which may downgrade it), then the rate limits of the key,
 /// the tenant and the alias the caller asked for (`requested`).
 pub async fn run<'s>(
-    app: &App,
+    fleet: Option<&Arc<Fleet>>,
     snap: &'s Snapshot,
     tenant: &Tenant,
     key: &KeyRef,
     requested: &Route,
     route: &'s Route,
-    needs: &Needs,
+    demand: Demand,
 ) -> Result<Passed<'s>, AxError> {
-    let (route, mut budgets, degraded, warning) = check_budgets(app, snap, tenant, route, needs).await?;
-    let holds = match check_limits(app, tenant, key, requested, needs.reserve_tokens).await {
+    let (route, mut budgets, degraded, warning) = check_budgets(fleet, snap, tenant, route, demand).await?;
+    let holds = match check_limits(fleet, tenant, key, requested, demand.reserve_tokens).await {
         Ok(h) => h,
         Err(e) => {
             // Refused by a rate limit: the request is not made, so it costs nothing; the budget

@@ -70,19 +70,19 @@ impl StreamEncoder for Events {
 
     fn finish(&mut self, usage: Option<&Usage>) -> Bytes {
         if !self.include_usage {
-            return Bytes::from_static(crate::upstream::sse::DONE_EVENT);
+            return Bytes::from_static(crate::sse::DONE_EVENT);
         }
         let mut tail = bytes::BytesMut::new();
         tail.extend_from_slice(&self.enc.usage(&usage.copied().unwrap_or_default()));
-        tail.extend_from_slice(crate::upstream::sse::DONE_EVENT);
+        tail.extend_from_slice(crate::sse::DONE_EVENT);
         tail.freeze()
     }
 
     /// One OpenAI-shaped error event, then `[DONE]`.
     fn fail(&mut self, e: &AxError) -> Bytes {
         let mut tail = bytes::BytesMut::new();
-        tail.extend_from_slice(&crate::upstream::sse::data_event(&e.to_body(&self.request_id)));
-        tail.extend_from_slice(crate::upstream::sse::DONE_EVENT);
+        tail.extend_from_slice(&crate::sse::data_event(&e.to_body(&self.request_id)));
+        tail.extend_from_slice(crate::sse::DONE_EVENT);
         tail.freeze()
     }
 }

@@ -382,7 +382,7 @@ pub fn health_table(snap: &crate::config::snapshot::Snapshot) -> ax_protocol::he
 
 /// Sets the health gauges from the live table; called when `/metrics` is scraped, never per request.
 pub fn health_gauges(snap: &crate::config::snapshot::Snapshot) {
-    use crate::upstream::health::BreakerState;
+    use crate::state::health::BreakerState;
     for u in &snap.upstreams {
         let name = u.name.clone();
         metrics::gauge!("ax_upstream_in_flight", "upstream" => name.clone()).set(f64::from(u.health.in_flight()));

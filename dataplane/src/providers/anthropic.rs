@@ -17,7 +17,7 @@ use crate::canonical::{
     StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
-use crate::upstream::sse::SseEvent;
+use crate::sse::SseEvent;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
 pub const SUPPORTED: &[&str] = &["temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "user"];
@@ -182,8 +182,8 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     });
 
     let body = AnthropicRequest {
-        model: &ctx.model.name,
-        max_tokens: r.max_output().or(ctx.model.max_output_tokens).unwrap_or(ctx.default_max_tokens),
+        model: ctx.model,
+        max_tokens: r.max_output().unwrap_or(ctx.max_tokens),
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages,
         // OpenAI's range is 0..2, Anthropic's 0..1: scaled linearly (documented).

@@ -18,7 +18,7 @@ use crate::canonical::{
     FinishReason, FunctionCall, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
-use crate::upstream::sse::SseEvent;
+use crate::sse::SseEvent;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
 pub const SUPPORTED: &[&str] = &[
@@ -534,7 +534,7 @@ pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>,
         .input
         .texts()
         .ok_or(AxError::UnsupportedParameter { param: "input (token arrays)".to_owned(), provider: "gemini" })?;
-    let model = format!("models/{}", ctx.model.name);
+    let model = format!("models/{}", ctx.model);
     let requests: Vec<Value> = texts
         .iter()
         .map(|t| {

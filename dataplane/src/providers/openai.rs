@@ -12,7 +12,7 @@ use crate::canonical::{
     Message, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice, Usage,
 };
 use crate::error::AxError;
-use crate::upstream::sse::SseEvent;
+use crate::sse::SseEvent;
 
 // ---------------------------------------------------------------------------------------------
 // Upstream request
@@ -63,7 +63,7 @@ struct OpenAiRequest<'a> {
 
 pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     let body = OpenAiRequest {
-        model: &ctx.model.name,
+        model: ctx.model,
         messages: &r.messages,
         temperature: r.temperature,
         top_p: r.top_p,
@@ -363,7 +363,7 @@ struct OpenAiEmbeddingsRequest<'a> {
 pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>, AxError> {
     // Floats are always requested upstream; base64 is produced on egress when the caller asks.
     let body = OpenAiEmbeddingsRequest {
-        model: &ctx.model.name,
+        model: ctx.model,
         input: &r.input,
         dimensions: r.dimensions,
         user: r.user.as_deref(),

@@ -23,10 +23,10 @@ use tokio::time::Instant;
 use crate::config::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
 use crate::error::AxError;
 use crate::error::Outcome;
-use crate::governance::limits::Held;
 use crate::routing::plan::{self, Needs};
+use crate::state::health::{Admission, ModelHealth, Permit, UpstreamHealth};
+use crate::state::limits::Held;
 use crate::upstream::call::Deadlines;
-use crate::upstream::health::{Admission, ModelHealth, Permit, UpstreamHealth};
 
 /// Who served, for headers, metering and logs.
 #[derive(Clone, Copy)]

@@ -13,11 +13,12 @@ use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
-use crate::config::snapshot::{Model, Route, Upstream};
+use crate::config::snapshot::{Backend, Model, Route, Upstream};
 use crate::error::AxError;
-use crate::providers::{self, mock, Ctx, StreamDecoder};
-use crate::upstream::client::{self, Response};
-use crate::upstream::sse::SseDecoder;
+use crate::providers::{self, Ctx, StreamDecoder};
+use crate::sse::SseDecoder;
+use crate::transport::{self, Client, Response};
+use crate::upstream::mock;
 
 /// Upstream error bodies are logged up to this many bytes.
 const LOGGED_BODY_BYTES: usize = 2048;
@@ -73,21 +74,25 @@ pub async fn chat(
     request_id: &str,
     deadlines: Deadlines,
 ) -> Result<ChatOutcome, AxError> {
-    if let Some(m) = &up.mock {
-        return if req.stream {
-            let source = Source::Mock(mock::MockStream::start(m, req)?);
-            Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, deadlines))))
-        } else {
-            let reply = timeout_at(deadlines.deadline, mock::chat(m, model, req))
-                .await
-                .map_err(|_| AxError::UpstreamTimeout)??;
-            Ok(ChatOutcome::Full(reply))
-        };
-    }
-    let ctx = Ctx { upstream: up, model, default_max_tokens };
+    let client = match &up.backend {
+        Backend::Http(client) => client,
+        Backend::Mock(m) => {
+            return if req.stream {
+                let source = Source::Mock(mock::MockStream::start(m, req)?);
+                Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, deadlines))))
+            } else {
+                let reply = timeout_at(deadlines.deadline, mock::chat(m, model, req))
+                    .await
+                    .map_err(|_| AxError::UpstreamTimeout)??;
+                Ok(ChatOutcome::Full(reply))
+            };
+        }
+    };
+    let ctx =
+        Ctx { kind: up.kind, model: &model.name, max_tokens: model.max_output_tokens.unwrap_or(default_max_tokens) };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(up, url.as_ref(), body, request_id, deadlines).await?;
+    let resp = send(client, up, url.as_ref(), body, request_id, deadlines).await?;
     if req.stream {
         let is_sse = resp
             .headers
@@ -126,12 +131,13 @@ pub async fn embeddings(
     request_id: &str,
     deadlines: Deadlines,
 ) -> Result<EmbeddingsResponse, AxError> {
-    if up.mock.is_some() {
-        return mock::embeddings(model, req);
-    }
-    let ctx = Ctx { upstream: up, model, default_max_tokens: 0 };
+    let client = match &up.backend {
+        Backend::Http(client) => client,
+        Backend::Mock(_) => return mock::embeddings(model, req),
+    };
+    let ctx = Ctx { kind: up.kind, model: &model.name, max_tokens: 0 };
     let body = providers::encode_embeddings(ctx, req)?;
-    let resp = send(up, model.embed_url.as_ref(), body, request_id, deadlines).await?;
+    let resp = send(client, up, model.embed_url.as_ref(), body, request_id, deadlines).await?;
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
 }
@@ -139,22 +145,23 @@ pub async fn embeddings(
 /// Sends one request and waits for the response headers; the caller's request id goes along so
 /// provider-side logs can be matched.
 async fn send(
+    client: &Client,
     up: &Upstream,
     target: Option<&http::Uri>,
     body: Vec<u8>,
     request_id: &str,
     deadlines: Deadlines,
 ) -> Result<Response, AxError> {
-    let (Some(client), Some(target)) = (up.client(), target) else { return Err(AxError::Internal) };
+    let Some(target) = target else { return Err(AxError::Internal) };
     let fut = client.post_json(target, body, request_id);
     let (end, late) = deadlines.step_end(deadlines.first_byte, AxError::UpstreamFirstByteTimeout);
     let resp = timeout_at(end, fut).await.map_err(|_| late)?.map_err(|e| {
         tracing::warn!(upstream = %up.name, error = %e, "upstream request failed");
         match e {
-            client::Error::ConnectTimeout => AxError::UpstreamConnectTimeout,
-            client::Error::Connect(_) => AxError::UpstreamConnect,
+            transport::Error::ConnectTimeout => AxError::UpstreamConnectTimeout,
+            transport::Error::Connect(_) => AxError::UpstreamConnect,
             // Typically a connection reset or closed before any response byte.
-            client::Error::Request(_) => AxError::UpstreamFailed(String::new()),
+            transport::Error::Request(_) => AxError::UpstreamFailed(String::new()),
         }
     })?;
     let status = resp.status;
@@ -354,7 +361,7 @@ impl UpstreamStream {
                     }
                 },
                 Ok(None) => {}
-                Err(crate::upstream::sse::SseError::TooLarge(max)) => {
+                Err(crate::sse::SseError::TooLarge(max)) => {
                     *state = HttpState::Over;
                     tracing::warn!(limit = max, "upstream stream event over max_event_bytes");
                     return Some(Err(AxError::UpstreamResponseTooLarge(max)));

@@ -9,6 +9,7 @@ mod faults;
 mod governance;
 mod hardening;
 mod ingress;
+mod layering;
 mod reload;
 mod sdk;
 mod translation;

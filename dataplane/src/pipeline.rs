@@ -17,6 +17,7 @@
 //!
 //! A request refused at stages 1–5 still gets its record (`Meter::rejected`).
 
+pub mod ops;
 pub mod stream;
 
 use std::borrow::Cow;
@@ -28,9 +29,9 @@ use ax_protocol::usage::UNKNOWN_ALIAS;
 use bytes::Bytes;
 
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
-use crate::config::snapshot::{KeyRef, Model, Route, Snapshot, Tenant};
+use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant};
 use crate::error::{AxError, Outcome};
-use crate::governance::guard::{self, Reservations};
+use crate::governance::guard::{self, Demand, Reservations};
 use crate::metering::meter::Meter;
 use crate::routing::failover::{self, AttemptCtx, Served};
 use crate::routing::plan;
@@ -43,7 +44,7 @@ pub enum Ended<'s, R> {
     /// An upstream answered.
     Answered(Answer<'s, R>),
     /// Every attempt failed, or none could be made; `served` is the last attempt, if any.
-    Failed { error: AxError, served: Option<Served<'s>> },
+    Failed { error: AxError, served: Option<ServedBy<'s>> },
     /// Refused before any upstream was chosen.
     Rejected(AxError),
 }
@@ -51,7 +52,7 @@ pub enum Ended<'s, R> {
 /// An answer and what the gateway says of it (its `x-ax-*` headers).
 pub struct Answer<'s, R> {
     pub reply: R,
-    pub served: Served<'s>,
+    pub served: ServedBy<'s>,
     /// Micro-USD, when the serving model has prices.
     pub cost: Option<u64>,
     /// The long-context alias the request moved to.
@@ -60,6 +61,32 @@ pub struct Answer<'s, R> {
     pub degraded: Option<String>,
     /// `x-ax-budget-warning`, past a budget's threshold.
     pub warning: Option<String>,
+}
+
+/// Who served a call (the last attempt), as the answer's `x-ax-*` headers say it.
+#[derive(Clone, Copy)]
+pub struct ServedBy<'s> {
+    /// The upstream's name, as a header value made when the snapshot was built.
+    pub upstream: &'s http::HeaderValue,
+    /// The upstream's name for the model, and the same as a header value.
+    pub model: &'s str,
+    pub model_header: &'s http::HeaderValue,
+    /// Attempts made, the successful one included.
+    pub attempts: u32,
+    /// The fallback alias that served, when the requested alias failed.
+    pub fallback: Option<&'s str>,
+}
+
+impl<'s> From<&Served<'s>> for ServedBy<'s> {
+    fn from(s: &Served<'s>) -> Self {
+        Self {
+            upstream: &s.up.name_header,
+            model: &s.model.name,
+            model_header: &s.model.name_header,
+            attempts: s.attempts,
+            fallback: s.fallback,
+        }
+    }
 }
 
 /// A chat answer: whole, or a stream the caller reads as it comes.
@@ -224,16 +251,16 @@ fn failed<'s, R>(error: AxError, mut ledger: Ledger, served_by: Option<Served<'s
         ledger.meter.served_by(served(s));
     }
     ledger.finish(error.status().as_u16(), Some(error.code()));
-    Ended::Failed { error, served: served_by }
+    Ended::Failed { error, served: served_by.as_ref().map(ServedBy::from) }
 }
 
-/// A chat completion. `events` makes the codec's stream encoder for the request and the model
-/// that serves it.
+/// A chat completion. `events` makes the codec's stream encoder for the request and the name of
+/// the model that serves it.
 pub async fn chat<'s, B, Fut, D, E>(
     app: &App,
     snap: &'s Snapshot,
     inbound: Inbound<'_, B, D>,
-    events: impl Fn(&ChatRequest, &Model) -> E,
+    events: impl Fn(&ChatRequest, &str) -> E,
 ) -> Ended<'s, ChatReply<E>>
 where
     B: FnOnce(u64) -> Fut,
@@ -254,7 +281,7 @@ async fn chat_stages<'s, B, Fut, D, E>(
     app: &App,
     snap: &'s Snapshot,
     inbound: Inbound<'_, B, D>,
-    events: impl Fn(&ChatRequest, &Model) -> E,
+    events: impl Fn(&ChatRequest, &str) -> E,
 ) -> Result<Ended<'s, ChatReply<E>>, Rejection>
 where
     B: FnOnce(u64) -> Fut,
@@ -281,7 +308,8 @@ where
     // Budgets (may downgrade to a cheaper alias), then the requested alias's rate limits:
     // checked after every other reason to refuse, so a refused request uses no one's quota.
     let requested = snap.routes.get(alias).unwrap_or(route);
-    let passed = guard::run(app, snap, caller.tenant, caller.key, requested, route, &needs)
+    let demand = Demand { prompt_tokens: needs.prompt_estimate, reserve_tokens: needs.reserve_tokens };
+    let passed = guard::run(app.fleet.as_ref(), snap, caller.tenant, caller.key, requested, route, demand)
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
     let guard::Passed { route, reservations, degraded, warning } = passed;
@@ -304,9 +332,9 @@ where
                 guard.finish(Outcome::Success);
                 Ok(ChatReply::Full(r))
             }
-            Ok(ChatOutcome::Stream(us)) => {
-                EgressStream::open(us, events(&req, model), req.n.unwrap_or(1), guard).await.map(ChatReply::Stream)
-            }
+            Ok(ChatOutcome::Stream(us)) => EgressStream::open(us, events(&req, &model.name), req.n.unwrap_or(1), guard)
+                .await
+                .map(ChatReply::Stream),
         }
     })
     .await;
@@ -331,7 +359,8 @@ where
             ChatReply::Stream(s)
         }
     };
-    Ok(Ended::Answered(Answer { reply, served: served_by, cost, long_context, degraded, warning }))
+    let served = ServedBy::from(&served_by);
+    Ok(Ended::Answered(Answer { reply, served, cost, long_context, degraded, warning }))
 }
 
 /// An embeddings call.
@@ -363,7 +392,8 @@ where
     let (caller, req, route) = admit::<EmbeddingsRequest, _, _, _>(snap, inbound).await?;
     let alias = route.alias.as_str();
     let needs = plan::embeddings_needs(&req);
-    let passed = guard::run(app, snap, caller.tenant, caller.key, route, route, &needs)
+    let demand = Demand { prompt_tokens: needs.prompt_estimate, reserve_tokens: needs.reserve_tokens };
+    let passed = guard::run(app.fleet.as_ref(), snap, caller.tenant, caller.key, route, route, demand)
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
     let guard::Passed { route, reservations, degraded, .. } = passed;
@@ -399,7 +429,7 @@ where
     let cost = ledger.meter.cost_micro_usd();
     ledger.finish(200, None);
     // Embeddings answers carry no budget headers (the record says whether a budget downgraded it).
-    let answer =
-        Answer { reply: (resp, req), served: served_by, cost, long_context: None, degraded: None, warning: None };
+    let served = ServedBy::from(&served_by);
+    let answer = Answer { reply: (resp, req), served, cost, long_context: None, degraded: None, warning: None };
     Ok(Ended::Answered(answer))
 }

@@ -5,7 +5,6 @@
 //! (`control`). Either way the spec is validated (`ax_protocol::validate`) and compiled into an
 //! immutable `snapshot::Snapshot`, swapped whole.
 
-pub mod control;
 pub mod reload;
 pub mod snapshot;
 
@@ -44,7 +43,7 @@ mod tests {
     /// exactly the same configuration.
     #[test]
     fn json_documents_round_trip_with_defaults_left_out() {
-        let quickstart = include_str!("../../../deploy/examples/quickstart.yaml");
+        let quickstart = include_str!("../../deploy/examples/quickstart.yaml");
         let custom = r#"
 upstreams:
   - { name: u, provider: openai, base_url: "http://x", api_key: k, headers: { x-a: b }, max_concurrency: 7,

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use ax_protocol::config::{MockFailMode, MockSpec};
 
-use super::{classify, estimate_tokens, synth_call_id};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, FunctionCall, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::config::snapshot::{MockUpstream, Model};
 use crate::error::AxError;
+use crate::providers::{classify, estimate_tokens, synth_call_id};
 
 const WORDS: &[&str] = &[
     "ax",

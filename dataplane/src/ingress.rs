@@ -18,11 +18,9 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use tracing::Instrument;
 
-use crate::body::Body;
-use crate::config::snapshot::{header_value, Snapshot};
+use crate::body::{header_value, Body};
 use crate::error::{AxError, LimitKind};
-use crate::pipeline::{self, ChatReply, Ended};
-use crate::routing::failover::Served;
+use crate::pipeline::{self, ops, ChatReply, Ended, ServedBy};
 use crate::App;
 
 pub type Response = http::Response<Body>;
@@ -114,10 +112,10 @@ pub fn error_response(e: &AxError, request_id: &str) -> Response {
     r
 }
 
-fn served_headers(r: &mut Response, s: &Served<'_>) {
+fn served_headers(r: &mut Response, s: &ServedBy<'_>) {
     let h = r.headers_mut();
-    h.insert(X_AX_UPSTREAM.clone(), s.up.name_header.clone());
-    h.insert(X_AX_MODEL.clone(), s.model.name_header.clone());
+    h.insert(X_AX_UPSTREAM.clone(), s.upstream.clone());
+    h.insert(X_AX_MODEL.clone(), s.model_header.clone());
     h.insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(s.attempts));
     if let Some(f) = s.fallback {
         h.insert(X_AX_FALLBACK.clone(), header_value(f));
@@ -143,22 +141,22 @@ fn request_span(request_id: &str, path: &'static str) -> tracing::Span {
         key_id = tracing::field::Empty, alias = tracing::field::Empty)
 }
 
-/// A model endpoint's frame: the request id, the request's span, and one snapshot load for the
-/// whole request.
+/// A model endpoint's frame: the request id and the request's span. (The pipeline loads the
+/// snapshot once for the whole request.)
 async fn model_call<F, Fut>(app: Arc<App>, headers: HeaderMap, path: &'static str, call: F) -> Response
 where
-    F: FnOnce(Arc<App>, Arc<Snapshot>, String, HeaderMap, Instant) -> Fut,
+    F: FnOnce(Arc<App>, String, HeaderMap, Instant) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
     let start = Instant::now();
     let rid = request_id(&headers);
     let span = request_span(&rid, path);
-    let snap = app.store.load();
-    call(app, snap, rid, headers, start).instrument(span).await
+    call(app, rid, headers, start).instrument(span).await
 }
 
 async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
-    model_call(app, headers, "/v1/chat/completions", |app, snap, rid, headers, start| async move {
+    model_call(app, headers, "/v1/chat/completions", |app, rid, headers, start| async move {
+        let snap = app.store.load();
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
@@ -166,10 +164,9 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
             body: |limit| read_body(&headers, body, limit),
             decode: openai::decode_chat,
         };
-        let ended =
-            pipeline::chat(&app, &snap, inbound, |req, model| openai::Events::new(req, &rid, &model.name)).await;
+        let ended = pipeline::chat(&app, &snap, inbound, |req, model| openai::Events::new(req, &rid, model)).await;
         answer(ended, &rid, |reply, served| match reply {
-            ChatReply::Full(r) => json_response(StatusCode::OK, openai::encode_chat(r, &rid, &served.model.name), &rid),
+            ChatReply::Full(r) => json_response(StatusCode::OK, openai::encode_chat(r, &rid, served.model), &rid),
             ChatReply::Stream(s) => {
                 let mut r = Response::new(s.into_body());
                 let h = r.headers_mut();
@@ -184,7 +181,8 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
 }
 
 async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
-    model_call(app, headers, "/v1/embeddings", |app, snap, rid, headers, start| async move {
+    model_call(app, headers, "/v1/embeddings", |app, rid, headers, start| async move {
+        let snap = app.store.load();
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
@@ -201,7 +199,7 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
 }
 
 /// The HTTP answer to a call: the codec's body (`encode`) with the gateway's headers, or the error.
-fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &Served<'_>) -> Response) -> Response {
+fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &ServedBy<'_>) -> Response) -> Response {
     match ended {
         Ended::Answered(a) => {
             let mut r = encode(a.reply, &a.served);
@@ -237,13 +235,10 @@ fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &Served<'_>)
 
 fn models(app: &App, headers: &HeaderMap) -> Response {
     let rid = request_id(headers);
-    let snap = app.store.load();
-    let tenant = match openai::api_key(headers).ok_or(AxError::MissingApiKey).and_then(|k| snap.authenticate(k)) {
-        Ok((t, _)) => t,
+    let aliases = match ops::models(app, openai::api_key(headers)) {
+        Ok(a) => a,
         Err(e) => return error_response(&e, &rid),
     };
-    let mut aliases: Vec<&str> = snap.routes.keys().map(String::as_str).filter(|a| tenant.allowed.permits(a)).collect();
-    aliases.sort_unstable();
     let data: Vec<serde_json::Value> = aliases
         .iter()
         .map(|a| serde_json::json!({ "id": a, "object": "model", "created": 0, "owned_by": "ax" }))
@@ -264,51 +259,35 @@ fn plain(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>)
     r
 }
 
-/// Ready once a configuration is served: version 0 is a control-plane node that has neither heard
-/// from its control plane nor a last-known-good snapshot (503, so a load balancer skips it).
+/// Ready once a configuration is served; a node with none yet answers 503, so a load balancer
+/// skips it.
 fn readyz(app: &App) -> Response {
-    let snap = app.store.load();
-    let (status, word) = if snap.version == 0 {
-        (StatusCode::SERVICE_UNAVAILABLE, "no_configuration")
-    } else {
-        (StatusCode::OK, "ready")
+    let (status, word, version) = match ops::ready(app) {
+        Ok(v) => (StatusCode::OK, "ready", v),
+        Err(v) => (StatusCode::SERVICE_UNAVAILABLE, "no_configuration", v),
     };
-    let body = format!(r#"{{"status":"{word}","config_version":{}}}"#, snap.version);
+    let body = format!(r#"{{"status":"{word}","config_version":{version}}}"#);
     plain(status, "application/json", body)
 }
 
 fn metrics(app: &App) -> Response {
-    match &app.metrics {
-        Some(h) => {
-            crate::metering::meter::health_gauges(&app.store.load());
-            plain(StatusCode::OK, "text/plain; version=0.0.4", h.render())
-        }
-        None => error_response(&AxError::Internal, "-"),
+    match ops::metrics(app) {
+        Ok(text) => plain(StatusCode::OK, "text/plain; version=0.0.4", text),
+        Err(e) => error_response(&e, "-"),
     }
 }
 
-/// The health table: per upstream, breaker and in-flight; per model, rolling success rate and
-/// latency and time-to-first-token percentiles. Needs `Authorization: Bearer <server.admin_token>`.
+/// The health table. Needs `Authorization: Bearer <server.admin_token>`.
 fn admin_health(app: &App, headers: &HeaderMap) -> Response {
-    use sha2::Digest;
     let rid = request_id(headers);
-    let snap = app.store.load();
-    let Some(want) = snap.admin_token else {
-        return error_response(&AxError::NotFound("/admin/health (no server.admin_token configured)".to_owned()), &rid);
-    };
-    let given = headers
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.get(..7).filter(|s| s.eq_ignore_ascii_case("bearer ")).map(|_| &v[7..]));
-    let Some(given) = given else {
-        return error_response(&AxError::MissingApiKey, &rid);
-    };
-    let digest: [u8; 32] = sha2::Sha256::digest(given.trim().as_bytes()).into();
-    if digest != want {
-        return error_response(&AxError::InvalidApiKey, &rid);
+    match ops::health(app, bearer) {
+        Ok(table) => json_response(StatusCode::OK, serde_json::to_vec(&table).unwrap_or_default(), &rid),
+        Err(e) => error_response(&e, &rid),
     }
-    let body = serde_json::to_vec(&crate::metering::meter::health_table(&snap)).unwrap_or_default();
-    json_response(StatusCode::OK, body, &rid)
 }
 
 fn not_found(parts: &http::request::Parts) -> Response {

@@ -1,10 +1,11 @@
-//! Budgets: spending caps per tenant (or tenant and alias) per day or month, in integer micro-USD.
+//! Budgets: spending caps per tenant (or tenant and alias) per day or month, in integer micro-USD,
+//! and their live spend.
 //!
 //! A request reserves its maximum possible cost (the most expensive candidate of its route at the
 //! prompt estimate plus its output cap) before it is routed, so concurrent requests cannot
 //! overspend; the reservation is settled to the actual cost when its usage record is written.
-//! Days and months begin in `server.budget_timezone`. Spend lives outside the snapshot (atomics,
-//! carried across reloads) and is local to this process for now.
+//! Days and months begin in `server.budget_timezone`. The spend here is this process's (atomics,
+//! carried across reloads); the fleet-wide spend in Redis is `governance::fleet`'s.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,30 +41,17 @@ pub fn period(window: BudgetWindow, tz: &jiff::tz::TimeZone) -> u64 {
     }
 }
 
-/// A reservation on one budget, settled to the actual cost by `settle`; if never settled, the
-/// reservation stays counted (the conservative choice when the cost is unknown).
+/// A reservation on one budget's local spend, settled to the actual cost by `settle`; if never
+/// settled, the reservation stays counted (the conservative choice when the cost is unknown).
 pub struct Reserved {
     state: Arc<BudgetState>,
     period: u64,
     amount: u64,
-    /// Set when the reservation was made in Redis (fleet-wide spend): the key to correct.
-    shared: Option<(Arc<crate::governance::fleet::Fleet>, String)>,
 }
 
 impl Reserved {
-    /// A reservation made in Redis.
-    pub fn shared(shared: Arc<crate::governance::fleet::Fleet>, key: String, amount: u64) -> Self {
-        Self { state: Arc::default(), period: 0, amount, shared: Some((shared, key)) }
-    }
-
     pub fn settle(&mut self, actual: u64) {
         if actual == self.amount {
-            return;
-        }
-        if let Some((shared, key)) = &self.shared {
-            let delta = i64::try_from(actual).unwrap_or(i64::MAX) - i64::try_from(self.amount).unwrap_or(i64::MAX);
-            shared.adjust(key.clone(), delta);
-            self.amount = actual;
             return;
         }
         let (amount, period) = (self.amount, self.period);
@@ -103,7 +91,7 @@ impl Budget {
             Ok(before) => {
                 let after = before + cost;
                 let warn = self.warning(after);
-                Verdict::Reserved(Reserved { state: s.clone(), period: p, amount: cost, shared: None }, warn)
+                Verdict::Reserved(Reserved { state: s.clone(), period: p, amount: cost }, warn)
             }
             Err(_) => Verdict::Exhausted,
         }
