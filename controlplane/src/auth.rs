@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::crypto;
 use crate::error::{ApiError, ApiResult};
+use crate::store;
 use crate::AppState;
 
 pub const COOKIE: &str = "ax_session";
@@ -100,15 +101,8 @@ impl FromRequestParts<AppState> for Caller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let token = cookie_value(&parts.headers, COOKIE).ok_or_else(ApiError::unauthorized)?;
         let token_digest = crypto::digest(&token);
-        let row = sqlx::query!(
-            "SELECT o.id, o.username, o.role, s.csrf_token FROM sessions s JOIN operators o ON o.id = s.operator_id
-             WHERE s.token_digest = $1 AND s.expires_at > now()",
-            token_digest,
-        )
-        .fetch_optional(&state.db)
-        .await?;
-        let row = row.ok_or_else(ApiError::unauthorized)?;
-        let (operator_id, username, role, csrf) = (row.id, row.username, row.role, row.csrf_token);
+        let row = store::operators::session(&state.db, &token_digest).await?;
+        let (operator_id, username, role, csrf) = row.ok_or_else(ApiError::unauthorized)?;
         let role = Role::parse(&role).ok_or_else(|| ApiError::internal("session", "unknown role in the database"))?;
         if !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
             let sent = parts.headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).unwrap_or_default();
@@ -149,7 +143,7 @@ pub struct SessionInfo {
 }
 
 fn session_cookie(state: &AppState, value: &str, max_age: i64) -> HeaderValue {
-    let secure = if state.secure_cookies { "; Secure" } else { "" };
+    let secure = if state.settings.secure_cookies { "; Secure" } else { "" };
     let c = format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
     HeaderValue::from_str(&c).unwrap_or(HeaderValue::from_static(""))
 }
@@ -169,10 +163,7 @@ pub async fn login(
     let req: Login = crate::error::decode(&body)?;
     let client = peer.ip().to_string();
     take_login_slot(&state.db, &req.username, &client).await?;
-    let row = sqlx::query!("SELECT id, password_hash, role FROM operators WHERE username = $1", req.username)
-        .fetch_optional(&state.db)
-        .await?
-        .map(|r| (r.id, r.password_hash, r.role));
+    let row = store::operators::by_username(&state.db, &req.username).await?;
     let phc = row.as_ref().map_or_else(|| decoy_hash().to_owned(), |r| r.1.clone());
     let password = req.password.clone();
     let ok = tokio::task::spawn_blocking(move || verify_password(&password, &phc))
@@ -183,19 +174,11 @@ pub async fn login(
         tracing::warn!(username = %req.username, client = %client, "failed login");
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_credentials", "wrong username or password"));
     };
-    sqlx::query!("DELETE FROM login_failures WHERE username = $1", req.username).execute(&state.db).await?;
+    store::operators::clear_failures(&state.db, &req.username).await?;
     let token = crypto::token(32);
     let csrf = crypto::token(24);
-    sqlx::query!(
-        "INSERT INTO sessions (token_digest, operator_id, csrf_token, expires_at)
-         VALUES ($1, $2, $3, now() + make_interval(hours => $4))",
-        crypto::digest(&token),
-        operator_id,
-        csrf,
-        SESSION_HOURS as i32,
-    )
-    .execute(&state.db)
-    .await?;
+    store::operators::create_session(&state.db, &crypto::digest(&token), operator_id, &csrf, SESSION_HOURS as i32)
+        .await?;
     let role = Role::parse(&role).ok_or_else(|| ApiError::internal("login", "unknown role"))?;
     let mut resp = Json(SessionInfo { username: req.username, role, csrf_token: csrf }).into_response();
     resp.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, &token, SESSION_HOURS * 3600));
@@ -208,42 +191,22 @@ pub async fn login(
 /// parallel attempts check at most the limit's worth of passwords; a right password deletes the
 /// row again (with the user's other failures). Over a limit: 429 `login_throttled`.
 async fn take_login_slot(db: &sqlx::PgPool, username: &str, client: &str) -> ApiResult<()> {
-    let mut tx = db.begin().await?;
-    sqlx::query!("SELECT pg_advisory_xact_lock(hashtextextended('ax-login-user:' || $1, 0))", username)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query!("SELECT pg_advisory_xact_lock(hashtextextended('ax-login-client:' || $1, 0))", client)
-        .execute(&mut *tx)
-        .await?;
-    let failures = sqlx::query!(
-        r#"SELECT count(*) FILTER (WHERE username = $1) AS "by_user!", count(*) FILTER (WHERE client = $2) AS "by_client!"
-         FROM login_failures WHERE at > now() - make_interval(secs => $3) AND (username = $1 OR client = $2)"#,
-        username,
-        client,
-        THROTTLE_WINDOW_S as f64,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    if failures.by_user >= MAX_FAILURES || failures.by_client >= MAX_FAILURES * 4 {
-        tx.commit().await?;
-        tracing::warn!(username, client, "login throttled");
-        let mut e = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "login_throttled",
-            "too many failed logins; try again in a few minutes",
-        );
-        e.retry_after = Some(THROTTLE_WINDOW_S as u64 / 3);
-        return Err(e);
+    let window = THROTTLE_WINDOW_S as f64;
+    if store::operators::take_login_slot(db, username, client, window, MAX_FAILURES, MAX_FAILURES * 4).await? {
+        return Ok(());
     }
-    sqlx::query!("INSERT INTO login_failures (username, client) VALUES ($1, $2)", username, client)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(())
+    tracing::warn!(username, client, "login throttled");
+    let mut e = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "login_throttled",
+        "too many failed logins; try again in a few minutes",
+    );
+    e.retry_after = Some(THROTTLE_WINDOW_S as u64 / 3);
+    Err(e)
 }
 
 pub async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<Response> {
-    sqlx::query!("DELETE FROM sessions WHERE token_digest = $1", caller.token_digest).execute(&state.db).await?;
+    store::operators::delete_session(&state.db, &caller.token_digest).await?;
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, "", 0));
     Ok(resp)
@@ -260,15 +223,6 @@ pub async fn create_operator(db: &sqlx::PgPool, username: &str, password: &str, 
     }
     let password = password.to_owned();
     let phc = tokio::task::spawn_blocking(move || hash_password(&password)).await.map_err(|e| e.to_string())??;
-    sqlx::query!(
-        "INSERT INTO operators (username, password_hash, role) VALUES ($1, $2, $3)
-         ON CONFLICT (username) DO UPDATE SET password_hash = excluded.password_hash, role = excluded.role",
-        username,
-        phc,
-        role.as_str(),
-    )
-    .execute(db)
-    .await
-    .map_err(|e| e.to_string())?;
+    store::operators::upsert(db, username, &phc, role.as_str()).await.map_err(|e| e.to_string())?;
     Ok(())
 }

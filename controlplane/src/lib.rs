@@ -1,13 +1,14 @@
 //! ax control plane: the admin API over Postgres, the snapshot push to data planes, usage
 //! ingestion and cost reports.
 //!
-//! Codemap (a request's path):
+//! Codemap (a request's path), in layers: a module imports only from the lines below its own.
+//! - `admin`, `usage`, `push` — the handlers: `/api/v1/…` (tenants, keys, upstreams, routes +
+//!   preview, versions, nodes, audit); usage ingestion and reports; the data planes' websocket.
+//!   Each decodes, calls the store, and a mutation ends in `document::commit`.
 //! - `auth`     — operators, sessions (cookie), CSRF, roles, login throttling.
-//! - `admin`    — `/api/v1/…` handlers: tenants, keys, upstreams, routes (+ preview), versions,
-//!   nodes, audit. Each mutation ends in `document::commit`.
-//! - `document` — tables → `Document`; validation with the data plane's compiler; versions; NOTIFY.
-//! - `push`     — LISTEN → newest version → every connected data plane (websocket), acks per node.
-//! - `usage`    — batched, idempotent ingestion with rollups; reports (JSON/CSV).
+//! - `document` — tables → `Document`; validation with the rules every data plane applies;
+//!   versions; NOTIFY.
+//! - `store`    — every SQL statement, by table group.
 //! - `crypto`   — AES-256-GCM for upstream keys, SHA-256 digests, random tokens.
 //! - `error`    — `ApiError`: one JSON error shape with stable codes and field errors.
 //! - `extract`  — `ApiPath`, `ApiQuery`, `ApiBody`: axum's extractors with JSON rejections.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod extract;
 pub mod listener;
 pub mod push;
+pub mod store;
 pub mod ui;
 pub mod usage;
 
@@ -32,16 +34,52 @@ use std::sync::Arc;
 use axum::routing::{get, post, put};
 use axum::Router;
 
+/// What the control plane takes from its environment and flags, read once in `main` (no handler
+/// reads the environment).
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// `Secure` on the session cookie (off only for plain-http development: `AX_COOKIE_SECURE=0`).
+    pub secure_cookies: bool,
+    /// The built admin UI (`--ui-dir`, `AX_UI_DIR`, or `ui/dist` in a checkout), served at `/`.
+    pub ui_dir: Option<std::path::PathBuf>,
+    /// `AX_VERIFY_DOCUMENTS=1` (the tests): every commit checks its incremental document against
+    /// a full read of the tables.
+    pub verify_documents: bool,
+    /// `AX_TEST_HOOKS=1` (the tests): `POST /api/v1/test/push` pushes a document unvalidated.
+    pub test_hooks: bool,
+}
+
+impl Settings {
+    /// The settings of a `serve` run: its flags' values, then the environment's.
+    pub fn from_env(ui_dir_flag: Option<String>) -> Self {
+        let var = |name: &str| std::env::var(name).ok();
+        let ui_dir = ui_dir_flag
+            .or_else(|| var("AX_UI_DIR"))
+            .map(std::path::PathBuf::from)
+            .or_else(|| Some(std::path::PathBuf::from("ui/dist")).filter(|d| d.join("index.html").is_file()));
+        Self {
+            secure_cookies: var("AX_COOKIE_SECURE").is_none_or(|v| v != "0"),
+            ui_dir,
+            verify_documents: var("AX_VERIFY_DOCUMENTS").as_deref() == Some("1"),
+            test_hooks: var("AX_TEST_HOOKS").as_deref() == Some("1"),
+        }
+    }
+}
+
 pub struct State {
     pub db: sqlx::PgPool,
     pub keys: crypto::MasterKeys,
     pub hub: push::Hub,
-    /// `Secure` on the session cookie (off only for plain-http development: `AX_COOKIE_SECURE=0`).
-    pub secure_cookies: bool,
-    /// The built admin UI (`ui/dist`), served at `/`.
-    pub ui_dir: Option<std::path::PathBuf>,
+    pub settings: Settings,
     /// This process's Prometheus recorder (`/metrics`), if it could be installed.
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+}
+
+impl State {
+    /// Whether commits check their incremental document (`Settings::verify_documents`).
+    pub fn verify(&self) -> bool {
+        self.settings.verify_documents
+    }
 }
 
 pub type AppState = Arc<State>;
@@ -75,7 +113,7 @@ pub fn router(state: AppState) -> Router {
         .route("/test/push", post(push::test_push))
         .method_not_allowed_fallback(method_not_allowed);
     let api_404 = || async { error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no such route") };
-    let ui = ui::routes(state.ui_dir.as_deref());
+    let ui = ui::routes(state.settings.ui_dir.as_deref());
     Router::new()
         .nest("/api/v1", api)
         .route("/api/openapi.json", get(openapi))

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ax_controlplane::{admin, auth, crypto, document, push, router, usage, State, MIGRATOR};
+use ax_controlplane::{admin, auth, crypto, push, router, store, Settings, State, MIGRATOR};
 
 const USAGE: &str = "usage (DATABASE_URL and AX_MASTER_KEY in the environment):
   ax-controlplane serve [--listen 127.0.0.1:8090] [--addr-file <path>] [--ui-dir ui/dist]
@@ -59,7 +59,7 @@ async fn connect() -> Result<sqlx::PgPool, String> {
 
 async fn migrate(db: &sqlx::PgPool) -> Result<(), String> {
     MIGRATOR.run(db).await.map_err(|e| format!("migration failed: {e}"))?;
-    usage::ensure_partitions(db).await.map_err(|e| format!("partitions: {e}"))
+    store::usage::ensure_partitions(db).await.map_err(|e| format!("partitions: {e}"))
 }
 
 #[expect(clippy::print_stdout, reason = "command output")]
@@ -119,33 +119,24 @@ async fn serve(args: &[String]) -> Result<(), String> {
     if let Some(f) = flag(args, "--addr-file") {
         std::fs::write(&f, addr.to_string()).map_err(|e| format!("cannot write --addr-file: {e}"))?;
     }
-    let secure_cookies = std::env::var("AX_COOKIE_SECURE").map_or(true, |v| v != "0");
-    // The admin UI: `--ui-dir`, AX_UI_DIR, or `ui/dist` when run from a checkout.
-    let ui_dir = flag(args, "--ui-dir")
-        .or_else(|| std::env::var("AX_UI_DIR").ok())
-        .map(std::path::PathBuf::from)
-        .or_else(|| Some(std::path::PathBuf::from("ui/dist")).filter(|d| d.join("index.html").is_file()));
-    match &ui_dir {
+    let settings = Settings::from_env(flag(args, "--ui-dir"));
+    match &settings.ui_dir {
         Some(d) if d.join("index.html").is_file() => tracing::info!(dir = %d.display(), "serving the admin UI at /"),
         Some(d) => tracing::warn!(dir = %d.display(), "no index.html in the UI directory; build it with ui/build.sh"),
         None => tracing::info!("no admin UI directory (build it with ui/build.sh); the API is at /api/"),
     }
     let metrics = ax_controlplane::prometheus();
-    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), secure_cookies, ui_dir, metrics });
+    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), settings, metrics });
     tokio::spawn(push::follow(state.clone()));
     tokio::spawn(async move {
         let mut t = tokio::time::interval(std::time::Duration::from_secs(3600));
         loop {
             t.tick().await;
-            if let Err(e) = usage::ensure_partitions(&db).await {
+            if let Err(e) = store::usage::ensure_partitions(&db).await {
                 tracing::error!(error = %e, "usage partition upkeep failed");
             }
-            let _ = sqlx::query!("DELETE FROM sessions WHERE expires_at < now()").execute(&db).await;
-            let _ = sqlx::query!("DELETE FROM login_failures WHERE at < now() - interval '1 day'").execute(&db).await;
-            // Connections of replicas that died without closing them.
-            let _ = sqlx::query!("DELETE FROM node_connections WHERE last_seen < now() - interval '1 hour'")
-                .execute(&db)
-                .await;
+            let _ = store::operators::purge_expired(&db).await;
+            let _ = store::nodes::purge_stale_connections(&db).await;
         }
     });
     tracing::info!(addr = %addr, "control plane listening");
@@ -208,14 +199,14 @@ async fn shutdown_signal() {
 async fn rotate(db: &sqlx::PgPool) -> Result<(), String> {
     let keys = crypto::MasterKeys::from_env()?;
     let mut tx = db.begin().await.map_err(|e| e.to_string())?;
-    let rows = document::sealed_keys(&mut tx, true).await.map_err(|e| e.to_string())?;
+    let rows = store::config::sealed_keys(&mut tx, true).await.map_err(|e| e.to_string())?;
     let mut n = 0;
     for (name, ct, nonce, id) in rows {
         if id == keys.current.id {
             continue;
         }
         let plain = keys.open(&id, &nonce, &ct, &name).map_err(|e| format!("upstream {name}: {e}"))?;
-        document::store_key(&mut tx, &name, keys.seal(&plain, &name)?).await.map_err(|e| e.to_string())?;
+        store::config::store_key(&mut tx, &name, keys.seal(&plain, &name)?).await.map_err(|e| e.to_string())?;
         n += 1;
     }
     tx.commit().await.map_err(|e| e.to_string())?;

@@ -18,6 +18,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::sync::watch;
 
 use crate::error::ApiError;
+use crate::store;
 use crate::{crypto, AppState};
 
 /// The latest version, ready to send (serialized once for all nodes).
@@ -73,26 +74,19 @@ pub const CONNECTED_WITHIN_S: f64 = 30.0;
 /// Loads the newest version (if newer than what the hub holds) with upstream keys decrypted.
 pub async fn refresh(state: &AppState) -> Result<(), ApiError> {
     let started = std::time::Instant::now();
-    let row = sqlx::query!(
-        r#"SELECT version, content_hash, coalesce(document_json, document::text) AS "document!" FROM config_versions
-         ORDER BY version DESC LIMIT 1"#
-    )
-    .fetch_optional(&state.db)
-    .await?;
-    let Some(row) = row else { return Ok(()) };
-    let (version, hash, document) = (row.version, row.content_hash, row.document);
+    let Some((version, hash, document)) = store::versions::latest_text(&state.db).await? else { return Ok(()) };
     let version = u64::try_from(version).unwrap_or(0);
     if state.hub.latest_version().is_some_and(|v| v >= version) {
         return Ok(());
     }
     // Versions hold no keys; the current (encrypted) ones travel beside the document.
-    let keys = crate::document::upstream_keys(&mut *state.db.acquire().await?, &state.keys).await?;
-    // The stored text is sent as it is: no decode and re-encode of a large document.
-    let message = format!(
-        r#"{{"type":"snapshot","version":{version},"hash":{},"keys":{},"document":{document}}}"#,
-        serde_json::to_string(&hash).map_err(|e| ApiError::internal("snapshot", e))?,
-        serde_json::to_string(&keys).map_err(|e| ApiError::internal("snapshot", e))?,
-    );
+    let keys = store::config::upstream_keys(&mut *state.db.acquire().await?, &state.keys).await?;
+    // The stored text is sent as it is (a raw JSON value): no decode and re-encode of a large
+    // document.
+    let document =
+        serde_json::value::RawValue::from_string(document).map_err(|e| ApiError::internal("stored version", e))?;
+    let message = serde_json::to_string(&ToNode::Snapshot { version, hash, keys, document: &*document })
+        .map_err(|e| ApiError::internal("snapshot", e))?;
     state.hub.latest.send_if_modified(|cur| {
         if cur.as_ref().is_some_and(|c| c.version >= version) {
             return false;
@@ -153,9 +147,7 @@ pub async fn node_of(state: &AppState, headers: &HeaderMap) -> Result<String, Ap
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthenticated", "node token required"))?;
-    let id = sqlx::query_scalar!("SELECT id FROM data_planes WHERE token_digest = $1", crypto::digest(token))
-        .fetch_optional(&state.db)
-        .await?;
+    let id = store::nodes::by_token(&state.db, &crypto::digest(token)).await?;
     id.ok_or_else(|| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthenticated", "unknown node token"))
 }
 
@@ -175,22 +167,14 @@ async fn session(state: AppState, node: String, peer: SocketAddr, socket: WebSoc
     // Each websocket is its own row: two processes on one token are two connections, and a
     // replica answers for connections held by the others.
     let id = crypto::token(12);
-    let registered = sqlx::query!(
-        "INSERT INTO node_connections (id, node, replica, peer) VALUES ($1, $2, $3, $4)",
-        id,
-        node,
-        state.hub.replica,
-        peer.to_string(),
-    )
-    .execute(&state.db)
-    .await;
+    let registered = store::nodes::open_connection(&state.db, &id, &node, &state.hub.replica, &peer.to_string()).await;
     if let Err(e) = registered {
         tracing::error!(error = %e, node = %node, "cannot record the node's connection");
     }
     state.hub.sessions.send_modify(|n| *n += 1);
     tracing::info!(node = %node, peer = %peer, "data plane connected");
     let result = serve_node(&state, &node, &id, socket).await;
-    if let Err(e) = sqlx::query!("DELETE FROM node_connections WHERE id = $1", id).execute(&state.db).await {
+    if let Err(e) = store::nodes::close_connection(&state.db, &id).await {
         tracing::error!(error = %e, node = %node, "cannot remove the node's connection");
     }
     state.hub.sessions.send_modify(|n| *n = n.saturating_sub(1));
@@ -226,9 +210,7 @@ async fn serve_node(state: &AppState, node: &str, connection: &str, socket: WebS
                     return Err("no answer to pings".to_owned());
                 }
                 tx.send(Message::Ping(Vec::new().into())).await.map_err(|e| e.to_string())?;
-                let beat = sqlx::query!("UPDATE node_connections SET last_seen = now() WHERE id = $1", connection)
-                    .execute(&state.db)
-                    .await;
+                let beat = store::nodes::heartbeat(&state.db, connection).await;
                 if let Err(e) = beat {
                     tracing::warn!(error = %e, node, "cannot record the node's connection");
                 }
@@ -264,42 +246,14 @@ async fn serve_node(state: &AppState, node: &str, connection: &str, socket: WebS
 
 /// Records the node's last contact and, when given, the outcome of a version.
 async fn seen(state: &AppState, node: &str, outcome: Option<(u64, Option<String>)>) {
-    let r = match outcome {
-        None => sqlx::query!("UPDATE data_planes SET last_seen = now() WHERE id = $1", node).execute(&state.db).await,
-        Some((v, None)) => {
-            sqlx::query!(
-                "UPDATE data_planes SET last_seen = now(), applied_version = $2, last_error = NULL WHERE id = $1",
-                node,
-                i64::try_from(v).unwrap_or(i64::MAX),
-            )
-            .execute(&state.db)
-            .await
-        }
-        Some((v, Some(e))) => {
-            sqlx::query!(
-                "UPDATE data_planes SET last_seen = now(), last_error = $2 WHERE id = $1",
-                node,
-                format!("version {v}: {e}")
-            )
-            .execute(&state.db)
-            .await
-        }
-    };
-    if let Err(e) = r {
+    if let Err(e) = store::nodes::seen(&state.db, node, outcome).await {
         tracing::error!(error = %e, node, "cannot record the node's state");
     }
 }
 
 /// Stores the node's latest health table (its summary in `GET /api/v1/nodes`).
 async fn record_health(state: &AppState, node: &str, health: &ax_protocol::health::NodeHealth) {
-    let r = sqlx::query!(
-        "UPDATE data_planes SET last_seen = now(), health = $2 WHERE id = $1",
-        node,
-        sqlx::types::Json(health) as _,
-    )
-    .execute(&state.db)
-    .await;
-    if let Err(e) = r {
+    if let Err(e) = store::nodes::record_health(&state.db, node, health).await {
         tracing::error!(error = %e, node, "cannot record the node's health");
     }
 }
@@ -313,7 +267,7 @@ pub async fn test_push(
     crate::extract::ApiBody(body): crate::extract::ApiBody,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
     caller.require(crate::auth::Role::Admin)?;
-    if std::env::var("AX_TEST_HOOKS").as_deref() != Ok("1") {
+    if !state.settings.test_hooks {
         return Err(ApiError::not_found("this route"));
     }
     let document: Document = crate::error::decode(&body)?;

@@ -6,8 +6,8 @@
 //! fold exactly the rows that were new into `usage_daily`. The 200 is the acknowledgement: only
 //! then does the data plane delete the records from its spool. Reports read the rollups.
 
-use ax_protocol::admin::{BudgetBurn, BudgetReport, CostReport, CostRow};
-use ax_protocol::usage::{UsageRecord, UNKNOWN_ALIAS};
+use ax_protocol::admin::{BudgetBurn, BudgetReport, CostReport, CostRow, TopSpender, TopSpenders, UsageAck};
+use ax_protocol::usage::UsageRecord;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -19,81 +19,8 @@ use sha2::{Digest, Sha256};
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiBody, ApiQuery};
+use crate::store::usage::{self as rows, refused_data, Columns, GroupBy};
 use crate::AppState;
-
-#[derive(Default)]
-struct Columns {
-    request_id: Vec<String>,
-    started_ms: Vec<i64>,
-    tenant: Vec<String>,
-    key_id: Vec<String>,
-    alias: Vec<String>,
-    upstream: Vec<String>,
-    model: Vec<String>,
-    status: Vec<i32>,
-    error_code: Vec<Option<String>>,
-    prompt: Vec<i64>,
-    completion: Vec<i64>,
-    cached: Vec<i64>,
-    cache_write: Vec<i64>,
-    cost: Vec<i64>,
-    latency: Vec<i64>,
-    record: Vec<Value>,
-}
-
-fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-impl Columns {
-    fn push(&mut self, r: UsageRecord, raw: Value) {
-        // A data plane older than the fixed label may send a made-up model name: it never becomes
-        // a report group.
-        let alias = if r.error_code.as_deref() == Some("model_not_found") { UNKNOWN_ALIAS.to_owned() } else { r.alias };
-        self.request_id.push(r.request_id);
-        self.started_ms.push(int(r.started_at_ms));
-        self.tenant.push(r.tenant);
-        self.key_id.push(r.key_id);
-        self.alias.push(alias);
-        self.upstream.push(r.upstream);
-        self.model.push(r.model);
-        self.status.push(i32::from(r.status));
-        self.error_code.push(r.error_code);
-        self.prompt.push(int(r.prompt_tokens));
-        self.completion.push(int(r.completion_tokens));
-        self.cached.push(int(r.cached_prompt_tokens));
-        self.cache_write.push(int(r.cache_write_tokens));
-        self.cost.push(int(r.cost_micro_usd.unwrap_or(0)));
-        self.latency.push(int(r.latency_ms));
-        self.record.push(raw);
-    }
-
-    fn len(&self) -> usize {
-        self.request_id.len()
-    }
-
-    /// Row `i` alone, for finding which row of a refused batch the database refuses.
-    fn row(&self, i: usize) -> Self {
-        Self {
-            request_id: vec![self.request_id[i].clone()],
-            started_ms: vec![self.started_ms[i]],
-            tenant: vec![self.tenant[i].clone()],
-            key_id: vec![self.key_id[i].clone()],
-            alias: vec![self.alias[i].clone()],
-            upstream: vec![self.upstream[i].clone()],
-            model: vec![self.model[i].clone()],
-            status: vec![self.status[i]],
-            error_code: vec![self.error_code[i].clone()],
-            prompt: vec![self.prompt[i]],
-            completion: vec![self.completion[i]],
-            cached: vec![self.cached[i]],
-            cache_write: vec![self.cache_write[i]],
-            cost: vec![self.cost[i]],
-            latency: vec![self.latency[i]],
-            record: vec![self.record[i].clone()],
-        }
-    }
-}
 
 /// A record is refused whole if it is larger than this (records are about 1 KB).
 const MAX_RECORD_BYTES: usize = 1024 * 1024;
@@ -134,22 +61,16 @@ fn read_record(line: &[u8]) -> Result<(UsageRecord, Value), (String, Option<Stri
     Ok((r, raw))
 }
 
-/// Whether the database refused the data rather than failed (SQLSTATE classes 22: data
-/// exception, 23: integrity constraint, 54: program limit): the batch's records are then judged
-/// one by one; any other error fails the batch, and the data plane offers it again.
-fn refused_data(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| ["22", "23", "54"].iter().any(|k| c.starts_with(k))))
-}
-
 /// `POST /api/v1/usage`: one batch from one data plane. Each record is judged on its own: one the
 /// control plane cannot read or the database refuses goes to `usage_dead_letters` with the reason
 /// (and is counted), the rest are stored, and the batch is answered 200 so the node's spool moves
-/// on. Only a failure of the database itself answers 5xx (the batch is offered again).
+/// on. Only a failure of the database itself answers 5xx (the batch is offered again): the
+/// database refusing the data (SQLSTATE classes 22, 23, 54) has the records judged one by one.
 pub async fn ingest(
     State(state): State<AppState>,
     headers: HeaderMap,
     ApiBody(body): ApiBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<UsageAck>> {
     let node = crate::push::node_of(&state, &headers).await?;
     let mut cols = Columns::default();
     let mut lines_kept: Vec<&[u8]> = Vec::new();
@@ -167,9 +88,9 @@ pub async fn ingest(
     let unreadable = dead.len();
     let mut tx = state.db.begin().await?;
     let mut inserted = 0;
-    if cols.len() > 0 {
+    if !cols.is_empty() {
         let mut batch = sqlx::Connection::begin(&mut *tx).await?;
-        match insert(&mut batch, &cols, &node).await {
+        match rows::insert(&mut batch, &cols, &node).await {
             Ok(n) => {
                 batch.commit().await?;
                 inserted = n;
@@ -179,7 +100,7 @@ pub async fn ingest(
                 tracing::warn!(node = %node, error = %e, "a usage batch was refused; storing its records one by one");
                 for (i, line) in lines_kept.iter().enumerate() {
                     let mut one = sqlx::Connection::begin(&mut *tx).await?;
-                    match insert(&mut one, &cols.row(i), &node).await {
+                    match rows::insert(&mut one, &cols.row(i), &node).await {
                         Ok(n) => {
                             one.commit().await?;
                             inserted += n;
@@ -205,119 +126,22 @@ pub async fn ingest(
         digest.update(node.as_bytes());
         digest.update(b"\n");
         digest.update(d.line);
-        let added = sqlx::query!(
-            "INSERT INTO usage_dead_letters (node, request_id, reason, line, digest) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (digest) DO NOTHING",
-            node,
-            d.request_id,
-            reason,
-            d.line,
-            hex::encode(digest.finalize()),
-        )
-        .execute(&mut *tx)
-        .await?;
-        dead_lettered += added.rows_affected();
+        let digest = hex::encode(digest.finalize());
+        if rows::dead_letter(&mut tx, &node, d.request_id.as_deref(), &reason, d.line, &digest).await? {
+            dead_lettered += 1;
+        }
     }
     tx.commit().await?;
     if dead_lettered > 0 {
         metrics::counter!("ax_usage_dead_letters_total", "node" => node.clone()).increment(dead_lettered);
     }
     let refused = dead.len() - unreadable;
-    Ok(Json(json!({
-        "received": received,
-        "inserted": inserted,
-        "duplicates": (cols.len() - refused) as i64 - inserted,
-        "dead_lettered": dead.len(),
-    })))
-}
-
-/// One statement: the records into `usage_events` (idempotent by request id), and exactly the new
-/// rows folded into `usage_daily`. Returns how many rows were new.
-async fn insert(conn: &mut sqlx::PgConnection, cols: &Columns, node: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"
-WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                         $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
-                         $14::bigint[], $15::bigint[], $16::jsonb[])
-        AS t(request_id, started_ms, tenant, key_id, alias, upstream, model, status, error_code,
-             prompt, completion, cached, cache_write, cost, latency, record)
-), ins AS (
-    INSERT INTO usage_events (request_id, started_at, tenant, key_id, alias, upstream, model, status, error_code,
-                              prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd,
-                              latency_ms, record, node)
-    SELECT request_id, to_timestamp(started_ms / 1000.0), tenant, key_id, alias, upstream, model, status, error_code,
-           prompt, completion, cached, cache_write, cost, latency, record, $17
-    FROM input
-    ON CONFLICT DO NOTHING
-    RETURNING started_at, tenant, alias, model, key_id, error_code, prompt_tokens, completion_tokens, cached_tokens,
-              cache_write_tokens, cost_micro_usd
-), rolled AS (
-    INSERT INTO usage_daily AS d (day, tenant, alias, model, key_id, requests, errors, prompt_tokens,
-                                  completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd)
-    SELECT (started_at AT TIME ZONE 'UTC')::date, tenant, alias, model, key_id, count(*),
-           count(*) FILTER (WHERE error_code IS NOT NULL), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint,
-           sum(cached_tokens)::bigint, sum(cache_write_tokens)::bigint, sum(cost_micro_usd)::bigint
-    FROM ins GROUP BY 1, 2, 3, 4, 5
-    ON CONFLICT (day, tenant, alias, model, key_id) DO UPDATE SET
-        requests = d.requests + excluded.requests,
-        errors = d.errors + excluded.errors,
-        prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
-        completion_tokens = d.completion_tokens + excluded.completion_tokens,
-        cached_tokens = d.cached_tokens + excluded.cached_tokens,
-        cache_write_tokens = d.cache_write_tokens + excluded.cache_write_tokens,
-        cost_micro_usd = d.cost_micro_usd + excluded.cost_micro_usd
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM ins) AS "inserted!""#,
-        &cols.request_id,
-        &cols.started_ms,
-        &cols.tenant,
-        &cols.key_id,
-        &cols.alias,
-        &cols.upstream,
-        &cols.model,
-        &cols.status,
-        &cols.error_code as _,
-        &cols.prompt,
-        &cols.completion,
-        &cols.cached,
-        &cols.cache_write,
-        &cols.cost,
-        &cols.latency,
-        &cols.record,
-        node,
-    )
-    .fetch_one(conn)
-    .await
-}
-
-/// Creates the monthly partitions around now (last month to two months ahead), so rows land in
-/// their month and old months can be detached or dropped whole.
-pub async fn ensure_partitions(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
-    for offset in -1..=2i32 {
-        let month = sqlx::query!(
-            r#"SELECT 'usage_events_' || to_char(m, 'YYYY_MM') AS "name!", to_char(m, 'YYYY-MM-DD') AS "from!",
-                      to_char(m + interval '1 month', 'YYYY-MM-DD') AS "to!"
-             FROM (SELECT date_trunc('month', now() AT TIME ZONE 'UTC') + make_interval(months => $1) AS m) x"#,
-            offset,
-        )
-        .fetch_one(db)
-        .await?;
-        let (name, from, to) = (month.name, month.from, month.to);
-        let exists =
-            sqlx::query_scalar!(r#"SELECT to_regclass($1) IS NOT NULL AS "exists!""#, name).fetch_one(db).await?;
-        if !exists {
-            let ddl = format!(
-                "CREATE TABLE IF NOT EXISTS {name} PARTITION OF usage_events FOR VALUES FROM ('{from}') TO ('{to}')"
-            );
-            if let Err(e) = sqlx::query(&ddl).execute(db).await {
-                // Rows of that month already sit in the default partition; they stay readable there.
-                tracing::warn!(error = %e, partition = %name, "cannot create usage partition");
-            }
-        }
-    }
-    Ok(())
+    Ok(Json(UsageAck {
+        received,
+        inserted,
+        duplicates: (cols.len() - refused) as i64 - inserted,
+        dead_lettered: dead.len(),
+    }))
 }
 
 #[derive(Deserialize)]
@@ -373,35 +197,26 @@ pub async fn cost_report(
         "month" => "month",
         _ => return Err(ApiError::field("period", "day or month")),
     };
-    let by = match q.by.as_deref().unwrap_or("tenant") {
-        "tenant" => "tenant",
-        "alias" => "alias",
-        "model" => "model",
-        "key" => "key_id",
+    let (by, group) = match q.by.as_deref().unwrap_or("tenant") {
+        "tenant" => (GroupBy::Tenant, "tenant"),
+        "alias" => (GroupBy::Alias, "alias"),
+        "model" => (GroupBy::Model, "model"),
+        "key" => (GroupBy::Key, "key"),
         _ => return Err(ApiError::field("by", "tenant, alias, model or key")),
     };
-    let mut q = q;
-    q.from = report_date("from", q.from.as_deref())?;
-    q.to = report_date("to", q.to.as_deref())?;
-    let sql = format!(
-        "SELECT to_char(date_trunc('{period}', day), 'YYYY-MM-DD'), {by}, sum(requests)::bigint, sum(errors)::bigint,
-                sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, sum(cached_tokens)::bigint,
-                sum(cache_write_tokens)::bigint, sum(cost_micro_usd)::bigint
-         FROM usage_daily
-         WHERE day >= coalesce($1::date, current_date - 30) AND day <= coalesce($2::date, current_date)
-           AND ($3::text IS NULL OR tenant = $3) AND ($4::text IS NULL OR alias = $4) AND ($5::text IS NULL OR model = $5)
-         GROUP BY 1, 2 ORDER BY 1, 2"
-    );
-    #[allow(clippy::type_complexity)]
-    let rows: Vec<(String, String, i64, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(&sql)
-        .bind(&q.from)
-        .bind(&q.to)
-        .bind(&q.tenant)
-        .bind(&q.alias)
-        .bind(&q.model)
-        .fetch_all(&state.db)
-        .await?;
-    let group = if by == "key_id" { "key" } else { by };
+    let from = report_date("from", q.from.as_deref())?;
+    let to = report_date("to", q.to.as_deref())?;
+    let rows = rows::cost_rows(
+        &state.db,
+        period == "month",
+        by,
+        from.as_deref(),
+        to.as_deref(),
+        q.tenant.as_deref(),
+        q.alias.as_deref(),
+        q.model.as_deref(),
+    )
+    .await?;
     if q.format.as_deref() == Some("csv") {
         let mut csv = format!(
             "period,{group},requests,errors,prompt_tokens,completion_tokens,cached_tokens,cache_write_tokens,cost_usd\n"
@@ -472,51 +287,33 @@ pub async fn top_spenders(
     State(state): State<AppState>,
     caller: Caller,
     ApiQuery(q): ApiQuery<TopQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<TopSpenders>> {
     caller.require(Role::Finance)?;
-    let mut q = q;
-    q.from = report_date("from", q.from.as_deref())?;
-    q.to = report_date("to", q.to.as_deref())?;
-    let rows = sqlx::query!(
-        r#"SELECT tenant, sum(requests)::bigint AS "requests!", sum(prompt_tokens + completion_tokens)::bigint AS "tokens!",
-                  sum(cost_micro_usd)::bigint AS "cost!"
-         FROM usage_daily
-         WHERE day >= coalesce($1::date, current_date - 30) AND day <= coalesce($2::date, current_date)
-         GROUP BY tenant ORDER BY 4 DESC, 1 LIMIT $3"#,
-        q.from as _,
-        q.to as _,
-        q.limit.unwrap_or(10).clamp(1, 1000),
-    )
-    .fetch_all(&state.db)
-    .await?
-    .into_iter()
-    .map(|r| (r.tenant, r.requests, r.tokens, r.cost));
-    let list: Vec<Value> = rows
+    let from = report_date("from", q.from.as_deref())?;
+    let to = report_date("to", q.to.as_deref())?;
+    let limit = q.limit.unwrap_or(10).clamp(1, 1000);
+    let tenants = rows::top_spenders(&state.db, from.as_deref(), to.as_deref(), limit)
+        .await?
         .into_iter()
-        .map(|(t, req, tok, cost)| json!({ "tenant": t, "requests": req, "tokens": tok, "cost_micro_usd": cost, "cost_usd": micro_usd(cost) }))
+        .map(|(tenant, requests, tokens, cost)| TopSpender {
+            tenant,
+            requests,
+            tokens,
+            cost_micro_usd: cost,
+            cost_usd: micro_usd(cost),
+        })
         .collect();
-    Ok(Json(json!({ "tenants": list })))
+    Ok(Json(TopSpenders { tenants }))
 }
 
 /// `GET /api/v1/reports/budgets`: every tenant budget against what the tenant spent in the
 /// current window (UTC day or month, from the rollups).
-pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Value>> {
+pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<BudgetReport>> {
     caller.require(Role::Finance)?;
-    let tenants = sqlx::query!("SELECT id, spec FROM tenants ORDER BY id").fetch_all(&state.db).await?;
-    let spent: Vec<(String, String, i64, i64)> = sqlx::query!(
-        r#"SELECT tenant, alias,
-                coalesce(sum(cost_micro_usd) FILTER (WHERE day = (now() AT TIME ZONE 'UTC')::date), 0)::bigint AS "today!",
-                coalesce(sum(cost_micro_usd), 0)::bigint AS "month!"
-         FROM usage_daily WHERE day >= date_trunc('month', now() AT TIME ZONE 'UTC')::date
-         GROUP BY tenant, alias"#
-    )
-    .fetch_all(&state.db)
-    .await?
-    .into_iter()
-    .map(|r| (r.tenant, r.alias, r.today, r.month))
-    .collect();
+    let tenants = crate::store::config::tenant_specs(&state.db).await?;
+    let spent = rows::month_spend(&state.db).await?;
     let mut out = Vec::new();
-    for (tenant, spec) in tenants.into_iter().map(|r| (r.id, r.spec)) {
+    for (tenant, spec) in tenants {
         let Ok(t) = serde_json::from_value::<ax_protocol::config::TenantSpec>(spec) else { continue };
         for b in &t.budgets {
             let month = b.window == ax_protocol::config::BudgetWindow::Month;
@@ -539,7 +336,7 @@ pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiRe
             });
         }
     }
-    Ok(Json(json!(BudgetReport { budgets: out, timezone: "UTC".to_owned() })))
+    Ok(Json(BudgetReport { budgets: out, timezone: "UTC".to_owned() }))
 }
 
 /// Quotes a CSV field when needed (RFC 4180) and defuses spreadsheet formulas.

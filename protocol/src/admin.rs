@@ -1,10 +1,17 @@
-//! Bodies of the control plane's admin API that the UI reads and writes: the control plane
-//! serializes these types and the UI deserializes the same ones, so a renamed field breaks the
-//! build, not a page. (Routes and upstreams travel as their `config` specs.)
+//! Bodies of the control plane's admin API: the control plane serializes these types and the UI
+//! deserializes the same ones (and the other way for request bodies), so a renamed field breaks
+//! the build, not a page. Only the audit log's before and after stay free JSON: they are whatever
+//! entity the entry is about.
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BudgetAction, BudgetSpec, LimitsSpec};
+use crate::config::{
+    BudgetAction, BudgetSpec, FailoverSpec, LimitsSpec, Strategy, TenantSpec, TimeoutOverrides, UpstreamSpec,
+};
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
 
 /// `PUT /tenants/{id}`: create (admin) or update (operator) a tenant's aliases, limits, budgets.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,4 +174,289 @@ pub struct AuditEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditList {
     pub entries: Vec<AuditEntry>,
+}
+
+/// `PUT /tenants/{id}`: the tenant as stored, and the configuration version the change made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantSaved {
+    pub tenant: Option<TenantSpec>,
+    pub version: i64,
+}
+
+// ---------- keys ----------
+
+/// `POST /tenants/{id}/keys` (every field optional; an empty body is allowed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyIn {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsSpec>,
+}
+
+/// The answer to `POST /tenants/{id}/keys`: the only time the key itself is shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyCreated {
+    pub id: String,
+    pub key: String,
+    /// The key's first characters, as lists show it.
+    pub prefix: String,
+    pub tenant: String,
+    pub version: i64,
+    pub note: String,
+}
+
+/// One key in `GET /tenants/{id}/keys`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyView {
+    pub id: String,
+    pub prefix: String,
+    /// `active` or `revoked`.
+    pub status: String,
+    /// RFC 3339 UTC.
+    pub expires_at: Option<String>,
+    pub created_at: String,
+}
+
+/// `GET /tenants/{id}/keys`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyList {
+    pub keys: Vec<KeyView>,
+}
+
+/// `POST /keys/{id}/revoke`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyRevoked {
+    pub id: String,
+    pub status: String,
+    pub version: i64,
+}
+
+// ---------- upstreams ----------
+
+/// One upstream as the API shows it: its spec without the key (write-only), and whether a key is
+/// stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpstreamView {
+    #[serde(flatten)]
+    pub spec: UpstreamSpec,
+    pub has_key: bool,
+}
+
+/// `GET /upstreams`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpstreamList {
+    pub upstreams: Vec<UpstreamView>,
+}
+
+/// `PUT /upstreams/{name}`: the upstream as stored and the version the change made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpstreamSaved {
+    pub upstream: Option<UpstreamView>,
+    pub version: i64,
+}
+
+/// `DELETE /upstreams/{name}`, `DELETE /routes/{alias}`: what went, and the version that made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deleted {
+    pub deleted: String,
+    pub version: i64,
+}
+
+// ---------- routes ----------
+
+fn one() -> i64 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One candidate of a route as the API takes and shows it. Signed numbers, so a negative weight
+/// is a field error, not a decode error; `enabled: false` keeps the weight but sends no traffic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateIn {
+    pub upstream: String,
+    pub model: String,
+    #[serde(default = "one")]
+    pub weight: i64,
+    #[serde(default)]
+    pub priority: i64,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+/// `PUT /routes/{alias}` and `POST /routes/{alias}/preview`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteIn {
+    /// Must match the URL when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    #[serde(default)]
+    pub strategy: Strategy,
+    pub candidates: Vec<CandidateIn>,
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+    #[serde(default)]
+    pub timeouts: TimeoutOverrides,
+    #[serde(default)]
+    pub failover: FailoverSpec,
+    #[serde(default)]
+    pub max_prompt_tokens: Option<u32>,
+    #[serde(default)]
+    pub long_context_alias: Option<String>,
+    #[serde(default)]
+    pub limits: LimitsSpec,
+}
+
+/// One route as the API shows it: the `config` route with each candidate's configured weight and
+/// `enabled` flag (a data plane sees a disabled candidate as weight 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouteView {
+    pub alias: String,
+    #[serde(default)]
+    pub strategy: Strategy,
+    pub candidates: Vec<CandidateView>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub timeouts: TimeoutOverrides,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub failover: FailoverSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_prompt_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_context_alias: Option<String>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub limits: LimitsSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateView {
+    pub upstream: String,
+    pub model: String,
+    pub weight: u32,
+    pub priority: u32,
+    pub enabled: bool,
+}
+
+/// `GET /routes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouteList {
+    pub routes: Vec<RouteView>,
+}
+
+/// `PUT /routes/{alias}`: the route as stored and the version the change made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouteSaved {
+    pub route: Option<RouteView>,
+    pub version: i64,
+}
+
+/// A candidate's share of its alias's traffic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Share {
+    pub upstream: String,
+    pub model: String,
+    pub weight: u32,
+    /// Percent, one decimal.
+    pub share_pct: f64,
+}
+
+/// The alias's recent traffic, the basis of a preview's projected cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageSummary {
+    pub requests_per_day: f64,
+    pub avg_prompt_tokens: f64,
+    pub avg_completion_tokens: f64,
+}
+
+/// `POST /routes/{alias}/preview`: what a route change would do, without committing it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoutePreview {
+    pub alias: String,
+    pub before: Option<RouteView>,
+    pub after: Option<RouteView>,
+    pub shares_before: Vec<Share>,
+    pub shares_after: Vec<Share>,
+    pub usage_last_7_days: UsageSummary,
+    /// USD per day, 4 places; `None` without traffic or prices.
+    pub projected_daily_cost_usd_before: Option<String>,
+    pub projected_daily_cost_usd_after: Option<String>,
+}
+
+// ---------- versions and nodes ----------
+
+/// `POST /versions/{version}/rollback`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolledBack {
+    pub restored: i64,
+    pub version: i64,
+}
+
+/// `POST /nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeIn {
+    pub id: String,
+}
+
+/// The answer to `POST /nodes`: the only time the node token is shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeCreated {
+    pub id: String,
+    pub token: String,
+}
+
+// ---------- reports and usage ----------
+
+/// One tenant in `GET /reports/top`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopSpender {
+    pub tenant: String,
+    pub requests: i64,
+    pub tokens: i64,
+    pub cost_micro_usd: i64,
+    pub cost_usd: String,
+}
+
+/// `GET /reports/top`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopSpenders {
+    pub tenants: Vec<TopSpender>,
+}
+
+/// The answer to a usage batch (`POST /usage`, a data plane's spool).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageAck {
+    pub received: usize,
+    pub inserted: i64,
+    pub duplicates: i64,
+    pub dead_lettered: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upstream's view is its spec with `has_key` beside the spec's own fields, and reads back.
+    #[test]
+    fn upstream_views_are_flat_and_round_trip() {
+        let spec: UpstreamSpec = serde_json::from_str(
+            r#"{"name":"u","provider":"openai","base_url":"http://x","models":[{"name":"m","context_window":8,"capabilities":["chat"]}]}"#,
+        )
+        .unwrap_or_else(|e| unreachable!("{e}"));
+        let v = UpstreamView { spec, has_key: true };
+        let text = serde_json::to_string(&v).unwrap_or_default();
+        assert!(text.contains(r#""has_key":true"#) && text.contains(r#""name":"u""#), "{text}");
+        assert!(!text.contains("\"spec\""), "{text}");
+        assert_eq!(serde_json::from_str::<UpstreamView>(&text).ok(), Some(v));
+    }
 }

@@ -332,6 +332,20 @@ pub enum Capability {
     Embeddings,
 }
 
+impl Capability {
+    /// Its name in a configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Tools => "tools",
+            Self::Streaming => "streaming",
+            Self::Vision => "vision",
+            Self::Json => "json",
+            Self::Embeddings => "embeddings",
+        }
+    }
+}
+
 /// USD per million tokens.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -73,17 +73,25 @@ pub async fn get<T: DeserializeOwned>(path: &str) -> Result<T, ApiError> {
     finish(Request::get(path).build()).await
 }
 
-/// A mutation (`POST`, `PUT`, `DELETE`) with the session's CSRF token.
-pub async fn send<T: DeserializeOwned>(method: &str, path: &str, body: Option<&Value>) -> Result<T, ApiError> {
+/// A mutation (`POST`, `PUT`, `DELETE`) with a JSON body and the session's CSRF token.
+pub async fn send<T: DeserializeOwned, B: serde::Serialize + ?Sized>(
+    method: &str,
+    path: &str,
+    body: &B,
+) -> Result<T, ApiError> {
+    finish(builder(method, path).json(body)).await
+}
+
+/// A mutation without a body.
+pub async fn send_empty<T: DeserializeOwned>(method: &str, path: &str) -> Result<T, ApiError> {
+    finish(builder(method, path).build()).await
+}
+
+fn builder(method: &str, path: &str) -> RequestBuilder {
     let builder = match method {
         "PUT" => Request::put(path),
         "DELETE" => Request::delete(path),
         _ => Request::post(path),
     };
-    let builder: RequestBuilder = builder.header("x-csrf-token", &crate::csrf());
-    let req = match body {
-        Some(b) => builder.json(b),
-        None => builder.build(),
-    };
-    finish(req).await
+    builder.header("x-csrf-token", &crate::csrf())
 }

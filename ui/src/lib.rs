@@ -94,7 +94,7 @@ fn Shell() -> impl IntoView {
     let role = move |r: &'static str| auth.0.get().is_some_and(|s| s.at_least(r));
     let logout = move |_| {
         leptos::task::spawn_local(async move {
-            let _ = api::send::<serde_json::Value>("POST", "/api/v1/logout", None).await;
+            let _ = api::send_empty::<()>("POST", "/api/v1/logout").await;
             set_session(auth, None);
         });
     };

@@ -19,7 +19,7 @@ pub fn Login() -> impl IntoView {
         error.set(None);
         let body = json!({ "username": username.get_untracked(), "password": password.get_untracked() });
         leptos::task::spawn_local(async move {
-            match api::send::<Session>("POST", "/api/v1/login", Some(&body)).await {
+            match api::send::<Session, _>("POST", "/api/v1/login", &body).await {
                 Ok(s) => crate::set_session(auth, Some(s)),
                 Err(e) => error.set(Some(match e.code.as_str() {
                     "invalid_credentials" => "Wrong username or password.".to_owned(),

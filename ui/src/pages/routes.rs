@@ -3,14 +3,15 @@
 //! diff, the new shares, the projected daily cost); after saving, the page follows the new version
 //! until every data plane applied it, and shows any that refused it.
 
+use ax_protocol::admin::{CandidateIn, NodeList, RouteIn, RouteList, RoutePreview, RouteSaved, RouteView};
 use leptos::prelude::*;
-use serde_json::{json, Value};
 
 use crate::api::{self, ApiError};
 use crate::{fmt, form};
 
 /// One candidate as edited: the weight stays text so that what the operator typed (even a
-/// negative number) reaches the server, whose field error is then shown next to it. The inputs are
+/// negative number) reaches the server, whose field error is then shown next to it (text that is
+/// not a whole number is answered here, with the same kind of field error). The inputs are
 /// `type="text" inputmode="numeric"`: a number input reports "" while "-" is being typed, and
 /// writing that back would swallow the sign.
 #[derive(Clone, PartialEq)]
@@ -22,8 +23,42 @@ struct Cand {
     enabled: RwSignal<bool>,
 }
 
-fn number_or_text(s: &str) -> Value {
-    s.trim().parse::<i64>().map_or_else(|_| Value::from(s), Value::from)
+/// The route as the API takes it, from the route as loaded and the edited inputs; the field
+/// errors of inputs that are not whole numbers otherwise.
+fn route_in(route: &RouteView, cands: &[Cand], fallbacks: &str) -> Result<RouteIn, ApiError> {
+    let mut fields = Vec::new();
+    let mut whole = |path: String, text: String| -> i64 {
+        text.trim().parse::<i64>().unwrap_or_else(|_| {
+            fields.push((path, "a whole number".to_owned()));
+            0
+        })
+    };
+    let candidates = cands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| CandidateIn {
+            upstream: c.upstream.clone(),
+            model: c.model.clone(),
+            weight: whole(format!("candidates[{i}].weight"), c.weight.get_untracked()),
+            priority: whole(format!("candidates[{i}].priority"), c.priority.get_untracked()),
+            enabled: c.enabled.get_untracked(),
+        })
+        .collect();
+    if !fields.is_empty() {
+        let message = "Some values are not whole numbers.".to_owned();
+        return Err(ApiError { status: 0, code: "invalid_request".into(), message, fields });
+    }
+    Ok(RouteIn {
+        alias: None,
+        strategy: route.strategy,
+        candidates,
+        fallbacks: form::list(fallbacks),
+        timeouts: route.timeouts.clone(),
+        failover: route.failover.clone(),
+        max_prompt_tokens: route.max_prompt_tokens,
+        long_context_alias: route.long_context_alias.clone(),
+        limits: route.limits,
+    })
 }
 
 /// Each candidate's share of the alias's traffic, in %, as the data plane would split it.
@@ -55,18 +90,17 @@ fn shares(strategy: &str, cands: &[Cand]) -> Vec<f64> {
 
 #[component]
 pub fn RoutesPage() -> impl IntoView {
-    let routes = RwSignal::new(None::<Result<Vec<Value>, ApiError>>);
+    let routes = RwSignal::new(None::<Result<Vec<RouteView>, ApiError>>);
     let selected = RwSignal::new(String::new());
     // Outlives the editor, which is rebuilt when the routes are reloaded after a save.
     let rollout = RwSignal::new(None::<Rollout>);
     let load = move || {
         leptos::task::spawn_local(async move {
-            let r =
-                api::get::<Value>("/api/v1/routes").await.map(|v| v["routes"].as_array().cloned().unwrap_or_default());
+            let r = api::get::<RouteList>("/api/v1/routes").await.map(|l| l.routes);
             if let Ok(list) = &r {
                 if selected.get_untracked().is_empty() {
-                    if let Some(a) = list.first().and_then(|r| r["alias"].as_str()) {
-                        selected.set(a.to_owned());
+                    if let Some(first) = list.first() {
+                        selected.set(first.alias.clone());
                     }
                 }
             }
@@ -81,7 +115,7 @@ pub fn RoutesPage() -> impl IntoView {
             Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
             Some(Ok(list)) if list.is_empty() => view! { <p>"No routes yet."</p> }.into_any(),
             Some(Ok(list)) => {
-                let aliases: Vec<String> = list.iter().filter_map(|r| r["alias"].as_str().map(str::to_owned)).collect();
+                let aliases: Vec<String> = list.iter().map(|r| r.alias.clone()).collect();
                 view! {
                     <div class="split">
                         <ul class="aliases" aria-label="aliases">
@@ -98,13 +132,19 @@ pub fn RoutesPage() -> impl IntoView {
                         </ul>
                         {move || {
                             let alias = selected.get();
-                            list.iter().find(|r| r["alias"] == alias.as_str()).cloned().map(|r| view! { <Editor route=r rollout=rollout reload=Callback::new(move |()| load())/> })
+                            list.iter().find(|r| r.alias == alias).cloned().map(|r| view! { <Editor route=r rollout=rollout reload=Callback::new(move |()| load())/> })
                         }}
                     </div>
                 }.into_any()
             }
         }}
     }
+}
+
+/// The end of a preview or save: the editor is no longer busy; an error is kept to be shown.
+fn ended<T>(busy: RwSignal<bool>, error: RwSignal<Option<ApiError>>, r: Result<T, ApiError>) -> Option<T> {
+    busy.set(false);
+    r.map_err(|e| error.set(Some(e))).ok()
 }
 
 /// What happened after a save: the version and how many data planes applied it.
@@ -117,74 +157,57 @@ struct Rollout {
 }
 
 #[component]
-fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>) -> impl IntoView {
-    let alias = route["alias"].as_str().unwrap_or_default().to_owned();
-    let strategy = route["strategy"].as_str().unwrap_or("weighted").to_owned();
-    let cands: Vec<Cand> = route["candidates"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn Editor(route: RouteView, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>) -> impl IntoView {
+    let alias = route.alias.clone();
+    let strategy =
+        serde_json::to_value(route.strategy).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+    let cands: Vec<Cand> = route
+        .candidates
+        .iter()
         .map(|c| Cand {
-            upstream: c["upstream"].as_str().unwrap_or_default().to_owned(),
-            model: c["model"].as_str().unwrap_or_default().to_owned(),
-            weight: RwSignal::new(c["weight"].as_i64().unwrap_or(0).to_string()),
-            priority: RwSignal::new(c["priority"].as_i64().unwrap_or(0).to_string()),
-            enabled: RwSignal::new(c["enabled"].as_bool().unwrap_or(true)),
+            upstream: c.upstream.clone(),
+            model: c.model.clone(),
+            weight: RwSignal::new(c.weight.to_string()),
+            priority: RwSignal::new(c.priority.to_string()),
+            enabled: RwSignal::new(c.enabled),
         })
         .collect();
-    let fallbacks = RwSignal::new(
-        route["fallbacks"].as_array().into_iter().flatten().filter_map(Value::as_str).collect::<Vec<_>>().join(", "),
-    );
+    let fallbacks = RwSignal::new(route.fallbacks.join(", "));
     let error = RwSignal::new(None::<ApiError>);
-    let preview = RwSignal::new(None::<Value>);
+    let preview = RwSignal::new(None::<RoutePreview>);
     let busy = RwSignal::new(false);
 
     // The body for preview and save: the route as loaded, with the edited candidates.
     let body = {
-        let (route, cands) = (route.clone(), cands.clone());
-        move || {
-            let mut b = route.clone();
-            if let Some(o) = b.as_object_mut() {
-                o.remove("alias");
-            }
-            b["candidates"] = cands
-                .iter()
-                .map(|c| {
-                    json!({ "upstream": c.upstream, "model": c.model, "weight": number_or_text(&c.weight.get_untracked()),
-                            "priority": number_or_text(&c.priority.get_untracked()), "enabled": c.enabled.get_untracked() })
-                })
-                .collect();
-            b["fallbacks"] = json!(form::list(&fallbacks.get_untracked()));
-            b
-        }
+        let cands = cands.clone();
+        move || route_in(&route, &cands, &fallbacks.get_untracked())
     };
-    // Preview and save send the same body; both mark the editor busy and keep the server's errors.
-    let send = {
+    // Preview and save send the same body; both mark the editor busy and keep the errors (the
+    // server's, or the inputs' that are not numbers).
+    let start = {
         let (alias, body) = (alias.clone(), body.clone());
-        move |method: &'static str, suffix: &'static str| {
-            let (path, b) = (format!("/api/v1/routes/{alias}{suffix}"), body());
-            busy.set(true);
+        move |suffix: &'static str| -> Option<(String, RouteIn)> {
             error.set(None);
-            async move {
-                let r = api::send::<Value>(method, &path, Some(&b)).await;
-                busy.set(false);
-                r.map_err(|e| error.set(Some(e))).ok()
-            }
+            let b = body().map_err(|e| error.set(Some(e))).ok()?;
+            busy.set(true);
+            Some((format!("/api/v1/routes/{alias}{suffix}"), b))
         }
     };
     let do_preview = {
-        let send = send.clone();
+        let start = start.clone();
         move |_| {
-            let sent = send("POST", "/preview");
-            leptos::task::spawn_local(async move { preview.set(sent.await) });
+            let Some((path, b)) = start("/preview") else { return };
+            leptos::task::spawn_local(async move {
+                preview.set(ended(busy, error, api::send::<RoutePreview, _>("POST", &path, &b).await));
+            });
         }
     };
     let do_save = move |_| {
-        let sent = send("PUT", "");
+        let Some((path, b)) = start("") else { return };
         leptos::task::spawn_local(async move {
-            if let Some(r) = sent.await {
+            if let Some(r) = ended(busy, error, api::send::<RouteSaved, _>("PUT", &path, &b).await) {
                 preview.set(None);
-                let version = r["version"].as_u64().unwrap_or(0);
+                let version = u64::try_from(r.version).unwrap_or(0);
                 rollout.set(Some(Rollout { version, ..Default::default() }));
                 follow(version, rollout).await;
                 reload.run(());
@@ -269,16 +292,18 @@ fn Editor(route: Value, rollout: RwSignal<Option<Rollout>>, reload: Callback<()>
 /// Polls the node list until every node applied `version` (or refused it), for up to 30 s.
 async fn follow(version: u64, rollout: RwSignal<Option<Rollout>>) {
     for _ in 0..120 {
-        if let Ok(v) = api::get::<Value>("/api/v1/nodes").await {
-            let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
-            let applied = nodes.iter().filter(|n| n["applied_version"].as_u64().is_some_and(|a| a >= version)).count();
+        if let Ok(list) = api::get::<NodeList>("/api/v1/nodes").await {
+            let nodes = list.nodes;
+            let has = |n: &ax_protocol::admin::NodeView| {
+                n.applied_version.is_some_and(|a| u64::try_from(a).unwrap_or(0) >= version)
+            };
+            let applied = nodes.iter().filter(|n| has(n)).count();
             let refused: Vec<(String, String)> = nodes
                 .iter()
-                .filter(|n| n["applied_version"].as_u64().is_none_or(|a| a < version))
+                .filter(|n| !has(n))
                 .filter_map(|n| {
-                    let e = n["last_error"].as_str()?;
-                    e.starts_with(&format!("version {version}:"))
-                        .then(|| (n["id"].as_str().unwrap_or("?").to_owned(), e.to_owned()))
+                    let e = n.last_error.as_deref()?;
+                    e.starts_with(&format!("version {version}:")).then(|| (n.id.clone(), e.to_owned()))
                 })
                 .collect();
             let done = applied + refused.len() >= nodes.len();
@@ -292,25 +317,24 @@ async fn follow(version: u64, rollout: RwSignal<Option<Rollout>>) {
 }
 
 #[component]
-fn Preview(p: Value) -> impl IntoView {
-    let rows: Vec<(String, f64, f64, i64, i64)> = p["shares_after"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn Preview(p: RoutePreview) -> impl IntoView {
+    let rows: Vec<(String, f64, f64, u32, u32)> = p
+        .shares_after
+        .iter()
         .enumerate()
         .map(|(i, a)| {
-            let b = &p["shares_before"][i];
+            let b = p.shares_before.get(i);
             (
-                format!("{}/{}", a["upstream"].as_str().unwrap_or(""), a["model"].as_str().unwrap_or("")),
-                b["share_pct"].as_f64().unwrap_or(0.0),
-                a["share_pct"].as_f64().unwrap_or(0.0),
-                b["weight"].as_i64().unwrap_or(0),
-                a["weight"].as_i64().unwrap_or(0),
+                format!("{}/{}", a.upstream, a.model),
+                b.map_or(0.0, |b| b.share_pct),
+                a.share_pct,
+                b.map_or(0, |b| b.weight),
+                a.weight,
             )
         })
         .collect();
-    let cost = |k: &str| p[k].as_str().map(|s| format!("${s}/day"));
-    let projection = match (cost("projected_daily_cost_usd_before"), cost("projected_daily_cost_usd_after")) {
+    let cost = |v: &Option<String>| v.as_ref().map(|s| format!("${s}/day"));
+    let projection = match (cost(&p.projected_daily_cost_usd_before), cost(&p.projected_daily_cost_usd_after)) {
         (Some(b), Some(a)) => format!("Projected cost at the last 7 days' traffic: {b} → {a}"),
         _ => "Projected cost: no usage in the last 7 days to project from.".to_owned(),
     };

@@ -3,7 +3,10 @@
 //! button, never again: the control plane keeps only its SHA-256), revoke a key (after a
 //! confirmation).
 
-use ax_protocol::admin::{BudgetBurn, BudgetReport, TenantList, TenantView};
+use ax_protocol::admin::{
+    BudgetBurn, BudgetReport, KeyCreated, KeyIn, KeyList, KeyRevoked, KeyView, TenantIn, TenantList, TenantSaved,
+    TenantView,
+};
 use ax_protocol::config::{BudgetAction, BudgetSpec, BudgetWindow, LimitsSpec, PlainBudgetAction};
 use leptos::prelude::*;
 use serde_json::{json, Value};
@@ -38,8 +41,9 @@ pub fn Tenants() -> impl IntoView {
         let id = new_id.get_untracked().trim().to_owned();
         let aliases = form::list(&new_aliases.get_untracked());
         leptos::task::spawn_local(async move {
-            let body = json!({ "allowed_aliases": aliases });
-            match api::send::<Value>("PUT", &format!("/api/v1/tenants/{id}"), Some(&body)).await {
+            let body =
+                TenantIn { id: None, allowed_aliases: aliases, limits: LimitsSpec::default(), budgets: Vec::new() };
+            match api::send::<TenantSaved, _>("PUT", &format!("/api/v1/tenants/{id}"), &body).await {
                 Ok(_) => {
                     create_error.set(None);
                     new_id.set(String::new());
@@ -238,7 +242,7 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
         let id = id.clone();
         busy.set(true);
         leptos::task::spawn_local(async move {
-            let r = api::send::<Value>("PUT", &format!("/api/v1/tenants/{id}"), Some(&body)).await;
+            let r = api::send::<TenantSaved, _>("PUT", &format!("/api/v1/tenants/{id}"), &body).await;
             busy.set(false);
             match r {
                 Ok(_) => close.run(true),
@@ -319,15 +323,15 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
 fn Keys(tenant: String, reload: Callback<()>) -> impl IntoView {
     let auth = expect_context::<Auth>();
     let admin = move || auth.0.get().is_some_and(|s| s.at_least("admin"));
-    let keys = RwSignal::new(None::<Result<Vec<Value>, ApiError>>);
+    let keys = RwSignal::new(None::<Result<Vec<KeyView>, ApiError>>);
     let shown = RwSignal::new(None::<String>);
     let error = RwSignal::new(None::<ApiError>);
     let t = tenant.clone();
     let load = move || {
         let t = t.clone();
         leptos::task::spawn_local(async move {
-            let r = api::get::<Value>(&format!("/api/v1/tenants/{t}/keys")).await;
-            keys.set(Some(r.map(|v| v["keys"].as_array().cloned().unwrap_or_default())));
+            let r = api::get::<KeyList>(&format!("/api/v1/tenants/{t}/keys")).await;
+            keys.set(Some(r.map(|l| l.keys)));
         });
     };
     load();
@@ -336,9 +340,10 @@ fn Keys(tenant: String, reload: Callback<()>) -> impl IntoView {
         move |_| {
             let (t, load) = (t.clone(), load.clone());
             leptos::task::spawn_local(async move {
-                match api::send::<Value>("POST", &format!("/api/v1/tenants/{t}/keys"), Some(&json!({}))).await {
+                match api::send::<KeyCreated, _>("POST", &format!("/api/v1/tenants/{t}/keys"), &KeyIn::default()).await
+                {
                     Ok(k) => {
-                        shown.set(k["key"].as_str().map(str::to_owned));
+                        shown.set(Some(k.key));
                         load();
                         reload.run(());
                     }
@@ -358,7 +363,7 @@ fn Keys(tenant: String, reload: Callback<()>) -> impl IntoView {
             }
             let load = load.clone();
             leptos::task::spawn_local(async move {
-                match api::send::<Value>("POST", &format!("/api/v1/keys/{id}/revoke"), None).await {
+                match api::send_empty::<KeyRevoked>("POST", &format!("/api/v1/keys/{id}/revoke")).await {
                     Ok(_) => {
                         load();
                         reload.run(());
@@ -398,17 +403,17 @@ fn Keys(tenant: String, reload: Callback<()>) -> impl IntoView {
                             <thead><tr><th>"Key"</th><th>"Prefix"</th><th>"Status"</th><th>"Created (UTC)"</th><th>"Expires"</th><th></th></tr></thead>
                             <tbody>
                             {list.into_iter().map(|k| {
-                                let id = k["id"].as_str().unwrap_or("").to_owned();
-                                let active = k["status"] == "active";
+                                let id = k.id.clone();
+                                let active = k.status == "active";
                                 let revoke = revoke.clone();
                                 let rid = id.clone();
                                 view! {
                                     <tr>
                                         <td>{id}</td>
-                                        <td><code>{format!("{}…", k["prefix"].as_str().unwrap_or(""))}</code></td>
-                                        <td>{k["status"].as_str().unwrap_or("").to_owned()}</td>
-                                        <td>{k["created_at"].as_str().unwrap_or("").replace('T', " ")}</td>
-                                        <td>{k["expires_at"].as_str().unwrap_or("never").to_owned()}</td>
+                                        <td><code>{format!("{}…", k.prefix)}</code></td>
+                                        <td>{k.status.clone()}</td>
+                                        <td>{k.created_at.replace('T', " ")}</td>
+                                        <td>{k.expires_at.clone().unwrap_or_else(|| "never".to_owned())}</td>
                                         <td>{(active && admin()).then(|| view! { <button on:click=move |_| revoke(rid.clone())>"Revoke"</button> })}</td>
                                     </tr>
                                 }

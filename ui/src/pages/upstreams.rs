@@ -3,6 +3,8 @@
 //! stored, and an admin can replace it (a password field, cleared after saving); no API ever
 //! returns it.
 
+use ax_protocol::admin::{UpstreamList, UpstreamSaved, UpstreamView};
+use ax_protocol::config::ModelSpec;
 use leptos::prelude::*;
 use serde_json::{json, Value};
 
@@ -11,11 +13,11 @@ use crate::{fmt, form, Auth};
 
 #[component]
 pub fn Upstreams() -> impl IntoView {
-    let data = RwSignal::new(None::<Result<Vec<Value>, ApiError>>);
+    let data = RwSignal::new(None::<Result<Vec<UpstreamView>, ApiError>>);
     let load = move || {
         leptos::task::spawn_local(async move {
-            let r = api::get::<Value>("/api/v1/upstreams").await;
-            data.set(Some(r.map(|v| v["upstreams"].as_array().cloned().unwrap_or_default())));
+            let r = api::get::<UpstreamList>("/api/v1/upstreams").await;
+            data.set(Some(r.map(|l| l.upstreams)));
         });
     };
     load();
@@ -29,7 +31,7 @@ pub fn Upstreams() -> impl IntoView {
             <div class="actions"><button on:click=move |_| creating.set(true)>"New upstream"</button></div>
         </Show>
         <Show when=move || creating.get()>
-            <UpstreamEditor u=json!({ "provider": "openai", "models": [] }) close=Callback::new(move |saved: bool| {
+            <UpstreamEditor u=None close=Callback::new(move |saved: bool| {
                 creating.set(false);
                 if saved { load(); }
             })/>
@@ -60,19 +62,23 @@ struct ModelRow {
 }
 
 impl ModelRow {
-    fn new(id: usize, m: &Value) -> Self {
-        let has = |c: &str| m["capabilities"].as_array().is_some_and(|l| l.iter().any(|x| x == c));
-        let t = |path: &str| RwSignal::new(form::text(form::get(m, path)));
+    /// A row for `m`, or an empty one (chat and streaming ticked) for a new model.
+    fn new(id: usize, m: Option<&ModelSpec>) -> Self {
+        let has = |c: &str| m.is_some_and(|m| m.capabilities.iter().any(|x| x.as_str() == c));
+        let text = |v: Option<String>| RwSignal::new(v.unwrap_or_default());
+        let price = |f: fn(&ax_protocol::config::PriceSpec) -> Option<f64>| {
+            text(m.and_then(|m| m.price_per_mtok.as_ref()).and_then(f).map(|p| p.to_string()))
+        };
         Self {
             id,
-            name: t("name"),
-            context_window: t("context_window"),
-            max_output_tokens: t("max_output_tokens"),
+            name: text(m.map(|m| m.name.clone())),
+            context_window: text(m.map(|m| m.context_window.to_string())),
+            max_output_tokens: text(m.and_then(|m| m.max_output_tokens).map(|t| t.to_string())),
             caps: CAPABILITIES
-                .map(|c| RwSignal::new(if m.is_null() { c == "chat" || c == "streaming" } else { has(c) })),
-            input: t("price_per_mtok.input"),
-            output: t("price_per_mtok.output"),
-            cached_input: t("price_per_mtok.cached_input"),
+                .map(|c| RwSignal::new(if m.is_none() { c == "chat" || c == "streaming" } else { has(c) })),
+            input: price(|p| Some(p.input)),
+            output: price(|p| Some(p.output)),
+            cached_input: price(|p| p.cached_input),
         }
     }
 
@@ -94,13 +100,20 @@ impl ModelRow {
     }
 }
 
-/// Create or edit an upstream (admin): everything but the key, which has its own write-only field
-/// (required here only for a new upstream of a provider that needs one).
+/// Create (`u` is `None`) or edit an upstream (admin): everything but the key, which has its own
+/// write-only field (required here only for a new upstream of a provider that needs one). The
+/// body sent is the upstream's spec as JSON with the inputs written in as typed (`form`), so the
+/// server's field error answers what the operator entered.
 #[component]
-fn UpstreamEditor(u: Value, close: Callback<bool>) -> impl IntoView {
-    let is_new = u["name"].is_null();
-    let name = RwSignal::new(form::text(&u["name"]));
-    let provider = RwSignal::new(form::text(&u["provider"]));
+fn UpstreamEditor(u: Option<UpstreamView>, close: Callback<bool>) -> impl IntoView {
+    let is_new = u.is_none();
+    let name = RwSignal::new(u.as_ref().map(|u| u.spec.name.clone()).unwrap_or_default());
+    let provider = RwSignal::new(u.as_ref().map_or("openai", |u| u.spec.provider.as_str()).to_owned());
+    let models_in: Vec<ModelSpec> = u.as_ref().map(|u| u.spec.models.clone()).unwrap_or_default();
+    let u = u.map_or_else(
+        || json!({ "provider": "openai", "models": [] }),
+        |u| serde_json::to_value(&u.spec).unwrap_or_default(),
+    );
     let fields = [
         form::Field::new(&u, "base_url", "Base URL"),
         form::Field::new(&u, "api_version", "API version (Azure)"),
@@ -113,9 +126,9 @@ fn UpstreamEditor(u: Value, close: Callback<bool>) -> impl IntoView {
         form::Field::new(&u, "limits.tpm", "Tokens per minute"),
     ];
     let key = RwSignal::new(String::new());
-    let models_in = u["models"].as_array().cloned().unwrap_or_default();
     let next = StoredValue::new(models_in.len());
-    let models = RwSignal::new(models_in.iter().enumerate().map(|(i, m)| ModelRow::new(i, m)).collect::<Vec<_>>());
+    let models =
+        RwSignal::new(models_in.iter().enumerate().map(|(i, m)| ModelRow::new(i, Some(m))).collect::<Vec<_>>());
     let error = RwSignal::new(None::<ApiError>);
     let busy = RwSignal::new(false);
     let base = StoredValue::new(u);
@@ -123,7 +136,6 @@ fn UpstreamEditor(u: Value, close: Callback<bool>) -> impl IntoView {
         ev.prevent_default();
         let mut body = base.get_value();
         if let Some(o) = body.as_object_mut() {
-            o.remove("has_key");
             o.remove("name");
         }
         body["provider"] = Value::from(provider.get_untracked());
@@ -147,12 +159,8 @@ fn UpstreamEditor(u: Value, close: Callback<bool>) -> impl IntoView {
         }
         busy.set(true);
         leptos::task::spawn_local(async move {
-            let r = api::send::<Value>(
-                "PUT",
-                &format!("/api/v1/upstreams/{}", js_sys::encode_uri_component(&n)),
-                Some(&body),
-            )
-            .await;
+            let path = format!("/api/v1/upstreams/{}", js_sys::encode_uri_component(&n));
+            let r = api::send::<UpstreamSaved, _>("PUT", &path, &body).await;
             busy.set(false);
             key.set(String::new());
             match r {
@@ -212,7 +220,7 @@ fn UpstreamEditor(u: Value, close: Callback<bool>) -> impl IntoView {
                 <button type="button" on:click=move |_| {
                     let id = next.get_value();
                     next.set_value(id + 1);
-                    models.update(|l| l.push(ModelRow::new(id, &Value::Null)));
+                    models.update(|l| l.push(ModelRow::new(id, None)));
                 }>"Add model"</button>
             </fieldset>
             {move || error.get().map(|e| {
@@ -228,16 +236,16 @@ fn UpstreamEditor(u: Value, close: Callback<bool>) -> impl IntoView {
 }
 
 #[component]
-fn Upstream(u: Value, reload: Callback<()>) -> impl IntoView {
+fn Upstream(u: UpstreamView, reload: Callback<()>) -> impl IntoView {
     let auth = expect_context::<Auth>();
     let admin = move || auth.0.get().is_some_and(|s| s.at_least("admin"));
-    let name = u["name"].as_str().unwrap_or("").to_owned();
+    let name = u.spec.name.clone();
     let editing = RwSignal::new(false);
     let editing_spec = RwSignal::new(false);
     let spec = StoredValue::new(u.clone());
     let new_key = RwSignal::new(String::new());
     let result = RwSignal::new(None::<Result<String, ApiError>>);
-    let has_key = RwSignal::new(u["has_key"].as_bool() == Some(true));
+    let has_key = RwSignal::new(u.has_key);
     let save = {
         let (u, name) = (u.clone(), name.clone());
         move |ev: leptos::ev::SubmitEvent| {
@@ -252,44 +260,41 @@ fn Upstream(u: Value, reload: Callback<()>) -> impl IntoView {
             if !ok {
                 return;
             }
-            let mut body = u.clone();
-            if let Some(o) = body.as_object_mut() {
-                o.remove("has_key");
-                o.insert("api_key".into(), Value::from(key));
-            }
+            let mut spec = u.spec.clone();
+            spec.api_key = Some(key);
+            let body = serde_json::to_value(&spec).unwrap_or_default();
             let name = name.clone();
             leptos::task::spawn_local(async move {
-                let r = api::send::<Value>("PUT", &format!("/api/v1/upstreams/{name}"), Some(&body)).await;
+                let r = api::send::<UpstreamSaved, _>("PUT", &format!("/api/v1/upstreams/{name}"), &body).await;
                 new_key.set(String::new());
                 editing.set(false);
                 if r.is_ok() {
                     has_key.set(true);
                 }
-                result.set(Some(r.map(|v| format!("Key replaced (version {}).", v["version"]))));
+                result.set(Some(r.map(|s| format!("Key replaced (version {}).", s.version))));
             });
         }
     };
-    let timeouts = &u["timeouts"];
-    let limits = &u["limits"];
+    let (timeouts, limits) = (&u.spec.timeouts, &u.spec.limits);
+    let ms = |v: u64| format!("{} ms", fmt::int(v as i64));
     let detail = [
-        ("connect", timeouts["connect_ms"].as_u64().map(|v| format!("{} ms", fmt::int(v as i64)))),
-        ("first byte", timeouts["first_byte_ms"].as_u64().map(|v| format!("{} ms", fmt::int(v as i64)))),
-        ("total", timeouts["total_ms"].as_u64().map(|v| format!("{} ms", fmt::int(v as i64)))),
-        ("rpm", limits["rpm"].as_u64().map(|v| fmt::int(v as i64))),
-        ("tpm", limits["tpm"].as_u64().map(|v| fmt::int(v as i64))),
-        ("max concurrency", u["max_concurrency"].as_u64().map(|v| fmt::int(v as i64))),
+        ("connect", Some(ms(timeouts.connect_ms))),
+        ("first byte", Some(ms(timeouts.first_byte_ms))),
+        ("total", Some(ms(timeouts.total_ms))),
+        ("rpm", limits.rpm.map(|v| fmt::int(i64::from(v)))),
+        ("tpm", limits.tpm.map(|v| fmt::int(i64::from(v)))),
+        ("max concurrency", Some(fmt::int(i64::from(u.spec.max_concurrency)))),
     ]
     .into_iter()
     .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
     .collect::<Vec<_>>()
     .join(" · ");
-    let models = u["models"].as_array().cloned().unwrap_or_default();
-    let price =
-        |m: &Value, k: &str| m["price_per_mtok"][k].as_f64().map_or_else(|| "–".to_owned(), |p| format!("${p}"));
+    let models = u.spec.models.clone();
+    let price = |p: Option<f64>| p.map_or_else(|| "–".to_owned(), |p| format!("${p}"));
     view! {
         <section class="upstream-card" aria-label=format!("upstream {name}")>
-            <h2>{name.clone()} <small>{format!(" · {}", u["provider"].as_str().unwrap_or(""))}</small></h2>
-            <p class="muted">{u["base_url"].as_str().unwrap_or("(provider default URL)").to_owned()}
+            <h2>{name.clone()} <small>{format!(" · {}", u.spec.provider.as_str())}</small></h2>
+            <p class="muted">{u.spec.base_url.clone().unwrap_or_else(|| "(provider default URL)".to_owned())}
                 {(!detail.is_empty()).then(|| format!(" · {detail}"))}</p>
             <p>"API key: " <strong class="key-state">{move || if has_key.get() { "stored (write-only) ••••••••" } else { "none" }}</strong>
                 <Show when=move || admin() && !editing.get()>
@@ -300,7 +305,7 @@ fn Upstream(u: Value, reload: Callback<()>) -> impl IntoView {
                 <button on:click=move |_| editing_spec.set(true)>"Edit"</button>
             </Show>
             {move || editing_spec.get().then(|| view! {
-                <UpstreamEditor u=spec.get_value() close=Callback::new(move |saved: bool| {
+                <UpstreamEditor u=Some(spec.get_value()) close=Callback::new(move |saved: bool| {
                     editing_spec.set(false);
                     if saved { reload.run(()); }
                 })/>
@@ -321,14 +326,15 @@ fn Upstream(u: Value, reload: Callback<()>) -> impl IntoView {
                 <thead><tr><th>"Model"</th><th class="num">"Context"</th><th>"Capabilities"</th><th class="num">"Input / Mtok"</th><th class="num">"Output / Mtok"</th></tr></thead>
                 <tbody>
                 {models.into_iter().map(|m| {
-                    let caps: Vec<String> = m["capabilities"].as_array().into_iter().flatten().filter_map(|c| c.as_str().map(str::to_owned)).collect();
+                    let caps: Vec<&str> = m.capabilities.iter().map(|c| c.as_str()).collect();
+                    let prices = m.price_per_mtok.as_ref();
                     view! {
                         <tr>
-                            <td>{m["name"].as_str().unwrap_or("").to_owned()}</td>
-                            <td class="num">{m["context_window"].as_i64().map_or_else(|| "–".to_owned(), fmt::int)}</td>
+                            <td>{m.name.clone()}</td>
+                            <td class="num">{fmt::int(i64::from(m.context_window))}</td>
                             <td>{caps.join(", ")}</td>
-                            <td class="num">{price(&m, "input")}</td>
-                            <td class="num">{price(&m, "output")}</td>
+                            <td class="num">{price(prices.map(|p| p.input))}</td>
+                            <td class="num">{price(prices.map(|p| p.output))}</td>
                         </tr>
                     }
                 }).collect_view()}

@@ -1,9 +1,8 @@
 //! Versions: every committed configuration, newest first; any earlier one can be restored (after a
 //! confirmation), which commits it as a new version.
 
-use ax_protocol::admin::{VersionList, VersionView};
+use ax_protocol::admin::{RolledBack, VersionList, VersionView};
 use leptos::prelude::*;
-use serde_json::Value;
 
 use crate::api::{self, ApiError};
 
@@ -26,8 +25,8 @@ pub fn Versions() -> impl IntoView {
             return;
         }
         leptos::task::spawn_local(async move {
-            let r = api::send::<Value>("POST", &format!("/api/v1/versions/{v}/rollback"), None).await;
-            message.set(Some(r.map(|x| format!("Version {v} restored as version {}.", x["version"]))));
+            let r = api::send_empty::<RolledBack>("POST", &format!("/api/v1/versions/{v}/rollback")).await;
+            message.set(Some(r.map(|x| format!("Version {v} restored as version {}.", x.version))));
             load();
         });
     };

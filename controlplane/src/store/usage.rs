@@ -1,0 +1,309 @@
+//! Usage: the month-partitioned `usage_events` (one row per request, idempotent by request id),
+//! the `usage_daily` rollups reports read, and `usage_dead_letters`.
+
+use ax_protocol::usage::{UsageRecord, UNKNOWN_ALIAS};
+use serde_json::Value;
+use sqlx::{PgConnection, PgPool};
+
+use crate::error::ApiResult;
+
+/// A batch of records as the columns of one `unnest` statement.
+#[derive(Default)]
+pub struct Columns {
+    pub request_id: Vec<String>,
+    pub started_ms: Vec<i64>,
+    pub tenant: Vec<String>,
+    pub key_id: Vec<String>,
+    pub alias: Vec<String>,
+    pub upstream: Vec<String>,
+    pub model: Vec<String>,
+    pub status: Vec<i32>,
+    pub error_code: Vec<Option<String>>,
+    pub prompt: Vec<i64>,
+    pub completion: Vec<i64>,
+    pub cached: Vec<i64>,
+    pub cache_write: Vec<i64>,
+    pub cost: Vec<i64>,
+    pub latency: Vec<i64>,
+    pub record: Vec<Value>,
+}
+
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Columns {
+    pub fn push(&mut self, r: UsageRecord, raw: Value) {
+        // A data plane older than the fixed label may send a made-up model name: it never becomes
+        // a report group.
+        let alias = if r.error_code.as_deref() == Some("model_not_found") { UNKNOWN_ALIAS.to_owned() } else { r.alias };
+        self.request_id.push(r.request_id);
+        self.started_ms.push(int(r.started_at_ms));
+        self.tenant.push(r.tenant);
+        self.key_id.push(r.key_id);
+        self.alias.push(alias);
+        self.upstream.push(r.upstream);
+        self.model.push(r.model);
+        self.status.push(i32::from(r.status));
+        self.error_code.push(r.error_code);
+        self.prompt.push(int(r.prompt_tokens));
+        self.completion.push(int(r.completion_tokens));
+        self.cached.push(int(r.cached_prompt_tokens));
+        self.cache_write.push(int(r.cache_write_tokens));
+        self.cost.push(int(r.cost_micro_usd.unwrap_or(0)));
+        self.latency.push(int(r.latency_ms));
+        self.record.push(raw);
+    }
+
+    pub fn len(&self) -> usize {
+        self.request_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.request_id.is_empty()
+    }
+
+    /// Row `i` alone, for finding which row of a refused batch the database refuses.
+    pub fn row(&self, i: usize) -> Self {
+        Self {
+            request_id: vec![self.request_id[i].clone()],
+            started_ms: vec![self.started_ms[i]],
+            tenant: vec![self.tenant[i].clone()],
+            key_id: vec![self.key_id[i].clone()],
+            alias: vec![self.alias[i].clone()],
+            upstream: vec![self.upstream[i].clone()],
+            model: vec![self.model[i].clone()],
+            status: vec![self.status[i]],
+            error_code: vec![self.error_code[i].clone()],
+            prompt: vec![self.prompt[i]],
+            completion: vec![self.completion[i]],
+            cached: vec![self.cached[i]],
+            cache_write: vec![self.cache_write[i]],
+            cost: vec![self.cost[i]],
+            latency: vec![self.latency[i]],
+            record: vec![self.record[i].clone()],
+        }
+    }
+}
+
+/// One statement: the records into `usage_events` (idempotent by request id), and exactly the new
+/// rows folded into `usage_daily`. Returns how many rows were new.
+pub async fn insert(conn: &mut PgConnection, cols: &Columns, node: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                         $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[],
+                         $14::bigint[], $15::bigint[], $16::jsonb[])
+        AS t(request_id, started_ms, tenant, key_id, alias, upstream, model, status, error_code,
+             prompt, completion, cached, cache_write, cost, latency, record)
+), ins AS (
+    INSERT INTO usage_events (request_id, started_at, tenant, key_id, alias, upstream, model, status, error_code,
+                              prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd,
+                              latency_ms, record, node)
+    SELECT request_id, to_timestamp(started_ms / 1000.0), tenant, key_id, alias, upstream, model, status, error_code,
+           prompt, completion, cached, cache_write, cost, latency, record, $17
+    FROM input
+    ON CONFLICT DO NOTHING
+    RETURNING started_at, tenant, alias, model, key_id, error_code, prompt_tokens, completion_tokens, cached_tokens,
+              cache_write_tokens, cost_micro_usd
+), rolled AS (
+    INSERT INTO usage_daily AS d (day, tenant, alias, model, key_id, requests, errors, prompt_tokens,
+                                  completion_tokens, cached_tokens, cache_write_tokens, cost_micro_usd)
+    SELECT (started_at AT TIME ZONE 'UTC')::date, tenant, alias, model, key_id, count(*),
+           count(*) FILTER (WHERE error_code IS NOT NULL), sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint,
+           sum(cached_tokens)::bigint, sum(cache_write_tokens)::bigint, sum(cost_micro_usd)::bigint
+    FROM ins GROUP BY 1, 2, 3, 4, 5
+    ON CONFLICT (day, tenant, alias, model, key_id) DO UPDATE SET
+        requests = d.requests + excluded.requests,
+        errors = d.errors + excluded.errors,
+        prompt_tokens = d.prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = d.completion_tokens + excluded.completion_tokens,
+        cached_tokens = d.cached_tokens + excluded.cached_tokens,
+        cache_write_tokens = d.cache_write_tokens + excluded.cache_write_tokens,
+        cost_micro_usd = d.cost_micro_usd + excluded.cost_micro_usd
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins) AS "inserted!""#,
+        &cols.request_id,
+        &cols.started_ms,
+        &cols.tenant,
+        &cols.key_id,
+        &cols.alias,
+        &cols.upstream,
+        &cols.model,
+        &cols.status,
+        &cols.error_code as _,
+        &cols.prompt,
+        &cols.completion,
+        &cols.cached,
+        &cols.cache_write,
+        &cols.cost,
+        &cols.latency,
+        &cols.record,
+        node,
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Creates the monthly partitions around now (last month to two months ahead), so rows land in
+/// their month and old months can be detached or dropped whole.
+pub async fn ensure_partitions(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    for offset in -1..=2i32 {
+        let month = sqlx::query!(
+            r#"SELECT 'usage_events_' || to_char(m, 'YYYY_MM') AS "name!", to_char(m, 'YYYY-MM-DD') AS "from!",
+                      to_char(m + interval '1 month', 'YYYY-MM-DD') AS "to!"
+             FROM (SELECT date_trunc('month', now() AT TIME ZONE 'UTC') + make_interval(months => $1) AS m) x"#,
+            offset,
+        )
+        .fetch_one(db)
+        .await?;
+        let (name, from, to) = (month.name, month.from, month.to);
+        let exists =
+            sqlx::query_scalar!(r#"SELECT to_regclass($1) IS NOT NULL AS "exists!""#, name).fetch_one(db).await?;
+        if !exists {
+            let ddl = format!(
+                "CREATE TABLE IF NOT EXISTS {name} PARTITION OF usage_events FOR VALUES FROM ('{from}') TO ('{to}')"
+            );
+            if let Err(e) = sqlx::query(&ddl).execute(db).await {
+                // Rows of that month already sit in the default partition; they stay readable there.
+                tracing::warn!(error = %e, partition = %name, "cannot create usage partition");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the database refused the data rather than failed (SQLSTATE classes 22: data
+/// exception, 23: integrity constraint, 54: program limit).
+pub fn refused_data(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| ["22", "23", "54"].iter().any(|k| c.starts_with(k))))
+}
+
+/// Keeps a line the control plane cannot store, with why; `false` if the same line (by digest)
+/// was kept before.
+pub async fn dead_letter(
+    conn: &mut PgConnection,
+    node: &str,
+    request_id: Option<&str>,
+    reason: &str,
+    line: &[u8],
+    digest: &str,
+) -> ApiResult<bool> {
+    let added = sqlx::query!(
+        "INSERT INTO usage_dead_letters (node, request_id, reason, line, digest) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (digest) DO NOTHING",
+        node,
+        request_id,
+        reason,
+        line,
+        digest,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(added.rows_affected() > 0)
+}
+
+/// One row of the cost report: (period, group, requests, errors, prompt, completion, cached,
+/// cache write tokens, micro-USD).
+pub type CostRow = (String, String, i64, i64, i64, i64, i64, i64, i64);
+
+/// What the cost report groups by: a column of `usage_daily`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    Tenant,
+    Alias,
+    Model,
+    Key,
+}
+
+/// The cost report's rows: per `month` (else day) period and group, in the inclusive range of
+/// `YYYY-MM-DD` days (default: the last 30), filtered by tenant, alias and model when given.
+#[expect(clippy::too_many_arguments, reason = "the report's filters, each a bound parameter")]
+pub async fn cost_rows(
+    db: &PgPool,
+    month: bool,
+    by: GroupBy,
+    from: Option<&str>,
+    to: Option<&str>,
+    tenant: Option<&str>,
+    alias: Option<&str>,
+    model: Option<&str>,
+) -> ApiResult<Vec<CostRow>> {
+    // The two names are chosen from fixed lists, never from the caller's text.
+    let period = if month { "month" } else { "day" };
+    let column = match by {
+        GroupBy::Tenant => "tenant",
+        GroupBy::Alias => "alias",
+        GroupBy::Model => "model",
+        GroupBy::Key => "key_id",
+    };
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT to_char(date_trunc('");
+    q.push(period).push("', day), 'YYYY-MM-DD'), ").push(column).push(
+        ", sum(requests)::bigint, sum(errors)::bigint,
+                sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, sum(cached_tokens)::bigint,
+                sum(cache_write_tokens)::bigint, sum(cost_micro_usd)::bigint
+         FROM usage_daily
+         WHERE day >= coalesce(",
+    );
+    q.push_bind(from).push("::date, current_date - 30) AND day <= coalesce(");
+    q.push_bind(to).push("::date, current_date) AND (");
+    q.push_bind(tenant).push("::text IS NULL OR tenant = ").push_bind(tenant).push(") AND (");
+    q.push_bind(alias).push("::text IS NULL OR alias = ").push_bind(alias).push(") AND (");
+    q.push_bind(model).push("::text IS NULL OR model = ").push_bind(model).push(") GROUP BY 1, 2 ORDER BY 1, 2");
+    Ok(q.build_query_as().fetch_all(db).await?)
+}
+
+/// The tenants that spent most in the range: (tenant, requests, tokens, micro-USD).
+pub async fn top_spenders(
+    db: &PgPool,
+    from: Option<&str>,
+    to: Option<&str>,
+    limit: i64,
+) -> ApiResult<Vec<(String, i64, i64, i64)>> {
+    Ok(sqlx::query!(
+        r#"SELECT tenant, sum(requests)::bigint AS "requests!", sum(prompt_tokens + completion_tokens)::bigint AS "tokens!",
+                  sum(cost_micro_usd)::bigint AS "cost!"
+         FROM usage_daily
+         WHERE day >= coalesce($1::date, current_date - 30) AND day <= coalesce($2::date, current_date)
+         GROUP BY tenant ORDER BY 4 DESC, 1 LIMIT $3"#,
+        from as _,
+        to as _,
+        limit,
+    )
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|r| (r.tenant, r.requests, r.tokens, r.cost))
+    .collect())
+}
+
+/// Spend this UTC month per tenant and alias: (tenant, alias, today's micro-USD, the month's).
+pub async fn month_spend(db: &PgPool) -> ApiResult<Vec<(String, String, i64, i64)>> {
+    Ok(sqlx::query!(
+        r#"SELECT tenant, alias,
+                coalesce(sum(cost_micro_usd) FILTER (WHERE day = (now() AT TIME ZONE 'UTC')::date), 0)::bigint AS "today!",
+                coalesce(sum(cost_micro_usd), 0)::bigint AS "month!"
+         FROM usage_daily WHERE day >= date_trunc('month', now() AT TIME ZONE 'UTC')::date
+         GROUP BY tenant, alias"#
+    )
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|r| (r.tenant, r.alias, r.today, r.month))
+    .collect())
+}
+
+/// An alias's traffic over the last 7 days: (requests, prompt tokens, completion tokens).
+pub async fn alias_week(db: &PgPool, alias: &str) -> ApiResult<(i64, i64, i64)> {
+    let r = sqlx::query!(
+        r#"SELECT coalesce(sum(requests), 0)::bigint AS "requests!", coalesce(sum(prompt_tokens), 0)::bigint AS "prompt!",
+                  coalesce(sum(completion_tokens), 0)::bigint AS "completion!"
+           FROM usage_daily WHERE alias = $1 AND day > current_date - 7"#,
+        alias,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((r.requests, r.prompt, r.completion))
+}
