@@ -1,5 +1,11 @@
-//! The immutable snapshot: upstreams (with their pooled HTTP clients), the capability matrix,
-//! routes, tenants and key digests, compiled from a `ConfigSpec` and swapped whole.
+//! The immutable snapshot: upstreams (with their backends: pooled HTTP clients or the in-process
+//! mock), the capability matrix, routes, tenants and key digests, compiled from a validated
+//! `ConfigSpec` and swapped whole.
+//!
+//! Each entity holds its configuration and, beside it, its live state: every field typed from
+//! `crate::state` (limiters' counters, budgets' spend, breakers and statistics) and the upstream
+//! clients' pools are carried over from the previous snapshot for the same name, so a reload
+//! resets no one's window and drops no warm connection. Nothing else in here changes after build.
 //!
 //! Building is fallible and happens off the request path; the swap (`SnapshotStore::swap`)
 //! cannot fail. A request loads one `Arc<Snapshot>` and finishes on it.

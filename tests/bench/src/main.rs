@@ -645,11 +645,11 @@ async fn run(o: Opts, command: String) -> R<()> {
     let _ = writeln!(std::io::stdout(), "{table}");
     say(&format!("results: {}", file.display()));
     if o.docs {
-        let path = repo().join("docs/BENCHMARKS.md");
+        let path = repo().join("docs/benchmarks/history.md");
         let mut md = std::fs::read_to_string(&path)?;
         md.push_str(&table);
         std::fs::write(&path, md)?;
-        say("appended to docs/BENCHMARKS.md");
+        say("appended to docs/benchmarks/history.md");
     }
     // Everything started here stops before its directory goes; the processes' logs are kept
     // next to the results (a failed request is explained there, not in the figures).
@@ -752,7 +752,7 @@ fn machine() -> Value {
             "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim() })
 }
 
-/// The human table of a run (also appended to docs/BENCHMARKS.md in full mode).
+/// The human table of a run (also appended to docs/benchmarks/history.md in full mode).
 fn markdown(doc: &Value) -> String {
     let r = &doc["results"];
     let v = |x: &Value| match x {

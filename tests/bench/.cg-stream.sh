@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Instructions per request under callgrind, at ax's default configuration and log level, for a
+# non-stream chat request (~1 KB body) and a 50-event stream, behind the harness's mock upstream:
+#
+#   bash tests/bench/callgrind.sh [seconds-per-run] [ax-dataplane binary ...]
+#
+# Without binaries it builds and measures target/release/ax-dataplane; with several it measures
+# each in turn (an A/B of two builds). Per binary and case: ax under `valgrind --tool=callgrind`
+# with one serving thread, three warm-up requests, `callgrind_control -z`, `wrk -t1` for the given
+# seconds, `callgrind_control -d`; the dump's total instructions ÷ the requests wrk counted.
+# Loopback only; every run is bounded; everything started here is stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DUR=${1:-10}
+shift || true
+BINS=("$@")
+for tool in valgrind callgrind_control wrk curl; do
+  command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y valgrind wrk curl" >&2; exit 2; }
+done
+cargo build --release --locked -p ax-bench >/dev/null 2>&1
+if [ ${#BINS[@]} -eq 0 ]; then
+  cargo build --release --locked -p ax-dataplane --bin ax-dataplane >/dev/null 2>&1
+  BINS=(target/release/ax-dataplane)
+fi
+WORK=$(mktemp -d /tmp/ax-callgrind.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+target/release/ax-bench mock --addr-file "$WORK/mock.addr" --events 50 --gap-ms 1 &
+PIDS+=($!)
+for _ in $(seq 100); do [ -s "$WORK/mock.addr" ] && break; sleep 0.05; done
+MOCK=$(cat "$WORK/mock.addr")
+KEY=ax-bench-key
+cat > "$WORK/ax.yaml" <<EOF
+upstreams:
+  - { name: up, provider: openai, base_url: "http://$MOCK/v1", api_key: sk-bench,
+      models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming], price_per_mtok: { input: 1, output: 2 } }] }
+routes:
+  - { alias: chat, candidates: [{ upstream: up, model: m }] }
+tenants:
+  - { id: plain, keys: [{ id: k1, sha256: "$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)" }] }
+EOF
+body() { # $1 = stream (true|false)
+  python3 - "$1" <<'PY'
+import json, sys
+text = "The quick brown fox jumps over the lazy dog while the agent reads the repository. " * 10
+print(json.dumps({"model": "chat", "max_tokens": 100, "stream": sys.argv[1] == "true",
+                  "messages": [{"role": "user", "content": text}]}))
+PY
+}
+for s in false true; do
+  body "$s" > "$WORK/body-$s.json"
+  python3 - "$WORK/body-$s.json" "$KEY" > "$WORK/post-$s.lua" <<'PY'
+import json, sys
+print('wrk.method = "POST"')
+print("wrk.body = " + json.dumps(open(sys.argv[1]).read()))
+print('wrk.headers["Content-Type"] = "application/json"')
+print('wrk.headers["Authorization"] = "Bearer %s"' % sys.argv[2])
+PY
+done
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+echo "| binary | case | requests | instructions per request |"
+echo "|---|---|---:|---:|"
+for bin in "${BINS[@]}"; do
+  exe=$(realpath "$bin")
+  for s in true; do
+    port=$(free_port)
+    (cd "$WORK" && AX_THREADS=1 exec valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
+      "$exe" --config "$WORK/ax.yaml" --listen "127.0.0.1:$port") >/dev/null 2>"$WORK/ax.log" &
+    pid=$!
+    PIDS+=($pid)
+    url="http://127.0.0.1:$port/v1/chat/completions"
+    for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
+    for _ in 1 2 3; do
+      curl -sf -o /dev/null -H "Authorization: Bearer $KEY" -H 'content-type: application/json' \
+        --data-binary "@$WORK/body-$s.json" "$url"
+    done
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    conns=1; [ "$s" = true ] && conns=10
+    n=$(wrk -t1 -c"$conns" -d"${DUR}s" --timeout 30s -s "$WORK/post-$s.lua" "$url" | awk '/requests in/ { print $1 }')
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    sleep 1
+    # The dump (cg.out.1) holds what ran since the zeroing; the file written at exit is not read.
+    total=$(cat "$WORK"/cg.out.* | awk '/^summary:/ { s += $2 } /^totals:/ { t += $2 } END { print (t ? t : s) }')
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    rm -f "$WORK"/cg.out*
+    case=non-stream; [ "$s" = true ] && case="stream, 50 events"
+    echo "| $bin | $case | $n | $(( total / n )) |"
+  done
+done
