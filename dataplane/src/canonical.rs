@@ -13,6 +13,21 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
+// Estimates
+
+/// Estimated token count of text: UTF-8 bytes / 3, rounded up. Errs high for English (~4 bytes a
+/// token) and lands near one token per CJK character (3 bytes). Used for routing decisions and
+/// where a provider reports no usage; see `docs/routing.md`.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(3)
+}
+
+/// Tokens counted for one image whatever its size (OpenAI bills 85–1,105 for typical images).
+pub const IMAGE_TOKENS: u64 = 1_000;
+/// Per-message framing overhead, in tokens.
+pub const MESSAGE_TOKENS: u64 = 4;
+
+// ---------------------------------------------------------------------------------------------
 // Request
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -640,8 +655,86 @@ pub struct ToolCallDelta {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamItem {
     Chunk(Chunk),
+    /// An event forwarded as the upstream sent it (the same-protocol fast path), with what the
+    /// gateway read of it.
+    Raw(RawEvent),
     /// The upstream said the reply is complete (OpenAI `[DONE]`, Anthropic `message_stop`).
     Done,
+}
+
+/// An upstream stream event in the caller's own protocol, forwarded as it came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawEvent {
+    /// The whole event as the caller gets it (`data: …` and the blank line).
+    pub bytes: bytes::Bytes,
+    /// The usage it reported, if any.
+    pub usage: Option<Usage>,
+    /// Choices with text or tool-call deltas in it.
+    pub deltas: u32,
+    /// An event that carries only usage (no choices): the caller gets it only when it asked
+    /// for usage (`stream_options.include_usage`).
+    pub usage_only: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same-protocol fast path
+
+/// A wire protocol that callers speak and upstreams may speak too: a caller's request goes to an
+/// upstream of its own protocol as the caller's bytes (`RawChat`), translated to any other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OpenAI Chat Completions (OpenAI, Azure OpenAI, and every compatible server).
+    OpenAiChat,
+}
+
+/// A chat request kept as the caller's bytes, with what the gateway reads of it. An upstream that
+/// speaks the caller's protocol is sent these bytes with only the model replaced and `edits`
+/// applied; every other field, unknown ones included, reaches it as the caller wrote it.
+#[derive(Debug, Clone)]
+pub struct RawChat {
+    pub body: bytes::Bytes,
+    /// The alias named.
+    pub model: String,
+    /// Where the model's value is in `body`, quotes included.
+    pub model_span: std::ops::Range<usize>,
+    /// What every upstream of the protocol needs besides the model, in body order and not
+    /// overlapping `model_span`: a span of `body` and what replaces it.
+    pub edits: Vec<(std::ops::Range<usize>, bytes::Bytes)>,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// The caller's output cap.
+    pub max_output: Option<u32>,
+    pub needs_tools: bool,
+    pub needs_vision: bool,
+    pub needs_json: bool,
+    pub prompt_estimate: u64,
+}
+
+impl RawChat {
+    /// The body for an upstream whose name for the model is `model`: slices of the caller's
+    /// bytes around the replacements (nothing of the body is copied).
+    pub fn body_for(&self, model: &str) -> Vec<bytes::Bytes> {
+        let name = serde_json::to_vec(model).unwrap_or_else(|_| b"\"\"".to_vec());
+        let model_edit = (self.model_span.clone(), bytes::Bytes::from(name));
+        let mut edits: Vec<&(std::ops::Range<usize>, bytes::Bytes)> = self.edits.iter().collect();
+        let at = edits.partition_point(|e| e.0.start < self.model_span.start);
+        edits.insert(at, &model_edit);
+        let mut parts = Vec::with_capacity(edits.len() * 2 + 1);
+        let mut pos = 0;
+        for (span, with) in edits {
+            if span.start > pos {
+                parts.push(self.body.slice(pos..span.start));
+            }
+            if !with.is_empty() {
+                parts.push(with.clone());
+            }
+            pos = span.end;
+        }
+        if pos < self.body.len() {
+            parts.push(self.body.slice(pos..));
+        }
+        parts
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -128,6 +128,15 @@ fn snapshot() -> Option<&'static Snapshot> {
 /// A caller's chat request: decoded as ingress decodes it (strict and lenient), validated, its
 /// needs estimated, and translated for every provider.
 pub fn chat_request(data: &[u8]) {
+    // The fast path's skim, and the forwarded body it makes: the model replaced, the rest kept.
+    if let Ok(raw) = crate::ingress::openai::skim_chat(bytes::Bytes::copy_from_slice(data)) {
+        let _ = crate::routing::plan::forward_needs(&raw, 4096);
+        let body: Vec<u8> = raw.body_for("m").concat();
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(data).is_err()
+                || serde_json::from_slice::<serde_json::Value>(&body).is_ok()
+        );
+    }
     for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
         let Ok(req) = crate::ingress::openai::decode_chat(data, mode) else { continue };
         if req.validate().is_err() {

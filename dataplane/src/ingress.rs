@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::body::{header_value, Body};
+use crate::canonical::Protocol;
 use crate::error::{AxError, LimitKind};
 use crate::pipeline::{self, ops, ChatReply, Ended, ServedBy};
 use crate::App;
@@ -73,7 +74,7 @@ fn request_id(headers: &HeaderMap) -> String {
     id
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Response {
+fn json_response(status: StatusCode, body: impl Into<Bytes>, request_id: &str) -> Response {
     let mut r = plain(status, "application/json", body);
     r.headers_mut().insert(X_REQUEST_ID.clone(), header_value(request_id));
     r
@@ -164,9 +165,12 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
             body: |limit| read_body(&headers, body, limit),
             decode: openai::decode_chat,
         };
-        let ended = pipeline::chat(&app, &snap, inbound, |req, model| openai::Events::new(req, &rid, model)).await;
+        let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiChat, skim: openai::skim_chat };
+        let events = |include_usage, model: &str| openai::Events::new(include_usage, &rid, model);
+        let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
         answer(ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => json_response(StatusCode::OK, openai::encode_chat(r, &rid, served.model), &rid),
+            ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
             ChatReply::Stream(s) => {
                 let mut r = Response::new(s.into_body());
                 let h = r.headers_mut();

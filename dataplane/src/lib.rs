@@ -32,6 +32,7 @@ pub mod metering;
 pub mod pipeline;
 pub mod providers;
 pub mod routing;
+pub mod skim;
 pub mod sse;
 pub mod state;
 pub mod transport;

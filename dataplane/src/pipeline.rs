@@ -28,7 +28,7 @@ use ax_protocol::config::{ParamsMode, ProviderKind};
 use ax_protocol::usage::UNKNOWN_ALIAS;
 use bytes::Bytes;
 
-use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse};
+use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, Usage};
 use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant};
 use crate::error::{AxError, Outcome};
 use crate::governance::guard::{self, Demand, Reservations};
@@ -89,9 +89,11 @@ impl<'s> From<&Served<'s>> for ServedBy<'s> {
     }
 }
 
-/// A chat answer: whole, or a stream the caller reads as it comes.
+/// A chat answer: whole (canonical, or in the caller's protocol as the upstream sent it), or a
+/// stream the caller reads as it comes.
 pub enum ChatReply<E> {
     Full(ChatResponse),
+    Forward { body: Bytes, usage: Option<Usage> },
     Stream(Box<EgressStream<E>>),
 }
 
@@ -188,6 +190,21 @@ fn authenticate<'s>(snap: &'s Snapshot, key: Option<&str>) -> Result<Caller<'s>,
     Ok(Caller { tenant, key })
 }
 
+/// Stages 1–2: the caller, and the body under the size limit.
+async fn admit_body<'s, B, Fut>(
+    snap: &'s Snapshot,
+    key: Option<&str>,
+    body: B,
+) -> Result<(Caller<'s>, Bytes), Rejection>
+where
+    B: FnOnce(u64) -> Fut,
+    Fut: Future<Output = Result<Bytes, AxError>>,
+{
+    let caller = authenticate(snap, key).map_err(Rejection::anonymous)?;
+    let bytes = body(snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
+    Ok((caller, bytes))
+}
+
 /// Stages 1–4 every model call shares: authenticate, read, decode, the alias exists and is allowed.
 async fn admit<'s, T, B, Fut, D>(
     snap: &'s Snapshot,
@@ -199,11 +216,16 @@ where
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: FnOnce(&[u8], ParamsMode) -> Result<T, AxError>,
 {
-    let caller = authenticate(snap, inbound.key).map_err(Rejection::anonymous)?;
-    let bytes = (inbound.body)(snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
+    let (caller, bytes) = admit_body(snap, inbound.key, inbound.body).await?;
     let req: T = (inbound.decode)(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
     drop(bytes);
-    let alias = req.alias();
+    let route = route_of(snap, &caller, req.alias())?;
+    Ok((caller, req, route))
+}
+
+/// Stage 4's check: the alias exists and the key may use it.
+#[expect(clippy::result_large_err, reason = "a refusal is the rare path, and returned once")]
+fn route_of<'s>(snap: &'s Snapshot, caller: &Caller<'_>, alias: &str) -> Result<&'s Route, Rejection> {
     let allowed = match snap.routes.get(alias) {
         None => Err(AxError::ModelNotFound(alias.to_owned())),
         Some(_) if !caller.tenant.allowed.permits(alias) => Err(AxError::ModelNotAllowed(alias.to_owned())),
@@ -213,10 +235,10 @@ where
         // A name the caller made up is never a metric label or a report group: its record counts
         // under one fixed alias, and the raw name is only in the log line.
         let alias = if matches!(e, AxError::ModelNotFound(_)) { UNKNOWN_ALIAS } else { alias };
-        Rejection::of(&caller, Some(alias))(e)
+        Rejection::of(caller, Some(alias))(e)
     })?;
     tracing::Span::current().record("alias", alias);
-    Ok((caller, req, route))
+    Ok(route)
 }
 
 /// The request as this provider should see it: in lenient mode, without the parameters it cannot
@@ -254,22 +276,58 @@ fn failed<'s, R>(error: AxError, mut ledger: Ledger, served_by: Option<Served<'s
     Ended::Failed { error, served: served_by.as_ref().map(ServedBy::from) }
 }
 
-/// A chat completion. `events` makes the codec's stream encoder for the request and the name of
-/// the model that serves it.
-pub async fn chat<'s, B, Fut, D, E>(
+/// How callers of a codec are served by upstreams of their own protocol (the same-protocol fast
+/// path): the protocol, and the codec's skim of a body (what the stages need of it, without
+/// decoding it).
+pub struct Forwarding<S> {
+    pub protocol: Protocol,
+    pub skim: S,
+}
+
+/// A chat request as the stages carry it: the caller's bytes with what the gateway read of them
+/// (every upstream of the caller's protocol is sent those), or decoded into the canonical model.
+#[expect(clippy::large_enum_variant, reason = "one per request, held in the request's own future")]
+enum Request {
+    Forward(RawChat),
+    Canonical(ChatRequest),
+}
+
+impl Request {
+    fn stream(&self) -> bool {
+        match self {
+            Self::Forward(r) => r.stream,
+            Self::Canonical(r) => r.stream,
+        }
+    }
+
+    fn include_usage(&self) -> bool {
+        match self {
+            Self::Forward(r) => r.include_usage,
+            Self::Canonical(r) => r.include_usage(),
+        }
+    }
+}
+
+/// A chat completion. `decode` is the codec's full decoder; `forwarding`, when the codec has
+/// one, lets upstreams of the caller's protocol be sent the caller's bytes; `events` makes the
+/// codec's stream encoder (whether the caller asked for usage, the name of the model that
+/// serves).
+pub async fn chat<'s, B, Fut, D, S, E>(
     app: &App,
     snap: &'s Snapshot,
     inbound: Inbound<'_, B, D>,
-    events: impl Fn(&ChatRequest, &str) -> E,
+    forwarding: Option<Forwarding<S>>,
+    events: impl Fn(bool, &str) -> E,
 ) -> Ended<'s, ChatReply<E>>
 where
     B: FnOnce(u64) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
-    D: FnOnce(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    S: FnOnce(Bytes) -> Result<RawChat, AxError>,
     E: StreamEncoder,
 {
     let (rid, start) = (inbound.request_id, inbound.start);
-    recorded(chat_stages(app, snap, inbound, events).await, rid, start)
+    recorded(chat_stages(app, snap, inbound, forwarding, events).await, rid, start)
 }
 
 /// A call's end, with the record of a refusal written.
@@ -277,23 +335,61 @@ fn recorded<'s, R>(stages: Result<Ended<'s, R>, Rejection>, request_id: &str, st
     stages.unwrap_or_else(|r| r.record(request_id, start))
 }
 
-async fn chat_stages<'s, B, Fut, D, E>(
+/// The canonical request from the caller's bytes: decoded and validated.
+fn canonical<D>(decode: &D, bytes: &[u8], mode: ParamsMode) -> Result<ChatRequest, AxError>
+where
+    D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+{
+    let req = decode(bytes, mode)?;
+    req.validate()?;
+    Ok(req)
+}
+
+async fn chat_stages<'s, B, Fut, D, S, E>(
     app: &App,
     snap: &'s Snapshot,
     inbound: Inbound<'_, B, D>,
-    events: impl Fn(&ChatRequest, &str) -> E,
+    forwarding: Option<Forwarding<S>>,
+    events: impl Fn(bool, &str) -> E,
 ) -> Result<Ended<'s, ChatReply<E>>, Rejection>
 where
     B: FnOnce(u64) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
-    D: FnOnce(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    S: FnOnce(Bytes) -> Result<RawChat, AxError>,
     E: StreamEncoder,
 {
-    let (rid, start) = (inbound.request_id, inbound.start);
-    let (caller, req, route) = admit::<ChatRequest, _, _, _>(snap, inbound).await?;
+    let Inbound { request_id: rid, start, key, body, decode } = inbound;
+    let (caller, bytes) = admit_body(snap, key, body).await?;
+    // With forwarding, the skim names the alias and the route decides: a route every candidate
+    // of which speaks the caller's protocol is served from the caller's bytes; any other is
+    // decoded here, before any quota is taken, as before the fast path.
+    let protocol = forwarding.as_ref().map(|f| f.protocol);
+    let (req, route) = match forwarding {
+        Some(f) => {
+            let raw = (f.skim)(bytes).map_err(Rejection::of(&caller, None))?;
+            let route = route_of(snap, &caller, &raw.model)?;
+            if route.protocol == protocol {
+                (Request::Forward(raw), route)
+            } else {
+                let req = decode(&raw.body, snap.params).map_err(Rejection::of(&caller, None))?;
+                req.validate().map_err(Rejection::of(&caller, Some(route.alias.as_str())))?;
+                (Request::Canonical(req), route)
+            }
+        }
+        None => {
+            let req = decode(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
+            drop(bytes);
+            let route = route_of(snap, &caller, &req.model)?;
+            req.validate().map_err(Rejection::of(&caller, Some(route.alias.as_str())))?;
+            (Request::Canonical(req), route)
+        }
+    };
     let alias = route.alias.as_str();
-    req.validate().map_err(Rejection::of(&caller, Some(alias)))?;
-    let needs = plan::chat_needs(&req, snap.default_max_tokens);
+    let needs = match &req {
+        Request::Forward(r) => plan::forward_needs(r, snap.default_max_tokens),
+        Request::Canonical(r) => plan::chat_needs(r, snap.default_max_tokens),
+    };
     // Context budget: a prompt over the alias's limit goes to its long-context alias, if any.
     let (route, long_context) = match route.max_prompt_tokens {
         Some(limit) if needs.prompt_estimate > u64::from(limit) => match &route.long_context_alias {
@@ -313,16 +409,41 @@ where
         .await
         .map_err(Rejection::of(&caller, Some(alias)))?;
     let guard::Passed { route, reservations, degraded, warning } = passed;
-    let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, req.stream, start);
+    let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, req.stream(), start);
     meter.prompt_estimate(needs.prompt_estimate);
     meter.degraded(degraded.clone());
     let mut ledger = Ledger { meter, reservations };
     let mut attempt_log = Vec::new();
-    let (req, needs, events) = (&req, &needs, &events);
+    // A forwarded request that meets an upstream of another protocol (a long-context or
+    // downgrade alias that translates) is decoded then, once.
+    let decoded: std::sync::OnceLock<ChatRequest> = std::sync::OnceLock::new();
+    let include_usage = req.include_usage();
+    let (req, needs, events, decoded, decode) = (&req, &needs, &events, &decoded, &decode);
     let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, deadlines, guard } = a;
-        let req = for_provider(req, &needs.params, up.kind);
-        match call::chat(up, model, &req, snap.default_max_tokens, rid, deadlines).await {
+        let outcome = match req {
+            Request::Forward(raw) if protocol.is_some() && crate::providers::speaks(up.kind) == protocol => {
+                call::chat_forward(up, model, raw, rid, deadlines).await
+            }
+            Request::Forward(raw) => {
+                let canon = match decoded.get() {
+                    Some(c) => Ok(c),
+                    None => canonical(decode, &raw.body, snap.params).map(|c| decoded.get_or_init(|| c)),
+                };
+                match canon {
+                    Ok(c) => {
+                        let c = for_provider(c, &needs.params, up.kind);
+                        call::chat(up, model, &c, snap.default_max_tokens, rid, deadlines).await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Request::Canonical(c) => {
+                let c = for_provider(c, &needs.params, up.kind);
+                call::chat(up, model, &c, snap.default_max_tokens, rid, deadlines).await
+            }
+        };
+        match outcome {
             Err(e) => Err((e, guard)),
             Ok(ChatOutcome::Full(r)) => {
                 let mut guard = guard;
@@ -332,9 +453,22 @@ where
                 guard.finish(Outcome::Success);
                 Ok(ChatReply::Full(r))
             }
-            Ok(ChatOutcome::Stream(us)) => EgressStream::open(us, events(&req, &model.name), req.n.unwrap_or(1), guard)
-                .await
-                .map(ChatReply::Stream),
+            Ok(ChatOutcome::Forward { body, usage }) => {
+                let mut guard = guard;
+                if let Some(u) = &usage {
+                    guard.usage(u.total());
+                }
+                guard.finish(Outcome::Success);
+                Ok(ChatReply::Forward { body, usage })
+            }
+            Ok(ChatOutcome::Stream(us)) => {
+                let n = match req {
+                    Request::Canonical(c) => c.n.unwrap_or(1),
+                    Request::Forward(_) => decoded.get().and_then(|c| c.n).unwrap_or(1),
+                };
+                let enc = events(include_usage, &model.name);
+                EgressStream::open(us, enc, n, guard).await.map(ChatReply::Stream)
+            }
         }
     })
     .await;
@@ -353,6 +487,14 @@ where
             cost = ledger.meter.cost_micro_usd();
             ledger.finish(200, None);
             ChatReply::Full(r)
+        }
+        ChatReply::Forward { body, usage } => {
+            if let Some(u) = &usage {
+                ledger.meter.usage(u);
+            }
+            cost = ledger.meter.cost_micro_usd();
+            ledger.finish(200, None);
+            ChatReply::Forward { body, usage }
         }
         ChatReply::Stream(mut s) => {
             s.attach(ledger);

@@ -11,7 +11,7 @@ pub mod openai;
 
 use ax_protocol::config::ProviderKind;
 
-use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
+use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, StreamItem};
 use crate::error::{upstream_code_suffix, AxError};
 use crate::sse::SseEvent;
 
@@ -33,6 +33,14 @@ pub fn supports(kind: ProviderKind, param: &str) -> bool {
         ProviderKind::Openai | ProviderKind::AzureOpenai | ProviderKind::Mock => true,
         ProviderKind::Anthropic => anthropic::SUPPORTED.contains(&param),
         ProviderKind::Gemini => gemini::SUPPORTED.contains(&param),
+    }
+}
+
+/// The protocol an upstream of `kind` speaks natively, when callers can speak it too.
+pub fn speaks(kind: ProviderKind) -> Option<Protocol> {
+    match kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai => Some(Protocol::OpenAiChat),
+        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => None,
     }
 }
 
@@ -107,6 +115,8 @@ pub fn decode_embeddings(
 /// Per-stream decoding state of one upstream call.
 pub enum StreamDecoder {
     OpenAi(openai::StreamState),
+    /// An OpenAI stream to an OpenAI caller: events forwarded as they came.
+    OpenAiForward(openai::ForwardState),
     Anthropic(anthropic::StreamState),
     Gemini(gemini::StreamState),
 }
@@ -121,10 +131,22 @@ impl StreamDecoder {
         }
     }
 
+    /// The decoder of a stream whose events go to a caller of the same protocol as they came;
+    /// `None` where the upstream's protocol has no forwarding (it is translated).
+    pub fn forwarding(kind: ProviderKind) -> Option<Self> {
+        match kind {
+            ProviderKind::Openai | ProviderKind::AzureOpenai => {
+                Some(Self::OpenAiForward(openai::ForwardState::default()))
+            }
+            ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => None,
+        }
+    }
+
     /// One whole upstream event. `None` for events that carry nothing (pings, block stops).
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
         match self {
             Self::OpenAi(s) => s.on_event(ev),
+            Self::OpenAiForward(s) => s.on_event(ev),
             Self::Anthropic(s) => s.on_event(ev),
             Self::Gemini(s) => s.on_event(ev),
         }
@@ -135,6 +157,7 @@ impl StreamDecoder {
     pub fn on_eof(&mut self) -> Result<StreamItem, AxError> {
         let finished = match self {
             Self::OpenAi(s) => s.finished,
+            Self::OpenAiForward(s) => s.finished(),
             Self::Anthropic(s) => s.finished,
             Self::Gemini(s) => s.finished,
         };
@@ -192,12 +215,7 @@ pub fn tool_arguments(args: &str, i: usize, j: usize) -> Result<serde_json::Valu
     })
 }
 
-/// Estimated token count of text: UTF-8 bytes / 3, rounded up. Errs high for English (~4 bytes a
-/// token) and lands near one token per CJK character (3 bytes). Used for routing decisions and
-/// where a provider reports no usage; see `docs/routing.md`.
-pub fn estimate_tokens(bytes: usize) -> u64 {
-    (bytes as u64).div_ceil(3)
-}
+pub use crate::canonical::estimate_tokens;
 
 /// Synthesized tool-call id for providers that have none (Gemini, the mock): `call_` + 24
 /// random alphanumerics, like OpenAI's.

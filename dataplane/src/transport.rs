@@ -225,7 +225,8 @@ impl Client {
     }
 
     /// POSTs a JSON body to `path` (origin-form: path and query) and waits for the response head.
-    pub async fn post_json(&self, path: &Uri, body: Vec<u8>, request_id: &str) -> Result<Response, Error> {
+    pub async fn post_json(&self, path: &Uri, body: impl Into<Payload>, request_id: &str) -> Result<Response, Error> {
+        let body = body.into();
         let head = self.request_head(path, body.len(), request_id);
         let slot = crate::worker::current() % self.pools.len();
         // Pooled connections first; a request no byte of went out moves on to the next.
@@ -344,18 +345,40 @@ impl Client {
 
 impl Conn {
     /// Writes the request; on failure, whether any of it went out.
-    async fn write_request(&mut self, head: &[u8], body: &[u8]) -> Result<(), (bool, io::Error)> {
-        let total = head.len() + body.len();
-        let mut written = 0;
+    /// Writes the head and the body's pieces together (one `writev` while the socket takes
+    /// them all). The error says whether any byte went out.
+    async fn write_request(&mut self, head: &[u8], body: &Payload) -> Result<(), (bool, io::Error)> {
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(4);
+        pieces.push(head);
+        body.pieces(&mut pieces);
+        pieces.retain(|p| !p.is_empty());
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let (mut at, mut off, mut written) = (0, 0, 0);
         while written < total {
-            let n = if written < head.len() {
-                self.io.write_vectored(&[IoSlice::new(&head[written..]), IoSlice::new(body)]).await
+            let n = if at + 1 < pieces.len() {
+                let slices: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&pieces[at][off..]))
+                    .chain(pieces[at + 1..].iter().map(|p| IoSlice::new(p)))
+                    .collect();
+                self.io.write_vectored(&slices).await
             } else {
-                self.io.write(&body[written - head.len()..]).await
+                self.io.write(&pieces[at][off..]).await
             };
             match n {
                 Ok(0) => return Err((written > 0, io::ErrorKind::WriteZero.into())),
-                Ok(n) => written += n,
+                Ok(mut n) => {
+                    written += n;
+                    while n > 0 {
+                        let left = pieces[at].len() - off;
+                        if n < left {
+                            off += n;
+                            n = 0;
+                        } else {
+                            n -= left;
+                            at += 1;
+                            off = 0;
+                        }
+                    }
+                }
                 Err(e) => return Err((written > 0, e)),
             }
         }
@@ -375,6 +398,45 @@ impl Conn {
         let mut probe = [0u8; 1];
         let mut rb = ReadBuf::new(&mut probe);
         matches!(Pin::new(&mut self.io).poll_read(&mut cx, &mut rb), Poll::Pending)
+    }
+}
+
+/// A request body: one buffer (an encoded request), or pieces written together (a caller's body
+/// forwarded around its edits: nothing of it is copied).
+pub enum Payload {
+    One(Vec<u8>),
+    Pieces(Vec<Bytes>),
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::One(b) => b.len(),
+            Self::Pieces(p) => p.iter().map(Bytes::len).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn pieces<'a>(&'a self, out: &mut Vec<&'a [u8]>) {
+        match self {
+            Self::One(b) => out.push(b),
+            Self::Pieces(p) => out.extend(p.iter().map(|b| &b[..])),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(b: Vec<u8>) -> Self {
+        Self::One(b)
+    }
+}
+
+impl From<Vec<Bytes>> for Payload {
+    fn from(p: Vec<Bytes>) -> Self {
+        Self::Pieces(p)
     }
 }
 
@@ -944,7 +1006,7 @@ mod tests {
         drop(l);
         let c = client(&url);
         let target: Uri = "/".parse().unwrap();
-        assert!(matches!(c.post_json(&target, Vec::new(), "r").await, Err(Error::Connect(_))));
+        assert!(matches!(c.post_json(&target, Vec::<u8>::new(), "r").await, Err(Error::Connect(_))));
     }
 
     #[tokio::test]
@@ -959,7 +1021,7 @@ mod tests {
         });
         let target: Uri = "/".parse().unwrap();
         let c = Client::new(&url, HeaderMap::new(), Duration::from_secs(2), 1).unwrap();
-        let e = c.post_json(&target, Vec::new(), "r").await.err().unwrap();
+        let e = c.post_json(&target, Vec::<u8>::new(), "r").await.err().unwrap();
         assert!(matches!(&e, Error::Connect(m) if m.starts_with("TLS")), "{e}");
         // One that accepts and says nothing: the connect timeout covers the handshake.
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -971,7 +1033,7 @@ mod tests {
             }
         });
         let c = Client::new(&url, HeaderMap::new(), Duration::from_millis(200), 1).unwrap();
-        assert!(matches!(c.post_json(&target, Vec::new(), "r").await, Err(Error::ConnectTimeout)));
+        assert!(matches!(c.post_json(&target, Vec::<u8>::new(), "r").await, Err(Error::ConnectTimeout)));
     }
 
     #[test]
@@ -1059,7 +1121,7 @@ mod tests {
         .await;
         let c = client(&url);
         let target: Uri = "/".parse().unwrap();
-        let mut resp = c.post_json(&target, Vec::new(), "r").await.unwrap();
+        let mut resp = c.post_json(&target, Vec::<u8>::new(), "r").await.unwrap();
         assert_eq!(resp.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers.get("retry-after").unwrap(), "7");
         assert!(resp.headers.get("x-other").is_none(), "only the kept headers are kept");

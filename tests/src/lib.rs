@@ -36,6 +36,8 @@ pub struct Recorded {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Value,
+    /// The body's bytes as they arrived.
+    pub raw: Bytes,
 }
 
 impl Recorded {
@@ -193,6 +195,7 @@ async fn fake_handler(State(state): State<Arc<FakeState>>, uri: Uri, headers: He
         query: uri.query().map(str::to_owned),
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        raw: body,
     };
     state.hits.fetch_add(1, Ordering::SeqCst);
     let reply = (state.handler)(&rec);

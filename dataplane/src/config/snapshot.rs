@@ -161,6 +161,9 @@ pub struct Route {
     /// Validated to be another alias.
     pub long_context_alias: Option<String>,
     pub limiter: Limiter,
+    /// The protocol every candidate of this alias and of its fallback aliases speaks, if they
+    /// share one: callers of that protocol are then served from their own bytes.
+    pub protocol: Option<crate::canonical::Protocol>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -308,8 +311,23 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
             max_prompt_tokens: r.max_prompt_tokens,
             long_context_alias: r.long_context_alias.clone(),
             limiter: limiter(&r.limits, prev_limiter),
+            protocol: None,
         };
         routes.insert(r.alias.clone(), route);
+    }
+    // Each alias's own protocol first, then shared with its fallbacks' (failover walks the
+    // fallbacks' candidates too, one level deep).
+    let own: HashMap<String, Option<crate::canonical::Protocol>> = routes
+        .iter()
+        .map(|(alias, r)| {
+            let mut kinds = r.candidates.iter().filter(|c| c.weight > 0).map(|c| upstreams[c.upstream].kind);
+            let first = kinds.next().and_then(crate::providers::speaks);
+            (alias.clone(), first.filter(|p| kinds.all(|k| crate::providers::speaks(k) == Some(*p))))
+        })
+        .collect();
+    for r in routes.values_mut() {
+        let mine = own.get(&r.alias).copied().flatten();
+        r.protocol = mine.filter(|p| r.fallbacks.iter().all(|f| own.get(f).copied().flatten() == Some(*p)));
     }
 
     // The previous snapshot's tenants and keys by id: their counters carry over.

@@ -9,11 +9,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::canonical::{
-    ChatRequest, ChatResponse, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, EncodingFormat, FinishReason,
-    ToolCall, Usage,
+    estimate_tokens, ChatRequest, ChatResponse, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, EncodingFormat,
+    FinishReason, RawChat, ToolCall, Usage, IMAGE_TOKENS, MESSAGE_TOKENS,
 };
 use crate::error::AxError;
 use crate::pipeline::stream::StreamEncoder;
+use crate::skim::{key_text, Skim, SkimError};
 
 /// The caller's key: `Authorization: Bearer <key>`.
 pub fn api_key(headers: &HeaderMap) -> Option<&str> {
@@ -23,6 +24,220 @@ pub fn api_key(headers: &HeaderMap) -> Option<&str> {
 
 pub fn decode_chat(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, AxError> {
     super::decode::json(bytes, mode)
+}
+
+/// What `skim_chat` reads of a body.
+#[derive(Default)]
+struct Skimmed {
+    model: Option<(String, std::ops::Range<usize>)>,
+    /// Messages in `messages`.
+    messages: Option<u64>,
+    stream: bool,
+    /// `stream_options`: the member (key to value), its value, and whether it asks for usage.
+    stream_options: Option<(std::ops::Range<usize>, std::ops::Range<usize>, bool)>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    n: Option<u32>,
+    tools: bool,
+    json: bool,
+    images: u64,
+    /// Bytes of text the prompt estimate counts: message contents, tool calls and tools.
+    text: usize,
+    /// Every member of the body: (key start, value end).
+    members: Vec<(usize, usize)>,
+    /// The body's closing brace.
+    end: usize,
+}
+
+fn field_error(path: &str) -> impl Fn(SkimError) -> SkimError + '_ {
+    move |e| SkimError { at: e.at, what: format!("{path}: {}", e.what) }
+}
+
+/// A message's `content`: its text bytes and images (a string, or parts).
+fn skim_content(s: &mut Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
+    match s.next_byte() {
+        Some(b'"') => {
+            let (span, _) = s.string()?;
+            read.text += span.len() - 2;
+        }
+        Some(b'[') => s.array(|s| {
+            if s.next_byte() != Some(b'{') {
+                return s.value().map(drop);
+            }
+            s.object(|k, esc, s| match key_text(k, esc).as_deref() {
+                Some("text") => {
+                    let span = s.value()?;
+                    read.text += span.len().saturating_sub(2);
+                    Ok(())
+                }
+                // An image counts as `IMAGE_TOKENS` whatever the size of its URL or data.
+                Some("image_url") => {
+                    read.images += 1;
+                    s.value().map(drop)
+                }
+                _ => s.value().map(drop),
+            })
+        })?,
+        _ => {
+            s.value()?;
+        }
+    }
+    Ok(())
+}
+
+fn skim_fields(body: &[u8]) -> Result<Skimmed, SkimError> {
+    let mut read = Skimmed::default();
+    let mut s = Skim::new(body);
+    if s.next_byte() != Some(b'{') {
+        return Err(SkimError { at: s.pos(), what: "the body must be a JSON object".into() });
+    }
+    s.object(|k, esc, s| {
+        let member_start = k.as_ptr() as usize - body.as_ptr() as usize - 1;
+        let Some(key) = key_text(k, esc) else {
+            return Err(SkimError { at: member_start, what: "a key is not valid JSON text".into() });
+        };
+        let seen = |dup: bool| {
+            if dup {
+                Err(SkimError { at: member_start, what: format!("duplicate field `{key}`") })
+            } else {
+                Ok(())
+            }
+        };
+        match &*key {
+            "model" => {
+                seen(read.model.is_some())?;
+                let start = {
+                    s.next_byte();
+                    s.pos()
+                };
+                let model: String = s.decode().map_err(field_error("model"))?;
+                read.model = Some((model, start..s.pos()));
+            }
+            "messages" => {
+                seen(read.messages.is_some())?;
+                let mut n = 0;
+                s.array(|s| {
+                    n += 1;
+                    if s.next_byte() != Some(b'{') {
+                        return s.value().map(drop);
+                    }
+                    s.object(|k, esc, s| match key_text(k, esc).as_deref() {
+                        Some("content") => skim_content(s, &mut read),
+                        Some("tool_calls") => {
+                            read.text += s.value()?.len();
+                            Ok(())
+                        }
+                        _ => s.value().map(drop),
+                    })
+                })
+                .map_err(field_error("messages"))?;
+                read.messages = Some(n);
+            }
+            "stream" => read.stream = s.decode().map_err(field_error("stream"))?,
+            "stream_options" => {
+                seen(read.stream_options.is_some())?;
+                let value = {
+                    s.next_byte();
+                    s.pos()
+                };
+                #[derive(serde::Deserialize)]
+                struct Options {
+                    #[serde(default)]
+                    include_usage: bool,
+                }
+                let o: Option<Options> = s.decode().map_err(field_error("stream_options"))?;
+                read.stream_options = Some((member_start..s.pos(), value..s.pos(), o.is_some_and(|o| o.include_usage)));
+            }
+            "max_tokens" => read.max_tokens = s.decode().map_err(field_error("max_tokens"))?,
+            "max_completion_tokens" => {
+                read.max_completion_tokens = s.decode().map_err(field_error("max_completion_tokens"))?
+            }
+            "n" => read.n = s.decode().map_err(field_error("n"))?,
+            "tools" => {
+                let span = s.value()?;
+                read.text += span.len();
+                let v = &body[span];
+                read.tools =
+                    v.first() == Some(&b'[') && v.iter().skip(1).any(|b| !b.is_ascii_whitespace() && *b != b']');
+            }
+            "response_format" => {
+                #[derive(serde::Deserialize)]
+                struct Format {
+                    #[serde(rename = "type")]
+                    kind: String,
+                }
+                let f: Option<Format> = s.decode().map_err(field_error("response_format"))?;
+                read.json = f.is_some_and(|f| f.kind == "json_object" || f.kind == "json_schema");
+            }
+            _ => {
+                s.value()?;
+            }
+        }
+        read.members.push((member_start, s.pos()));
+        Ok(())
+    })?;
+    read.end = s.pos() - 1;
+    s.end()?;
+    Ok(read)
+}
+
+/// Reads what the gateway needs of a Chat Completions body without decoding it (the
+/// same-protocol fast path): the model and where it is, the stream flags, the output cap, the
+/// capabilities it needs and a prompt estimate; and the edits every OpenAI-compatible upstream
+/// needs besides the model (usage asked for on streams, as metering needs it; `stream_options`
+/// left out without a stream, where OpenAI refuses it). Everything else, fields ax does not know
+/// included, reaches the upstream as the caller wrote it; the upstream judges it.
+pub fn skim_chat(body: Bytes) -> Result<RawChat, AxError> {
+    let read = skim_fields(&body).map_err(|e| AxError::InvalidJson(e.what))?;
+    let Some((model, model_span)) = read.model else {
+        return Err(AxError::InvalidJson("missing field `model`".into()));
+    };
+    let Some(messages) = read.messages else {
+        return Err(AxError::InvalidJson("missing field `messages`".into()));
+    };
+    if messages == 0 {
+        return Err(AxError::invalid_param("messages", "'messages' must not be empty"));
+    }
+    if read.n == Some(0) {
+        return Err(AxError::invalid_param("n", "'n' must be at least 1"));
+    }
+    let mut edits = Vec::new();
+    match &read.stream_options {
+        Some((_, value, false)) if read.stream => {
+            let mut opts: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(&body[value.clone()]).unwrap_or_default();
+            opts.insert("include_usage".into(), serde_json::Value::Bool(true));
+            let text = serde_json::to_vec(&opts).map_err(|_| AxError::Internal)?;
+            edits.push((value.clone(), Bytes::from(text)));
+        }
+        None if read.stream => {
+            edits.push((read.end..read.end, Bytes::from_static(br#","stream_options":{"include_usage":true}"#)));
+        }
+        Some((member, _, _)) if !read.stream => {
+            // The member and one comma beside it.
+            let i = read.members.iter().position(|m| m.0 == member.start).unwrap_or(0);
+            let span = match (read.members.get(i + 1), i.checked_sub(1).and_then(|p| read.members.get(p))) {
+                (Some(next), _) => member.start..next.0,
+                (None, Some(prev)) => prev.1..member.end,
+                (None, None) => member.clone(),
+            };
+            edits.push((span, Bytes::new()));
+        }
+        _ => {}
+    }
+    Ok(RawChat {
+        model,
+        model_span,
+        edits,
+        stream: read.stream,
+        include_usage: read.stream_options.as_ref().is_some_and(|o| o.2),
+        max_output: read.max_completion_tokens.or(read.max_tokens),
+        needs_tools: read.tools,
+        needs_vision: read.images > 0,
+        needs_json: read.json,
+        prompt_estimate: estimate_tokens(read.text) + MESSAGE_TOKENS * messages + IMAGE_TOKENS * read.images,
+        body,
+    })
 }
 
 pub fn decode_embeddings(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<EmbeddingsRequest, AxError> {
@@ -50,10 +265,10 @@ pub struct Events {
 }
 
 impl Events {
-    pub fn new(req: &ChatRequest, request_id: &str, model: &str) -> Self {
+    pub fn new(include_usage: bool, request_id: &str, model: &str) -> Self {
         Self {
             enc: ChunkEncoder::new(&format!("chatcmpl-{request_id}"), crate::canonical::unix_now(), model),
-            include_usage: req.include_usage(),
+            include_usage,
             request_id: request_id.to_owned(),
         }
     }
@@ -76,6 +291,14 @@ impl StreamEncoder for Events {
         tail.extend_from_slice(&self.enc.usage(&usage.copied().unwrap_or_default()));
         tail.extend_from_slice(crate::sse::DONE_EVENT);
         tail.freeze()
+    }
+
+    fn end_forwarded(&mut self) -> Bytes {
+        Bytes::from_static(crate::sse::DONE_EVENT)
+    }
+
+    fn wants_usage_event(&self) -> bool {
+        self.include_usage
     }
 
     /// One OpenAI-shaped error event, then `[DONE]`.
@@ -370,6 +593,72 @@ fn encode_embeddings_response(r: &EmbeddingsResponse, format: Option<EncodingFor
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn skim(v: &serde_json::Value) -> RawChat {
+        skim_chat(Bytes::from(serde_json::to_vec(v).unwrap())).unwrap()
+    }
+
+    /// What the skim reads agrees with the full decode: the capabilities, flags and output cap
+    /// exactly, the prompt estimate from above and close.
+    #[test]
+    fn the_skim_reads_what_the_decode_reads() {
+        let v = json!({
+            "model": "chat", "stream": true, "stream_options": { "include_usage": true }, "max_completion_tokens": 77,
+            "response_format": { "type": "json_object" },
+            "messages": [
+                { "role": "system", "content": "Be terse, \"really\"." },
+                { "role": "user", "content": [{ "type": "text", "text": "What is this?" },
+                    { "type": "image_url", "image_url": { "url": format!("data:image/png;base64,{}", "A".repeat(30_000)) } }] },
+                { "role": "assistant", "content": null, "tool_calls": [{ "id": "c1", "type": "function",
+                    "function": { "name": "f", "arguments": "{\"a\":1}" } }] },
+                { "role": "tool", "tool_call_id": "c1", "content": "42" } ],
+            "tools": [{ "type": "function", "function": { "name": "f", "description": "does f", "parameters": { "type": "object" } } }]
+        });
+        let raw = skim(&v);
+        let req = decode_chat(&serde_json::to_vec(&v).unwrap(), ax_protocol::config::ParamsMode::Strict).unwrap();
+        let canon = crate::routing::plan::chat_needs(&req, 4096);
+        let fwd = crate::routing::plan::forward_needs(&raw, 4096);
+        assert_eq!(fwd.caps, canon.caps);
+        assert_eq!((raw.stream, raw.include_usage, raw.max_output), (true, true, Some(77)));
+        assert_eq!(raw.model, "chat");
+        // The image counts as one image whatever the size of its data; the skim errs high by the
+        // JSON around tool calls and tools (it counts them as written), a few dozen tokens.
+        let (f, c) = (fwd.prompt_estimate, canon.prompt_estimate);
+        assert!(f >= c && f - c <= 64, "skim {f} against decode {c}");
+    }
+
+    #[test]
+    fn the_model_is_replaced_where_it_stands_and_nothing_else_moves() {
+        let text = br#"{ "messages" : [{"role":"user","content":"m\"odel"}], "model" : "chat" , "x":{"model":"no"} }"#;
+        let raw = skim_chat(Bytes::from_static(text)).unwrap();
+        let body = raw.body_for("gpt-\"q\"").concat();
+        let want = String::from_utf8_lossy(text).replace(r#""model" : "chat""#, r#""model" : "gpt-\"q\"""#);
+        assert_eq!(String::from_utf8_lossy(&body), want);
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["model"], "gpt-\"q\"");
+    }
+
+    /// A second `model`, written plainly or with escapes, would be the one an upstream's parser
+    /// keeps: refused, so no caller picks the real model past its alias.
+    #[test]
+    fn a_second_model_is_refused() {
+        for text in [
+            r#"{"model":"chat","messages":[{"role":"user","content":"x"}],"model":"gpt-expensive"}"#,
+            r#"{"model":"chat","messages":[{"role":"user","content":"x"}],"mod\u0065l":"gpt-expensive"}"#,
+        ] {
+            let e = skim_chat(Bytes::from(text)).unwrap_err();
+            assert_eq!(e.code(), "invalid_json", "{text}");
+        }
+        for (text, code) in [
+            (r#"{"messages":[{"role":"user","content":"x"}]}"#, "invalid_json"),
+            (r#"{"model":"chat","messages":[]}"#, "invalid_request"),
+            (r#"{"model":7,"messages":[{"role":"user","content":"x"}]}"#, "invalid_json"),
+            (r#"[1]"#, "invalid_json"),
+            (r#"{"model":"chat","messages":[{"role":"user","content":"x"}]} trailing"#, "invalid_json"),
+            (r#"{"model":"chat","max_tokens":-1,"messages":[{"role":"user","content":"x"}]}"#, "invalid_json"),
+        ] {
+            assert_eq!(skim_chat(Bytes::from(text)).unwrap_err().code(), code, "{text}");
+        }
+    }
 
     /// Every event is one `data:` line of a whole chunk object, the shared head (written once per
     /// stream) escaped like the rest.

@@ -5,13 +5,16 @@
 //! disconnects, hyper drops the body, which drops the upstream response and cancels the call.
 //! After the first byte has gone out, an upstream failure ends the stream with the protocol's
 //! error event; nothing already sent is repeated.
+//!
+//! An upstream that speaks the caller's protocol (the same-protocol fast path) sends `Raw`
+//! events: each is forwarded as it came, and only what metering needs is read from it.
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
 use crate::body::Body;
-use crate::canonical::{Chunk, ChunkChoice, StreamItem, Usage};
+use crate::canonical::{Chunk, ChunkChoice, RawEvent, StreamItem, Usage};
 use crate::error::{AxError, Outcome};
 use crate::pipeline::Ledger;
 use crate::routing::failover::AttemptHealth;
@@ -27,6 +30,11 @@ pub trait StreamEncoder: Send + 'static {
     fn finish(&mut self, usage: Option<&Usage>) -> Bytes;
     /// The end of a stream an upstream failure cut short.
     fn fail(&mut self, e: &AxError) -> Bytes;
+    /// The end of a completed stream whose events were forwarded as the upstream sent them: the
+    /// protocol's terminator alone.
+    fn end_forwarded(&mut self) -> Bytes;
+    /// Whether the caller gets a forwarded event that carries only usage.
+    fn wants_usage_event(&self) -> bool;
 }
 
 pub struct EgressStream<E> {
@@ -44,6 +52,9 @@ pub struct EgressStream<E> {
     end: Option<Option<AxError>>,
     /// Content and tool-call deltas forwarded (the completion tokens, if the stream is cut).
     deltas: u64,
+    /// The upstream's events are forwarded as they came (no opening event of ours, and our
+    /// terminator alone at the end).
+    forwarded: bool,
 }
 
 impl<E: StreamEncoder> EgressStream<E> {
@@ -57,6 +68,8 @@ impl<E: StreamEncoder> EgressStream<E> {
         guard: AttemptHealth,
     ) -> Result<Box<Self>, (AxError, AttemptHealth)> {
         let mut usage = None;
+        // Forwarded events before the first content (the role event) wait with it.
+        let mut held: Option<VecDeque<Bytes>> = None;
         loop {
             match upstream.next().await {
                 Some(Ok(StreamItem::Chunk(c))) => {
@@ -66,13 +79,29 @@ impl<E: StreamEncoder> EgressStream<E> {
                     if c.choices.iter().all(crate::canonical::ChunkChoice::is_empty) {
                         continue;
                     }
-                    let mut s = Self::new(upstream, enc, usage, n, guard);
+                    let mut s = Self::new(upstream, enc, usage, n, guard, held);
                     s.push_chunk(c);
+                    return Ok(Box::new(s));
+                }
+                Some(Ok(StreamItem::Raw(ev))) => {
+                    if ev.deltas == 0 {
+                        if let Some(u) = ev.usage {
+                            usage = Some(u);
+                        }
+                        let keep = !ev.usage_only || enc.wants_usage_event();
+                        let held = held.get_or_insert_with(VecDeque::new);
+                        if keep {
+                            held.push_back(ev.bytes);
+                        }
+                        continue;
+                    }
+                    let mut s = Self::new(upstream, enc, usage, n, guard, Some(held.unwrap_or_default()));
+                    s.push_raw(ev);
                     return Ok(Box::new(s));
                 }
                 Some(Ok(StreamItem::Done)) | None => {
                     // A stream that ends with nothing: still a valid (empty) reply.
-                    let mut s = Self::new(upstream, enc, usage, n, guard);
+                    let mut s = Self::new(upstream, enc, usage, n, guard, held);
                     s.finish();
                     return Ok(Box::new(s));
                 }
@@ -81,18 +110,32 @@ impl<E: StreamEncoder> EgressStream<E> {
         }
     }
 
-    fn new(upstream: Box<UpstreamStream>, mut enc: E, usage: Option<Usage>, n: u32, guard: AttemptHealth) -> Self {
-        let role = enc.start(n.max(1));
+    /// `held`: the forwarded events so far, when the upstream's events are forwarded (they stand
+    /// in for our opening event).
+    fn new(
+        upstream: Box<UpstreamStream>,
+        mut enc: E,
+        usage: Option<Usage>,
+        n: u32,
+        guard: AttemptHealth,
+        held: Option<VecDeque<Bytes>>,
+    ) -> Self {
+        let forwarded = held.is_some();
+        let pending = match held {
+            Some(h) => h,
+            None => VecDeque::from([enc.start(n.max(1))]),
+        };
         EgressStream {
             upstream,
             enc,
             usage,
-            pending: VecDeque::from([role]),
+            pending,
             done: false,
             guard: Some(guard),
             ledger: None,
             end: None,
             deltas: 0,
+            forwarded,
         }
     }
 
@@ -120,6 +163,7 @@ impl<E: StreamEncoder> EgressStream<E> {
             }
             match self.upstream.next().await {
                 Some(Ok(StreamItem::Chunk(c))) => self.push_chunk(c),
+                Some(Ok(StreamItem::Raw(ev))) => self.push_raw(ev),
                 Some(Ok(StreamItem::Done)) | None => self.finish(),
                 Some(Err(e)) => self.fail(&e),
             }
@@ -139,25 +183,42 @@ impl<E: StreamEncoder> EgressStream<E> {
             .iter()
             .filter(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty())
             .count();
-        self.deltas += deltas as u64;
+        self.count_deltas(deltas as u64);
+        self.pending.push_back(self.enc.chunk(&c.choices));
+    }
+
+    /// An event forwarded as the upstream sent it; what metering needs was read from it.
+    fn push_raw(&mut self, ev: RawEvent) {
+        if let Some(u) = ev.usage {
+            self.usage = Some(u);
+        }
+        if ev.usage_only && !self.enc.wants_usage_event() {
+            return;
+        }
+        self.count_deltas(u64::from(ev.deltas));
+        self.pending.push_back(ev.bytes);
+    }
+
+    /// Content or tool-call deltas about to go out: the meter counts them (the completion
+    /// tokens of a stream cut short) and the first marks the time to first token.
+    fn count_deltas(&mut self, deltas: u64) {
+        if deltas == 0 {
+            return;
+        }
+        self.deltas += deltas;
         if let Some(l) = &mut self.ledger {
             for _ in 0..deltas {
                 l.meter.delta();
             }
+            l.meter.first_token();
         }
-        if c.choices.iter().any(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty()) {
-            if let Some(l) = &mut self.ledger {
-                l.meter.first_token();
-            }
-            if let Some(g) = &mut self.guard {
-                g.first_token();
-            }
+        if let Some(g) = &mut self.guard {
+            g.first_token();
         }
-        self.pending.push_back(self.enc.chunk(&c.choices));
     }
 
     fn finish(&mut self) {
-        let tail = self.enc.finish(self.usage.as_ref());
+        let tail = if self.forwarded { self.enc.end_forwarded() } else { self.enc.finish(self.usage.as_ref()) };
         self.pending.push_back(tail);
         self.done = true;
         self.end = Some(None);

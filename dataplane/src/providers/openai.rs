@@ -9,7 +9,8 @@ use serde_json::Value;
 use super::{classify, error_body, status_of_error_type, Ctx, IsError};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, FinishReason,
-    Message, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice, Usage,
+    Message, RawEvent, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice,
+    Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -344,6 +345,117 @@ impl StreamState {
             return Ok(None); // e.g. the role-only first chunk: ax sends its own
         }
         Ok(Some(StreamItem::Chunk(Chunk { choices, usage })))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forwarding: an OpenAI caller's answer as the upstream sent it (the same-protocol fast path)
+
+/// The finish reasons a Chat Completions caller knows; any other is rewritten (through the
+/// canonical model: mapped, or kept as `provider_finish_reason`).
+fn standard_finish(reason: &str) -> bool {
+    matches!(reason, "stop" | "length" | "tool_calls" | "content_filter")
+}
+
+/// What the gateway reads of a whole answer before forwarding it: nothing of the text.
+#[derive(Deserialize)]
+struct AnswerGlance<'a> {
+    #[serde(default, borrow)]
+    id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    created: Option<u64>,
+    #[serde(default, borrow)]
+    model: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    choices: Vec<ChoiceGlance<'a>>,
+    #[serde(default)]
+    usage: Option<OpenAiUsage>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    object: IsError,
+}
+
+#[derive(Deserialize)]
+struct ChoiceGlance<'a> {
+    #[serde(default, borrow)]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    delta: Option<DeltaGlance<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaGlance<'a> {
+    #[serde(default, borrow)]
+    content: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow)]
+    tool_calls: Option<&'a serde_json::value::RawValue>,
+}
+
+impl DeltaGlance<'_> {
+    /// Text or tool calls in it (what `ChunkChoice::is_empty` counts as content).
+    fn carries(&self) -> bool {
+        let some =
+            |v: Option<&serde_json::value::RawValue>, empty: &[&str]| v.is_some_and(|v| !empty.contains(&v.get()));
+        some(self.content, &["\"\"", "null"]) || some(self.tool_calls, &["[]", "null"])
+    }
+}
+
+/// A 2xx answer to forward as it came: `Ok(Some(usage))`; `Ok(None)` when it must be rewritten
+/// first (something left out that callers get filled in, or a finish reason they do not know);
+/// the upstream's error when it carries one (HTTP 200 is not success).
+pub fn forwardable(body: &[u8]) -> Result<Option<Option<Usage>>, AxError> {
+    let r: AnswerGlance<'_> = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+    if r.error.is_some() || r.object.0 {
+        return Err(error_body(body, embedded_error));
+    }
+    let filled = r.id.is_some_and(|i| !i.is_empty()) && r.created.is_some() && r.model.is_some_and(|m| !m.is_empty());
+    let known =
+        !r.choices.is_empty() && r.choices.iter().all(|c| c.finish_reason.as_deref().is_none_or(standard_finish));
+    Ok((filled && known).then(|| r.usage.map(Usage::from)))
+}
+
+/// An OpenAI stream forwarded to an OpenAI caller: each event as it came, with its usage and
+/// the deltas it carries read; one with a finish reason the caller would not know goes through
+/// the canonical model instead.
+#[derive(Debug, Default)]
+pub struct ForwardState {
+    inner: StreamState,
+}
+
+impl ForwardState {
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+        let data = ev.data.trim();
+        if data == "[DONE]" {
+            return Ok(Some(StreamItem::Done));
+        }
+        if data.is_empty() {
+            return Ok(None);
+        }
+        let c: AnswerGlance<'_> =
+            serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
+        if c.error.is_some() || c.object.0 {
+            return Err(error_body(data.as_bytes(), embedded_error));
+        }
+        if c.choices.iter().any(|ch| ch.finish_reason.as_deref().is_some_and(|f| !standard_finish(f))) {
+            return self.inner.on_event(ev);
+        }
+        self.inner.finished |= c.choices.iter().any(|ch| ch.finish_reason.is_some());
+        let deltas = c.choices.iter().filter(|ch| ch.delta.as_ref().is_some_and(DeltaGlance::carries)).count();
+        let mut bytes = bytes::BytesMut::with_capacity(data.len() + 8);
+        bytes.extend_from_slice(b"data: ");
+        bytes.extend_from_slice(data.as_bytes());
+        bytes.extend_from_slice(b"\n\n");
+        Ok(Some(StreamItem::Raw(RawEvent {
+            bytes: bytes.freeze(),
+            usage_only: c.choices.is_empty(),
+            usage: c.usage.map(Usage::from),
+            deltas: u32::try_from(deltas).unwrap_or(u32::MAX),
+        })))
+    }
+
+    pub fn finished(&self) -> bool {
+        self.inner.finished
     }
 }
 

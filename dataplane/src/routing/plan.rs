@@ -8,15 +8,11 @@
 use ax_protocol::config::{Capability, ParamsMode, Strategy};
 use rand::Rng;
 
-use crate::canonical::{ChatRequest, Content, ContentPart, EmbeddingsRequest};
+use crate::canonical::{estimate_tokens, IMAGE_TOKENS, MESSAGE_TOKENS};
+use crate::canonical::{ChatRequest, Content, ContentPart, EmbeddingsRequest, RawChat};
 use crate::config::snapshot::{Candidate, Route, Snapshot};
 use crate::error::AxError;
-use crate::providers::{self, estimate_tokens};
-
-/// Tokens counted for one image whatever its size (OpenAI bills 85–1,105 for typical images).
-const IMAGE_TOKENS: u64 = 1_000;
-/// Per-message framing overhead, in tokens.
-const MESSAGE_TOKENS: u64 = 4;
+use crate::providers;
 
 /// What the request needs from a candidate.
 #[derive(Debug, Clone, Default)]
@@ -32,7 +28,7 @@ pub struct Needs {
     pub reserve_tokens: u64,
 }
 
-/// Estimates a chat prompt's tokens, erring high (see `providers::estimate_tokens`).
+/// Estimates a chat prompt's tokens, erring high (see `canonical::estimate_tokens`).
 pub fn estimate_prompt(req: &ChatRequest) -> u64 {
     let mut bytes = 0usize;
     let mut extra = 0u64;
@@ -94,6 +90,29 @@ pub fn chat_needs(req: &ChatRequest, default_max_tokens: u32) -> Needs {
         prompt_estimate,
         params: req.set_params().collect(),
         reserve_tokens: prompt_estimate + u64::from(req.max_output().unwrap_or(default_max_tokens)),
+    }
+}
+
+/// The needs of a request kept as the caller's bytes, from what the codec's skim read.
+/// Parameters are not listed: every candidate speaks the caller's protocol, so takes them all.
+pub fn forward_needs(req: &RawChat, default_max_tokens: u32) -> Needs {
+    let mut caps = vec![Capability::Chat];
+    for (need, cap) in [
+        (req.stream, Capability::Streaming),
+        (req.needs_tools, Capability::Tools),
+        (req.needs_vision, Capability::Vision),
+        (req.needs_json, Capability::Json),
+    ] {
+        if need {
+            caps.push(cap);
+        }
+    }
+    Needs {
+        caps,
+        window_tokens: req.prompt_estimate + u64::from(req.max_output.unwrap_or(0)),
+        prompt_estimate: req.prompt_estimate,
+        params: Vec::new(),
+        reserve_tokens: req.prompt_estimate + u64::from(req.max_output.unwrap_or(default_max_tokens)),
     }
 }
 

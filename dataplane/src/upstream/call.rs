@@ -12,13 +12,14 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
-use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, StreamItem};
+use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, RawChat, StreamItem, Usage};
 use crate::config::snapshot::{Backend, Model, Route, Upstream};
 use crate::error::AxError;
 use crate::providers::{self, Ctx, StreamDecoder};
 use crate::sse::SseDecoder;
 use crate::transport::{self, Client, Response};
 use crate::upstream::mock;
+use ax_protocol::config::ProviderKind;
 
 /// Upstream error bodies are logged up to this many bytes.
 const LOGGED_BODY_BYTES: usize = 2048;
@@ -63,6 +64,11 @@ impl Deadlines {
 pub enum ChatOutcome {
     /// A whole answer, in the canonical model.
     Full(ChatResponse),
+    /// A whole answer in the caller's own protocol, to forward as it came, and its usage.
+    Forward {
+        body: bytes::Bytes,
+        usage: Option<Usage>,
+    },
     Stream(Box<UpstreamStream>),
 }
 
@@ -92,27 +98,9 @@ pub async fn chat(
         Ctx { kind: up.kind, model: &model.name, max_tokens: model.max_output_tokens.unwrap_or(default_max_tokens) };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(client, up, url.as_ref(), body, request_id, deadlines).await?;
+    let resp = send(client, up, url.as_ref(), body.into(), request_id, deadlines).await?;
     if req.stream {
-        let is_sse = resp
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("text/event-stream"));
-        if !is_sse {
-            // Some servers answer a stream request with one JSON body, often an error.
-            let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
-            let err = match providers::decode_chat(up.kind, &bytes) {
-                Err(e) => e,
-                Ok(_) => AxError::UpstreamInvalidResponse,
-            };
-            log_upstream_error(up, 200, &bytes, &err);
-            return Err(err);
-        }
-        let decoder = StreamDecoder::new(up.kind).ok_or(AxError::Internal)?;
-        let sse = SseDecoder::with_limit(up.max_event_bytes);
-        let source = Source::Http { resp, sse, decoder, state: HttpState::Reading };
-        return Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, deadlines))));
+        return stream_of(up, resp, deadlines, StreamDecoder::new(up.kind)).await;
     }
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     match providers::decode_chat(up.kind, &bytes) {
@@ -122,6 +110,71 @@ pub async fn chat(
             Err(e)
         }
     }
+}
+
+/// A request in the caller's own protocol, sent to an upstream that speaks it (the same-protocol
+/// fast path): the caller's bytes with the model replaced (`RawChat::body_for`), the answer
+/// forwarded as it came unless something in it must be rewritten for the caller (then it comes
+/// back canonical, as from `chat`). Only for HTTP upstreams whose protocol is the caller's.
+pub async fn chat_forward(
+    up: &Upstream,
+    model: &Model,
+    req: &RawChat,
+    request_id: &str,
+    deadlines: Deadlines,
+) -> Result<ChatOutcome, AxError> {
+    let Backend::Http(client) = &up.backend else { return Err(AxError::Internal) };
+    let body = req.body_for(&model.name);
+    let url = if req.stream { &model.stream_url } else { &model.chat_url };
+    let resp = send(client, up, url.as_ref(), body.into(), request_id, deadlines).await?;
+    if req.stream {
+        return stream_of(up, resp, deadlines, StreamDecoder::forwarding(up.kind)).await;
+    }
+    let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
+    let read = match up.kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai => crate::providers::openai::forwardable(&bytes),
+        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => return Err(AxError::Internal),
+    };
+    match read {
+        Ok(Some(usage)) => Ok(ChatOutcome::Forward { body: bytes, usage }),
+        // Something in it is rewritten for the caller: through the canonical model.
+        Ok(None) => providers::decode_chat(up.kind, &bytes)
+            .map(ChatOutcome::Full)
+            .inspect_err(|e| log_upstream_error(up, 200, &bytes, e)),
+        Err(e) => {
+            log_upstream_error(up, 200, &bytes, &e);
+            Err(e)
+        }
+    }
+}
+
+/// An answer to a stream request: the upstream stream with `decoder` (the provider's, or its
+/// forwarding one); a JSON body instead (some servers answer a stream request so, often with an
+/// error) is the upstream's error.
+async fn stream_of(
+    up: &Upstream,
+    resp: Response,
+    deadlines: Deadlines,
+    decoder: Option<StreamDecoder>,
+) -> Result<ChatOutcome, AxError> {
+    let is_sse = resp
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("text/event-stream"));
+    if !is_sse {
+        let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
+        let err = match providers::decode_chat(up.kind, &bytes) {
+            Err(e) => e,
+            Ok(_) => AxError::UpstreamInvalidResponse,
+        };
+        log_upstream_error(up, 200, &bytes, &err);
+        return Err(err);
+    }
+    let decoder = decoder.ok_or(AxError::Internal)?;
+    let sse = SseDecoder::with_limit(up.max_event_bytes);
+    let source = Source::Http { resp, sse, decoder, state: HttpState::Reading };
+    Ok(ChatOutcome::Stream(Box::new(UpstreamStream::new(source, deadlines))))
 }
 
 pub async fn embeddings(
@@ -137,7 +190,7 @@ pub async fn embeddings(
     };
     let ctx = Ctx { kind: up.kind, model: &model.name, max_tokens: 0 };
     let body = providers::encode_embeddings(ctx, req)?;
-    let resp = send(client, up, model.embed_url.as_ref(), body, request_id, deadlines).await?;
+    let resp = send(client, up, model.embed_url.as_ref(), body.into(), request_id, deadlines).await?;
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
 }
@@ -148,7 +201,7 @@ async fn send(
     client: &Client,
     up: &Upstream,
     target: Option<&http::Uri>,
-    body: Vec<u8>,
+    body: transport::Payload,
     request_id: &str,
     deadlines: Deadlines,
 ) -> Result<Response, AxError> {

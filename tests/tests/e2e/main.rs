@@ -10,6 +10,7 @@ mod governance;
 mod hardening;
 mod ingress;
 mod layering;
+mod passthrough;
 mod reload;
 mod sdk;
 mod translation;

@@ -154,10 +154,11 @@ async fn openai_request_passes_through_with_real_model() {
     assert_eq!(r.header("authorization"), Some(format!("Bearer {UPSTREAM_KEY}").as_str()));
     let b = r.body;
     assert_eq!(b["model"], "real-model");
-    // Forwarded unchanged, except that an assistant's `content: null` is omitted (equivalent).
-    let mut want = req["messages"].clone();
-    want[3].as_object_mut().unwrap().remove("content");
-    assert_eq!(b["messages"], want);
+    // The same protocol on both sides: the caller's bytes, with only the model replaced.
+    let sent = serde_json::to_vec(&req).unwrap();
+    let want = String::from_utf8(sent).unwrap().replacen(r#""model":"chat""#, r#""model":"real-model""#, 1);
+    assert_eq!(String::from_utf8_lossy(&r.raw), want);
+    assert_eq!(b["messages"], req["messages"]);
     assert_eq!(b["temperature"], 1.2, "OpenAI keeps 0..2");
     assert_eq!(b["seed"], 3);
     assert_eq!(b["logit_bias"], json!({ "50256": -100 }));

@@ -1,0 +1,185 @@
+//! The same-protocol fast path: an OpenAI caller and an OpenAI-compatible upstream. The request
+//! reaches the upstream as the caller's bytes with only the model replaced (and usage asked for on
+//! streams); the answer, or each stream event, reaches the caller as the upstream sent it; usage,
+//! cost and errors are still read from it. A route with a candidate of another protocol keeps
+//! the canonical path.
+
+use ax_tests::{assemble, key_digest, post, sse_events, wire, FakeUpstream, Gateway, Reply, KEY};
+use serde_json::{json, Value};
+
+/// One OpenAI upstream (prices set, so cost is metered), behind `chat`; `mixed` adds an Anthropic
+/// candidate after it.
+async fn gateway(openai: &FakeUpstream, anthropic: Option<&FakeUpstream>) -> Gateway {
+    let model = "models: [{ name: real-model, context_window: 100000, capabilities: [chat, tools, streaming, vision, json], price_per_mtok: { input: 1.0, output: 2.0 } }]";
+    let mut upstreams =
+        format!("  - {{ name: oa, provider: openai, base_url: \"{}/v1\", api_key: sk-up, {model} }}\n", openai.url());
+    let mut mixed = String::new();
+    if let Some(a) = anthropic {
+        upstreams.push_str(&format!(
+            "  - {{ name: an, provider: anthropic, base_url: \"{}\", api_key: sk-an, {model} }}\n",
+            a.url()
+        ));
+        mixed = "  - { alias: mixed, strategy: priority, candidates: [{ upstream: oa, model: real-model, priority: 0 }, { upstream: an, model: real-model, priority: 1 }] }\n".to_owned();
+    }
+    Gateway::start(&format!(
+        "server: {{ params: strict }}\nupstreams:\n{upstreams}routes:\n  - {{ alias: chat, candidates: [{{ upstream: oa, model: real-model }}] }}\n{mixed}tenants:\n  - {{ id: t, keys: [{{ id: k, sha256: \"{}\" }}] }}\n",
+        key_digest(KEY)
+    ))
+    .await
+}
+
+/// A body as a client would write it, keys in the order given (not re-sorted), with fields ax does
+/// not know at the top level and inside a message.
+const CALLER_BODY: &str = r#"{"messages":[{"role":"user","content":"hi","x_vendor_note":{"keep":[1,2]}}],"model":"chat","top_k":40,"enable_thinking":false,"max_tokens":50}"#;
+
+#[tokio::test]
+async fn the_request_reaches_the_upstream_as_the_caller_wrote_it() {
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (3, 2, 0)))).await;
+    let gw = gateway(&up, None).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gw.url))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body(CALLER_BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Byte for byte, but the model; unknown fields (strict mode or not) are the upstream's to judge.
+    let want = CALLER_BODY.replace(r#""model":"chat""#, r#""model":"real-model""#);
+    assert_eq!(String::from_utf8_lossy(&up.last().raw), want);
+
+    // A stream without `stream_options`: usage is asked for (metering needs it), nothing else moves.
+    let stream_body = r#"{"model":"chat","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let up2 =
+        FakeUpstream::fixed(Reply::sse(&wire::openai_stream(&["a"], &[], "stop", (1, 1, 0), Default::default()))).await;
+    let gw2 = gateway(&up2, None).await;
+    let send = |body: &'static str| {
+        reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", gw2.url))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let _ = send(stream_body).await.unwrap().bytes().await;
+    assert_eq!(
+        String::from_utf8_lossy(&up2.last().raw),
+        r#"{"model":"real-model","stream":true,"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}"#
+    );
+    // `stream_options` of the caller's own: kept, with usage asked for.
+    let _ = send(r#"{"model":"chat","stream":true,"stream_options":{"continuous_usage_stats":true},"messages":[{"role":"user","content":"hi"}]}"#)
+        .await
+        .unwrap()
+        .bytes()
+        .await;
+    assert_eq!(up2.last().body["stream_options"], json!({ "continuous_usage_stats": true, "include_usage": true }));
+    // `stream_options` without a stream is an error to OpenAI: left out, as before the fast path.
+    let _ =
+        send(r#"{"model":"chat","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#)
+            .await;
+    assert_eq!(
+        String::from_utf8_lossy(&up2.last().raw),
+        r#"{"model":"real-model","messages":[{"role":"user","content":"hi"}]}"#
+    );
+}
+
+#[tokio::test]
+async fn the_answer_reaches_the_caller_as_the_upstream_sent_it_and_is_metered() {
+    let mut answer = wire::openai_response(Some("ok"), &[], "stop", (1_000, 500, 200));
+    answer["service_tier"] = json!("default");
+    answer["x_vendor"] = json!({ "trace": "abc" });
+    let text = serde_json::to_string(&answer).unwrap();
+    let up = FakeUpstream::fixed(Reply::Raw {
+        status: 200,
+        content_type: "application/json",
+        body: text.clone().into_bytes(),
+    })
+    .await;
+    let gw = gateway(&up, None).await;
+    let resp = post(
+        &gw.url,
+        "/v1/chat/completions",
+        &json!({ "model": "chat", "messages": [{ "role": "user", "content": "hi" }] }),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    // 1,000 prompt tokens at $1/Mtok and 500 completion at $2/Mtok: $0.002.
+    assert_eq!(resp.headers()["x-ax-cost-usd"], "0.002000");
+    assert_eq!(resp.headers()["x-ax-upstream"], "oa");
+    assert_eq!(resp.text().await.unwrap(), text, "forwarded byte for byte, fields ax does not know included");
+
+    // Something callers get rewritten (a finish reason OpenAI's clients do not know) goes through
+    // the canonical model instead.
+    let odd = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "abort", (1, 1, 0)))).await;
+    let gw = gateway(&odd, None).await;
+    let v: Value = post(
+        &gw.url,
+        "/v1/chat/completions",
+        &json!({ "model": "chat", "messages": [{ "role": "user", "content": "hi" }] }),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        (v["choices"][0]["finish_reason"].clone(), v["choices"][0]["provider_finish_reason"].clone()),
+        (Value::Null, json!("abort"))
+    );
+}
+
+#[tokio::test]
+async fn stream_events_are_forwarded_as_they_came() {
+    let wire_text = wire::openai_stream(&["Hel", "lo ", "wörld"], &[], "stop", (10, 3, 0), Default::default());
+    let upstream_events: Vec<String> = wire_text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").unwrap().to_owned())
+        .collect();
+    let up = FakeUpstream::fixed(Reply::sse(&wire_text)).await;
+    let gw = gateway(&up, None).await;
+    let ask = |usage: bool| {
+        let mut b = json!({ "model": "chat", "stream": true, "messages": [{ "role": "user", "content": "hi" }] });
+        if usage {
+            b["stream_options"] = json!({ "include_usage": true });
+        }
+        b
+    };
+    // Without usage asked for: every event as sent but the upstream's usage-only one.
+    let events = sse_events(post(&gw.url, "/v1/chat/completions", &ask(false)).await).await;
+    let mut want: Vec<String> = upstream_events.iter().filter(|e| !e.contains("\"usage\"")).cloned().collect();
+    assert_eq!(events, want);
+    assert_eq!(assemble(&events).text, "Hello wörld");
+    // With it: the usage event too, as the upstream sent it.
+    let events = sse_events(post(&gw.url, "/v1/chat/completions", &ask(true)).await).await;
+    want = upstream_events.clone();
+    assert_eq!(events, want);
+    let a = assemble(&events);
+    assert!(a.done && a.usage.is_some());
+}
+
+#[tokio::test]
+async fn a_route_with_another_protocol_keeps_the_canonical_path() {
+    let oa = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let an =
+        FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)))).await;
+    let gw = gateway(&oa, Some(&an)).await;
+    // Strict mode refuses what it does not know on a route that may translate…
+    let r = post(
+        &gw.url,
+        "/v1/chat/completions",
+        &json!({ "model": "mixed", "top_k": 5, "messages": [{ "role": "user", "content": "hi" }] }),
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    // …and encodes for the OpenAI candidate as before (the request re-encoded: keys in ax's order).
+    let r = post(
+        &gw.url,
+        "/v1/chat/completions",
+        &json!({ "messages": [{ "role": "user", "content": "hi" }], "model": "mixed" }),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert!(String::from_utf8_lossy(&oa.last().raw).starts_with(r#"{"model":"real-model","messages""#));
+    assert_eq!(oa.hits(), 1);
+}
