@@ -40,6 +40,10 @@ pub fn prometheus() -> Option<PrometheusHandle> {
                 "ax_spool_drain_failures_total",
                 "Usage spool drain passes that failed (retried)"
             );
+            metrics::describe_counter!(
+                "ax_log_lines_dropped_total",
+                "Log lines dropped because the log writer thread fell behind (the usage record itself is in the spool)"
+            );
             Some(handle)
         })
         .clone()
@@ -312,30 +316,7 @@ impl Meter {
             }
         });
         crate::metering::spool::append(r);
-        tracing::info!(
-            target: "ax::usage",
-            tenant = %r.tenant,
-            key_id = %r.key_id,
-            alias = %r.alias,
-            fallback = r.fallback.as_deref(),
-            upstream = %r.upstream,
-            model = %r.model,
-            stream = r.stream,
-            status = r.status,
-            error_code = r.error_code.as_deref(),
-            incomplete = r.incomplete,
-            estimated = r.estimated,
-            prompt_tokens = r.prompt_tokens,
-            completion_tokens = r.completion_tokens,
-            cached_prompt_tokens = r.cached_prompt_tokens,
-            cache_write_tokens = r.cache_write_tokens,
-            cost_micro_usd = r.cost_micro_usd,
-            latency_ms = r.latency_ms,
-            ttft_ms = r.ttft_ms,
-            attempts = r.attempts,
-            retry_of = r.retry_of.as_deref(),
-            "usage"
-        );
+        crate::metering::usage_log::line(r);
     }
 }
 
@@ -383,6 +364,9 @@ pub fn health_table(snap: &crate::config::snapshot::Snapshot) -> ax_protocol::he
 /// Sets the health gauges from the live table; called when `/metrics` is scraped, never per request.
 pub fn health_gauges(snap: &crate::config::snapshot::Snapshot) {
     use crate::state::health::BreakerState;
+    if let Some(n) = crate::metering::usage_log::dropped() {
+        metrics::counter!("ax_log_lines_dropped_total").absolute(n);
+    }
     for u in &snap.upstreams {
         let name = u.name.clone();
         metrics::gauge!("ax_upstream_in_flight", "upstream" => name.clone()).set(f64::from(u.health.in_flight()));

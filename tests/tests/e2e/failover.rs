@@ -482,13 +482,21 @@ async fn usage_record_lists_attempts_with_retry_of() {
         .await
         .unwrap();
     assert_eq!(resp.headers()["x-ax-attempts"], "2");
-    let records: Vec<Value> = bin
-        .logs()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["target"] == "ax::usage")
-        .map(|v| v["fields"].clone())
-        .collect();
+    // Usage lines leave a serving thread in batches: within about a second.
+    let usage_lines = || -> Vec<Value> {
+        bin.logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == "ax::usage")
+            .map(|v| v["fields"].clone())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while usage_lines().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let records = usage_lines();
     assert_eq!(records.len(), 1, "exactly one record per request: {records:?}");
     let r = &records[0];
     assert_eq!(r["upstream"], "backup");
