@@ -81,6 +81,30 @@ impl ChatRequest {
         self.max_completion_tokens.or(self.max_tokens)
     }
 
+    /// About how many bytes its text takes written out (message contents, tool calls): what an
+    /// encoder reserves so that writing the body never grows and copies its buffer.
+    pub fn text_len(&self) -> usize {
+        self.messages
+            .iter()
+            .map(|m| {
+                let content = match &m.content {
+                    Some(Content::Text(t)) => t.len(),
+                    Some(Content::Parts(parts)) => parts
+                        .iter()
+                        .map(|p| match p {
+                            ContentPart::Text { text } => text.len(),
+                            ContentPart::ImageUrl { image_url } => image_url.url.len(),
+                        })
+                        .sum(),
+                    None => 0,
+                };
+                let calls: usize =
+                    m.tool_calls.iter().flatten().map(|c| c.function.name.len() + c.function.arguments.len()).sum();
+                content + calls + 64
+            })
+            .sum()
+    }
+
     pub fn include_usage(&self) -> bool {
         self.stream_options.as_ref().is_some_and(|o| o.include_usage)
     }

@@ -8,10 +8,17 @@
 # each in turn (an A/B of two builds). Per binary and case: ax under `valgrind --tool=callgrind`
 # with one serving thread, three warm-up requests, `callgrind_control -z`, `wrk -t1` for the given
 # seconds, `callgrind_control -d`; the dump's total instructions ÷ the requests wrk counted.
+# AX_CG_MESSAGES=60 sends a conversation of that many messages (~50 KB at 60) instead of one;
+# AX_CG_ALIAS=chat-an sends it to an Anthropic upstream (the translated path) instead of the
+# OpenAI one (the same-protocol fast path); AX_CG_CASES=false (or true) measures only non-stream
+# (or the stream); AX_CG_KEEP=<dir> keeps the dumps; AX_CG_DEBUG=1 shows the warm-up answers.
 # Loopback only; every run is bounded; everything started here is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR=${1:-10}
+MESSAGES=${AX_CG_MESSAGES:-1}
+ALIAS=${AX_CG_ALIAS:-chat}
+CASES=${AX_CG_CASES:-false true}
 shift || true
 BINS=("$@")
 for tool in valgrind callgrind_control wrk curl; do
@@ -38,17 +45,20 @@ cat > "$WORK/ax.yaml" <<EOF
 upstreams:
   - { name: up, provider: openai, base_url: "http://$MOCK/v1", api_key: sk-bench,
       models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming], price_per_mtok: { input: 1, output: 2 } }] }
+  - { name: an, provider: anthropic, base_url: "http://$MOCK", api_key: sk-bench,
+      models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming], price_per_mtok: { input: 1, output: 2 } }] }
 routes:
   - { alias: chat, candidates: [{ upstream: up, model: m }] }
+  - { alias: chat-an, candidates: [{ upstream: an, model: m }] }
 tenants:
   - { id: plain, keys: [{ id: k1, sha256: "$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)" }] }
 EOF
 body() { # $1 = stream (true|false)
-  python3 - "$1" <<'PY'
+  python3 - "$1" "$MESSAGES" "$ALIAS" <<'PY'
 import json, sys
 text = "The quick brown fox jumps over the lazy dog while the agent reads the repository. " * 10
-print(json.dumps({"model": "chat", "max_tokens": 100, "stream": sys.argv[1] == "true",
-                  "messages": [{"role": "user", "content": text}]}))
+msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i in range(int(sys.argv[2]))]
+print(json.dumps({"model": sys.argv[3], "max_tokens": 100, "stream": sys.argv[1] == "true", "messages": msgs}))
 PY
 }
 for s in false true; do
@@ -66,7 +76,7 @@ echo "| binary | case | requests | instructions per request |"
 echo "|---|---|---:|---:|"
 for bin in "${BINS[@]}"; do
   exe=$(realpath "$bin")
-  for s in false true; do
+  for s in $CASES; do
     port=$(free_port)
     (cd "$WORK" && AX_THREADS=1 exec valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
       "$exe" --config "$WORK/ax.yaml" --listen "127.0.0.1:$port") >/dev/null 2>"$WORK/ax.log" &
@@ -75,6 +85,7 @@ for bin in "${BINS[@]}"; do
     url="http://127.0.0.1:$port/v1/chat/completions"
     for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
     for _ in 1 2 3; do
+      [ -n "${AX_CG_DEBUG:-}" ] && curl -s -i -H "Authorization: Bearer $KEY" -H "content-type: application/json" --data-binary "@$WORK/body-$s.json" "$url" | head -12 >&2
       curl -sf -o /dev/null -H "Authorization: Bearer $KEY" -H 'content-type: application/json' \
         --data-binary "@$WORK/body-$s.json" "$url"
     done
@@ -86,8 +97,15 @@ for bin in "${BINS[@]}"; do
     # The dump (cg.out.1) holds what ran since the zeroing; the file written at exit is not read.
     total=$(cat "$WORK"/cg.out.* | awk '/^summary:/ { s += $2 } /^totals:/ { t += $2 } END { print (t ? t : s) }')
     kill "$pid"; wait "$pid" 2>/dev/null || true
+    # AX_CG_KEEP=<dir> keeps each dump there (for callgrind_annotate).
+    if [ -n "${AX_CG_KEEP:-}" ]; then
+      mkdir -p "$AX_CG_KEEP"
+      cp "$WORK"/cg.out.1 "$AX_CG_KEEP/$(basename "$bin")-$s-$MESSAGES-$ALIAS.out" 2>/dev/null || true
+    fi
     rm -f "$WORK"/cg.out*
     case=non-stream; [ "$s" = true ] && case="stream, 50 events"
+    [ "$MESSAGES" != 1 ] && case="$case, $MESSAGES messages"
+    [ "$ALIAS" != chat ] && case="$case, $ALIAS"
     echo "| $bin | $case | $n | $(( total / n )) |"
   done
 done

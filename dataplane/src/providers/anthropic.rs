@@ -195,7 +195,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         tool_choice,
         metadata: r.user.as_deref().map(|user_id| Metadata { user_id }),
     };
-    serde_json::to_vec(&body).map_err(|_| AxError::Internal)
+    crate::providers::to_json(&body, r.text_len())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -289,7 +289,7 @@ pub fn encode_chat(_ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
             logprobs: r.top_logprobs,
         },
     };
-    serde_json::to_vec(&body).map_err(|_| AxError::Internal)
+    crate::providers::to_json(&body, r.text_len())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         logprobs: r.logprobs,
         top_logprobs: r.top_logprobs,
     };
-    serde_json::to_vec(&body).map_err(|_| AxError::Internal)
+    super::to_json(&body, r.text_len())
 }
 
 // ---------------------------------------------------------------------------------------------

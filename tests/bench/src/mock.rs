@@ -60,13 +60,27 @@ fn stream(pace: Pace) -> Response<Body> {
     r
 }
 
+/// `"stream": true` as a client writes it (with or without spaces): a proxy that forwards the
+/// caller's bytes keeps them.
+fn asks_to_stream(body: &[u8]) -> bool {
+    memchr::memmem::find_iter(body, b"\"stream\"").any(|at| {
+        let rest = body[at + 8..].iter().skip_while(|b| b.is_ascii_whitespace());
+        let mut rest = rest.peekable();
+        if rest.next() != Some(&b':') {
+            return false;
+        }
+        let after: Vec<u8> = rest.skip_while(|b| b.is_ascii_whitespace()).take(4).copied().collect();
+        after == b"true"
+    })
+}
+
 async fn handle(req: Request<Incoming>, pace: Pace) -> Result<Response<Body>, Infallible> {
     let anthropic = req.uri().path().ends_with("/messages");
     let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     if anthropic {
         return Ok(json(ANTHROPIC_BODY));
     }
-    if memchr::memmem::find(&body, b"\"stream\":true").is_some() {
+    if asks_to_stream(&body) {
         return Ok(stream(pace));
     }
     Ok(json(OPENAI_BODY))
