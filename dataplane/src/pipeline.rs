@@ -184,9 +184,6 @@ impl Rejection {
 
 fn authenticate<'s>(snap: &'s Snapshot, key: Option<&str>) -> Result<Caller<'s>, AxError> {
     let (tenant, key) = snap.authenticate(key.ok_or(AxError::MissingApiKey)?)?;
-    let span = tracing::Span::current();
-    span.record("tenant", tenant.id.as_str());
-    span.record("key_id", key.key_id.as_str());
     Ok(Caller { tenant, key })
 }
 
@@ -237,7 +234,6 @@ fn route_of<'s>(snap: &'s Snapshot, caller: &Caller<'_>, alias: &str) -> Result<
         let alias = if matches!(e, AxError::ModelNotFound(_)) { UNKNOWN_ALIAS } else { alias };
         Rejection::of(caller, Some(alias))(e)
     })?;
-    tracing::Span::current().record("alias", alias);
     Ok(route)
 }
 

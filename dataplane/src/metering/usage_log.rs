@@ -68,7 +68,7 @@ pub fn line(rec: &UsageRecord) {
         buf.extend_from_slice(b"{\"timestamp\":\"");
         let _ = write!(buf, "{}", jiff::Timestamp::now());
         buf.extend_from_slice(b"\",\"level\":\"INFO\",\"target\":\"ax::usage\",\"fields\":");
-        if serde_json::to_writer(&mut *buf, rec).is_err() {
+        if sonic_rs::to_writer(&mut *buf, rec).is_err() {
             buf.truncate(start);
             return false;
         }
