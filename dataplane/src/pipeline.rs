@@ -360,6 +360,8 @@ where
     // With forwarding, the skim names the alias and the route decides: a route every candidate
     // of which speaks the caller's protocol is served from the caller's bytes; any other is
     // decoded here, before any quota is taken, as before the fast path.
+    // A snapshot in which no route forwards the caller's protocol decodes at once.
+    let forwarding = forwarding.filter(|f| snap.forwarded.contains(&f.protocol));
     let protocol = forwarding.as_ref().map(|f| f.protocol);
     let (req, route) = match forwarding {
         Some(f) => {

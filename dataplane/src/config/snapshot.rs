@@ -64,6 +64,9 @@ pub struct Snapshot {
     pub budget_tz: jiff::tz::TimeZone,
     /// (redis_url, key prefix, replicas): used once, at start, by `App::new`.
     pub redis: Option<(String, String, u32)>,
+    /// The protocols some route forwards (`Route::protocol`): without one, callers of a protocol
+    /// are decoded at once (no skim first).
+    pub forwarded: Vec<crate::canonical::Protocol>,
 }
 
 #[derive(Debug)]
@@ -379,6 +382,11 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
     }
 
     Ok(Snapshot {
+        forwarded: {
+            let mut p: Vec<crate::canonical::Protocol> = routes.values().filter_map(|r| r.protocol).collect();
+            p.dedup();
+            p
+        },
         redis: valid.redis_url.map(|u| (u, spec.server.redis_prefix.clone(), spec.server.replicas.max(1))),
         budget_tz: valid.budget_tz,
         admin_token: valid.admin_token,
