@@ -711,6 +711,14 @@ pub enum Protocol {
     OpenAiChat,
 }
 
+/// What a codec's skim made of a body: a request to forward, or (its model's route translates)
+/// the body to decode.
+#[derive(Debug)]
+pub enum Skim {
+    Forward(RawChat),
+    Decode(bytes::Bytes),
+}
+
 /// A chat request kept as the caller's bytes, with what the gateway reads of it. An upstream that
 /// speaks the caller's protocol is sent these bytes with only the model replaced and `edits`
 /// applied; every other field, unknown ones included, reaches it as the caller wrote it.

@@ -129,7 +129,9 @@ fn snapshot() -> Option<&'static Snapshot> {
 /// needs estimated, and translated for every provider.
 pub fn chat_request(data: &[u8]) {
     // The fast path's skim, and the forwarded body it makes: the model replaced, the rest kept.
-    if let Ok(raw) = crate::ingress::openai::skim_chat(bytes::Bytes::copy_from_slice(data)) {
+    if let Ok(crate::canonical::Skim::Forward(raw)) =
+        crate::ingress::openai::skim_chat(bytes::Bytes::copy_from_slice(data), &|_| true)
+    {
         let _ = crate::routing::plan::forward_needs(&raw, 4096);
         let body: Vec<u8> = raw.body_for("m").concat();
         assert!(

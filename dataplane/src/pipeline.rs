@@ -28,7 +28,9 @@ use ax_protocol::config::{ParamsMode, ProviderKind};
 use ax_protocol::usage::UNKNOWN_ALIAS;
 use bytes::Bytes;
 
-use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, Usage};
+use crate::canonical::{
+    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, Skim, Usage,
+};
 use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant};
 use crate::error::{AxError, Outcome};
 use crate::governance::guard::{self, Demand, Reservations};
@@ -319,7 +321,7 @@ where
     B: FnOnce(u64) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
-    S: FnOnce(Bytes) -> Result<RawChat, AxError>,
+    S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
     E: StreamEncoder,
 {
     let (rid, start) = (inbound.request_id, inbound.start);
@@ -341,6 +343,24 @@ where
     Ok(req)
 }
 
+/// The canonical request and its route: decoded (field paths, strict checks), the alias checked,
+/// validated: every reason to refuse it before any quota is taken.
+#[expect(clippy::result_large_err, reason = "a refusal is the rare path, and returned once")]
+fn decoded_request<'s, D>(
+    snap: &'s Snapshot,
+    caller: &Caller<'_>,
+    decode: &D,
+    bytes: &[u8],
+) -> Result<(Request, &'s Route), Rejection>
+where
+    D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+{
+    let req = decode(bytes, snap.params).map_err(Rejection::of(caller, None))?;
+    let route = route_of(snap, caller, &req.model)?;
+    req.validate().map_err(Rejection::of(caller, Some(route.alias.as_str())))?;
+    Ok((Request::Canonical(req), route))
+}
+
 async fn chat_stages<'s, B, Fut, D, S, E>(
     app: &App,
     snap: &'s Snapshot,
@@ -352,7 +372,7 @@ where
     B: FnOnce(u64) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
-    S: FnOnce(Bytes) -> Result<RawChat, AxError>,
+    S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
     E: StreamEncoder,
 {
     let Inbound { request_id: rid, start, key, body, decode } = inbound;
@@ -365,23 +385,20 @@ where
     let protocol = forwarding.as_ref().map(|f| f.protocol);
     let (req, route) = match forwarding {
         Some(f) => {
-            let raw = (f.skim)(bytes).map_err(Rejection::of(&caller, None))?;
-            let route = route_of(snap, &caller, &raw.model)?;
-            if route.protocol == protocol {
-                (Request::Forward(raw), route)
-            } else {
-                let req = decode(&raw.body, snap.params).map_err(Rejection::of(&caller, None))?;
-                req.validate().map_err(Rejection::of(&caller, Some(route.alias.as_str())))?;
-                (Request::Canonical(req), route)
+            let forwards = |alias: &str| snap.routes.get(alias).is_some_and(|r| r.protocol == protocol);
+            match (f.skim)(bytes, &forwards).map_err(Rejection::of(&caller, None))? {
+                Skim::Forward(raw) => {
+                    let route = route_of(snap, &caller, &raw.model)?;
+                    if route.protocol == protocol {
+                        (Request::Forward(raw), route)
+                    } else {
+                        decoded_request(snap, &caller, &decode, &raw.body)?
+                    }
+                }
+                Skim::Decode(bytes) => decoded_request(snap, &caller, &decode, &bytes)?,
             }
         }
-        None => {
-            let req = decode(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
-            drop(bytes);
-            let route = route_of(snap, &caller, &req.model)?;
-            req.validate().map_err(Rejection::of(&caller, Some(route.alias.as_str())))?;
-            (Request::Canonical(req), route)
-        }
+        None => decoded_request(snap, &caller, &decode, &bytes)?,
     };
     let alias = route.alias.as_str();
     let needs = match &req {

@@ -9,14 +9,11 @@ use crate::error::AxError;
 /// Decodes a JSON body, naming the failing field path; unknown fields are collected, then
 /// refused (strict) or dropped with a warning (lenient).
 pub fn json<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxError> {
-    // UTF-8 is checked once for the whole body (`from_slice` checks each string on its own).
-    let Ok(text) = std::str::from_utf8(bytes) else {
-        return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson("the body is not UTF-8".into())));
-    };
     let mut unknown = Vec::new();
-    // `sonic_rs` reads strings with SIMD (serde_json scans them a byte at a time); the same serde
-    // types, the same result. Errors are explained by serde_json (`explain`), off the common path.
-    let mut de = sonic_rs::Deserializer::from_str(text);
+    // `sonic_rs` checks UTF-8 once for the whole body and reads strings with SIMD (serde_json
+    // scans them a byte at a time); the same serde types, the same result. Errors are explained by
+    // serde_json (`explain`: the field's path, or the body not being UTF-8), off the common path.
+    let mut de = sonic_rs::Deserializer::from_slice(bytes);
     let value: T = match serde_ignored::deserialize(&mut de, |path| unknown.push(path.to_string()))
         .and_then(|v| de.end().map(|()| v))
     {

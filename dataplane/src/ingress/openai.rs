@@ -8,13 +8,14 @@ use http::{header, HeaderMap};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::canonical::Skim;
 use crate::canonical::{
     estimate_tokens, ChatRequest, ChatResponse, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, EncodingFormat,
     FinishReason, RawChat, ToolCall, Usage, IMAGE_TOKENS, MESSAGE_TOKENS,
 };
 use crate::error::AxError;
 use crate::pipeline::stream::StreamEncoder;
-use crate::skim::{key_text, Skim, SkimError};
+use crate::skim::{key_text, SkimError};
 
 /// The caller's key: `Authorization: Bearer <key>`.
 pub fn api_key(headers: &HeaderMap) -> Option<&str> {
@@ -47,6 +48,8 @@ struct Skimmed {
     members: Vec<(usize, usize)>,
     /// The body's closing brace.
     end: usize,
+    /// The model came before the messages and its route does not forward: the walk stopped there.
+    declined: bool,
 }
 
 fn field_error(path: &str) -> impl Fn(SkimError) -> SkimError + '_ {
@@ -54,7 +57,7 @@ fn field_error(path: &str) -> impl Fn(SkimError) -> SkimError + '_ {
 }
 
 /// A message's `content`: its text bytes and images (a string, or parts).
-fn skim_content(s: &mut Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
+fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
     match s.next_byte() {
         Some(b'"') => {
             let (span, _) = s.string()?;
@@ -85,13 +88,13 @@ fn skim_content(s: &mut Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
     Ok(())
 }
 
-fn skim_fields(body: &[u8]) -> Result<Skimmed, SkimError> {
+fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, SkimError> {
     let mut read = Skimmed::default();
-    let mut s = Skim::new(body);
+    let mut s = crate::skim::Skim::new(body);
     if s.next_byte() != Some(b'{') {
         return Err(SkimError { at: s.pos(), what: "the body must be a JSON object".into() });
     }
-    s.object(|k, esc, s| {
+    let walked = s.object(|k, esc, s| {
         let member_start = k.as_ptr() as usize - body.as_ptr() as usize - 1;
         let Some(key) = key_text(k, esc) else {
             return Err(SkimError { at: member_start, what: "a key is not valid JSON text".into() });
@@ -111,6 +114,12 @@ fn skim_fields(body: &[u8]) -> Result<Skimmed, SkimError> {
                     s.pos()
                 };
                 let model: String = s.decode().map_err(field_error("model"))?;
+                // Named before the conversation, the model decides early: a route that
+                // translates decodes the body anyway, so the rest of this walk would be wasted.
+                if read.messages.is_none() && !forwards(&model) {
+                    read.declined = true;
+                    return Err(SkimError { at: start, what: String::new() });
+                }
                 read.model = Some((model, start..s.pos()));
             }
             "messages" => {
@@ -175,7 +184,11 @@ fn skim_fields(body: &[u8]) -> Result<Skimmed, SkimError> {
         }
         read.members.push((member_start, s.pos()));
         Ok(())
-    })?;
+    });
+    if read.declined {
+        return Ok(read);
+    }
+    walked?;
     read.end = s.pos() - 1;
     s.end()?;
     Ok(read)
@@ -186,9 +199,14 @@ fn skim_fields(body: &[u8]) -> Result<Skimmed, SkimError> {
 /// capabilities it needs and a prompt estimate; and the edits every OpenAI-compatible upstream
 /// needs besides the model (usage asked for on streams, as metering needs it; `stream_options`
 /// left out without a stream, where OpenAI refuses it). Everything else, fields ax does not know
-/// included, reaches the upstream as the caller wrote it; the upstream judges it.
-pub fn skim_chat(body: Bytes) -> Result<RawChat, AxError> {
-    let read = skim_fields(&body).map_err(|e| AxError::InvalidJson(e.what))?;
+/// included, reaches the upstream as the caller wrote it; the upstream judges it. `forwards` says
+/// whether a model's route forwards: when the model comes before the messages and it does not,
+/// the walk stops there and the body is handed back to be decoded (`Skimmed::Decode`).
+pub fn skim_chat(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, AxError> {
+    let read = skim_fields(&body, forwards).map_err(|e| AxError::InvalidJson(e.what))?;
+    if read.declined {
+        return Ok(Skim::Decode(body));
+    }
     let Some((model, model_span)) = read.model else {
         return Err(AxError::InvalidJson("missing field `model`".into()));
     };
@@ -225,7 +243,7 @@ pub fn skim_chat(body: Bytes) -> Result<RawChat, AxError> {
         }
         _ => {}
     }
-    Ok(RawChat {
+    Ok(Skim::Forward(RawChat {
         model,
         model_span,
         edits,
@@ -237,7 +255,7 @@ pub fn skim_chat(body: Bytes) -> Result<RawChat, AxError> {
         needs_json: read.json,
         prompt_estimate: estimate_tokens(read.text) + MESSAGE_TOKENS * messages + IMAGE_TOKENS * read.images,
         body,
-    })
+    }))
 }
 
 pub fn decode_embeddings(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<EmbeddingsRequest, AxError> {
@@ -594,8 +612,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn forwarded(body: Bytes) -> Result<RawChat, AxError> {
+        match skim_chat(body, &|_| true)? {
+            Skim::Forward(r) => Ok(r),
+            Skim::Decode(_) => panic!("every route forwards here"),
+        }
+    }
+
     fn skim(v: &serde_json::Value) -> RawChat {
-        skim_chat(Bytes::from(serde_json::to_vec(v).unwrap())).unwrap()
+        forwarded(Bytes::from(serde_json::to_vec(v).unwrap())).unwrap()
     }
 
     /// What the skim reads agrees with the full decode: the capabilities, flags and output cap
@@ -630,11 +655,21 @@ mod tests {
     #[test]
     fn the_model_is_replaced_where_it_stands_and_nothing_else_moves() {
         let text = br#"{ "messages" : [{"role":"user","content":"m\"odel"}], "model" : "chat" , "x":{"model":"no"} }"#;
-        let raw = skim_chat(Bytes::from_static(text)).unwrap();
+        let raw = forwarded(Bytes::from_static(text)).unwrap();
         let body = raw.body_for("gpt-\"q\"").concat();
         let want = String::from_utf8_lossy(text).replace(r#""model" : "chat""#, r#""model" : "gpt-\"q\"""#);
         assert_eq!(String::from_utf8_lossy(&body), want);
         assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["model"], "gpt-\"q\"");
+    }
+
+    /// A model named before the conversation whose route translates stops the walk there; named
+    /// after it, the walk is done anyway and the skim is whole.
+    #[test]
+    fn a_route_that_translates_stops_the_walk_early() {
+        let first = Bytes::from_static(br#"{"model":"an","messages":[{"role":"user","content":"x"}]}"#);
+        assert!(matches!(skim_chat(first.clone(), &|m| m != "an").unwrap(), Skim::Decode(b) if b == first));
+        let last = Bytes::from_static(br#"{"messages":[{"role":"user","content":"x"}],"model":"an"}"#);
+        assert!(matches!(skim_chat(last, &|m| m != "an").unwrap(), Skim::Forward(r) if r.model == "an"));
     }
 
     /// A second `model`, written plainly or with escapes, would be the one an upstream's parser
@@ -645,7 +680,7 @@ mod tests {
             r#"{"model":"chat","messages":[{"role":"user","content":"x"}],"model":"gpt-expensive"}"#,
             r#"{"model":"chat","messages":[{"role":"user","content":"x"}],"mod\u0065l":"gpt-expensive"}"#,
         ] {
-            let e = skim_chat(Bytes::from(text)).unwrap_err();
+            let e = forwarded(Bytes::from(text)).unwrap_err();
             assert_eq!(e.code(), "invalid_json", "{text}");
         }
         for (text, code) in [
@@ -656,7 +691,7 @@ mod tests {
             (r#"{"model":"chat","messages":[{"role":"user","content":"x"}]} trailing"#, "invalid_json"),
             (r#"{"model":"chat","max_tokens":-1,"messages":[{"role":"user","content":"x"}]}"#, "invalid_json"),
         ] {
-            assert_eq!(skim_chat(Bytes::from(text)).unwrap_err().code(), code, "{text}");
+            assert_eq!(forwarded(Bytes::from(text)).unwrap_err().code(), code, "{text}");
         }
     }
 
