@@ -709,6 +709,8 @@ pub struct RawEvent {
 pub enum Protocol {
     /// OpenAI Chat Completions (OpenAI, Azure OpenAI, and every compatible server).
     OpenAiChat,
+    /// Anthropic Messages.
+    AnthropicMessages,
 }
 
 /// What a codec's skim made of a body: a request to forward, or (its model's route translates)
@@ -740,6 +742,8 @@ pub struct RawChat {
     pub needs_vision: bool,
     pub needs_json: bool,
     pub prompt_estimate: u64,
+    /// The caller's headers an upstream of its protocol gets as they are (`anthropic-beta`).
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 impl RawChat {

@@ -5,6 +5,7 @@
 //! what comes out is encoded back with the gateway's `x-ax-*` headers. Operational endpoints
 //! (`/healthz`, `/readyz`, `/metrics`, `/admin/health`, `/v1/models`) are answered here.
 
+pub mod anthropic;
 pub mod decode;
 pub mod openai;
 
@@ -35,6 +36,8 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
     let post = parts.method == Method::POST;
     let r = match parts.uri.path() {
         "/v1/chat/completions" if post => chat_completions(app, parts.headers, body).await,
+        "/v1/messages" if post => messages(app, parts.headers, body).await,
+        "/v1/messages/count_tokens" if post => count_tokens(app, parts.headers, body).await,
         "/v1/embeddings" if post => embeddings(app, parts.headers, body).await,
         "/v1/models" if get => models(&app, &parts.headers),
         "/healthz" if get => healthz(),
@@ -42,6 +45,7 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
         "/metrics" if get => metrics(&app),
         "/admin/health" if get => admin_health(&app, &parts.headers),
         "/v1/chat/completions" | "/v1/embeddings" => method_not_allowed(&parts, "POST"),
+        "/v1/messages" | "/v1/messages/count_tokens" => method_not_allowed(&parts, "POST"),
         "/v1/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => method_not_allowed(&parts, "GET, HEAD"),
         _ => not_found(&parts),
     };
@@ -80,20 +84,43 @@ fn json_response(status: StatusCode, body: impl Into<Bytes>, request_id: &str) -
     r
 }
 
+/// Whose error shape a caller gets: OpenAI's (`{"error":{message,type,code,param}}`) or
+/// Anthropic's (`{"type":"error","error":{type,message}}`, 529 for overloaded).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    OpenAi,
+    Anthropic,
+}
+
+static X_AX_ERROR_CODE: HeaderName = HeaderName::from_static("x-ax-error-code");
+
 /// The single error-to-HTTP mapping.
 pub fn error_response(e: &AxError, request_id: &str) -> Response {
+    error_in(Dialect::OpenAi, e, request_id)
+}
+
+/// The single error-to-HTTP mapping, in the caller's dialect. ax's stable code is in every error
+/// (OpenAI's `code`; Anthropic's message) and in `x-ax-error-code`.
+pub fn error_in(dialect: Dialect, e: &AxError, request_id: &str) -> Response {
     if e.status().is_server_error() {
         tracing::warn!(code = e.code(), status = e.status().as_u16(), error = %e, "request failed");
     } else {
         tracing::info!(code = e.code(), status = e.status().as_u16(), error = %e, "request rejected");
     }
-    let mut r = json_response(e.status(), e.to_body(request_id), request_id);
+    let mut r = match dialect {
+        Dialect::OpenAi => json_response(e.status(), e.to_body(request_id), request_id),
+        Dialect::Anthropic => {
+            let status = StatusCode::from_u16(anthropic::status(e)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            json_response(status, anthropic::error_body(e, request_id), request_id)
+        }
+    };
+    r.headers_mut().insert(X_AX_ERROR_CODE.clone(), HeaderValue::from_static(e.code()));
     if let Some(ra) = e.retry_after() {
         // Whole seconds, rounded up: a client must not come back before the limit lifts.
         let secs = ra.as_secs() + u64::from(ra.subsec_nanos() > 0);
         r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
     }
-    if let AxError::RateLimitExceeded { kind, limit, remaining, retry_after, .. } = e {
+    if let (Dialect::OpenAi, AxError::RateLimitExceeded { kind, limit, remaining, retry_after, .. }) = (dialect, e) {
         // OpenAI's headers, for the limit that refused.
         let which = match kind {
             LimitKind::Requests => Some("requests"),
@@ -173,14 +200,7 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
         answer(ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => json_response(StatusCode::OK, openai::encode_chat(r, &rid, served.model), &rid),
             ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
-            ChatReply::Stream(s) => {
-                let mut r = Response::new(s.into_body());
-                let h = r.headers_mut();
-                h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-                h.insert(X_REQUEST_ID.clone(), header_value(&rid));
-                r
-            }
+            ChatReply::Stream(s) => event_stream(s.into_body(), &rid),
         })
     })
     .await
@@ -204,8 +224,86 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
     .await
 }
 
+async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
+    model_call(app, headers, "/v1/messages", |app, rid, headers, start| async move {
+        let snap = app.store.load();
+        let version = anthropic::check_version(&headers);
+        let beta = anthropic::forwarded_headers(&headers);
+        let inbound = pipeline::Inbound {
+            request_id: &rid,
+            start,
+            key: anthropic::api_key(&headers),
+            body: |limit| read_body(&headers, body, limit),
+            decode: |bytes: &[u8], mode| {
+                version.clone()?;
+                anthropic::to_canonical(anthropic::decode_messages(bytes, mode)?, false)
+            },
+        };
+        let skim = |bytes, forwards: &dyn Fn(&str) -> bool| {
+            version.clone()?;
+            let mut skim = anthropic::skim_messages(bytes, forwards)?;
+            if let crate::canonical::Skim::Forward(raw) = &mut skim {
+                raw.headers.clone_from(&beta);
+            }
+            Ok(skim)
+        };
+        let forwarding = pipeline::Forwarding { protocol: Protocol::AnthropicMessages, skim };
+        let events = |_include_usage, model: &str| anthropic::Events::new(&rid, model);
+        let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
+        answer_in(Dialect::Anthropic, ended, &rid, |reply, served| match reply {
+            ChatReply::Full(r) => {
+                json_response(StatusCode::OK, anthropic::encode_message(&r, &rid, served.model), &rid)
+            }
+            ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
+            ChatReply::Stream(s) => event_stream(s.into_body(), &rid),
+        })
+    })
+    .await
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's tokens, ax's estimate (`x-ax-token-count:
+/// estimate`). No upstream is called and no usage is recorded.
+async fn count_tokens(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
+    let rid = request_id(&headers);
+    let snap = app.store.load();
+    let counted = async {
+        anthropic::check_version(&headers)?;
+        let bytes = read_body(&headers, body, snap.max_body_bytes).await?;
+        let req = anthropic::to_canonical(anthropic::decode_messages(&bytes, snap.params)?, true)?;
+        ops::count_tokens(&app, anthropic::api_key(&headers), &req)
+    };
+    match counted.await {
+        Ok(n) => {
+            let mut r = json_response(StatusCode::OK, anthropic::encode_count(n), &rid);
+            r.headers_mut().insert(HeaderName::from_static("x-ax-token-count"), HeaderValue::from_static("estimate"));
+            r
+        }
+        Err(e) => error_in(Dialect::Anthropic, &e, &rid),
+    }
+}
+
+/// A stream's answer: `text/event-stream`, the request id.
+fn event_stream(body: Body, rid: &str) -> Response {
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(X_REQUEST_ID.clone(), header_value(rid));
+    r
+}
+
 /// The HTTP answer to a call: the codec's body (`encode`) with the gateway's headers, or the error.
 fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &ServedBy<'_>) -> Response) -> Response {
+    answer_in(Dialect::OpenAi, ended, rid, encode)
+}
+
+/// The HTTP answer to a call in the caller's dialect.
+fn answer_in<R>(
+    dialect: Dialect,
+    ended: Ended<'_, R>,
+    rid: &str,
+    encode: impl FnOnce(R, &ServedBy<'_>) -> Response,
+) -> Response {
     match ended {
         Ended::Answered(a) => {
             let mut r = encode(a.reply, &a.served);
@@ -226,7 +324,7 @@ fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &ServedBy<'_
             r
         }
         Ended::Failed { error, served } => {
-            let mut r = error_response(&error, rid);
+            let mut r = error_in(dialect, &error, rid);
             match &served {
                 Some(s) => served_headers(&mut r, s),
                 None => {
@@ -235,16 +333,21 @@ fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &ServedBy<'_
             }
             r
         }
-        Ended::Rejected(e) => error_response(&e, rid),
+        Ended::Rejected(e) => error_in(dialect, &e, rid),
     }
 }
 
 fn models(app: &App, headers: &HeaderMap) -> Response {
     let rid = request_id(headers);
-    let aliases = match ops::models(app, openai::api_key(headers)) {
+    // An Anthropic client (it sends `anthropic-version`) gets Anthropic's list.
+    let dialect = if headers.contains_key("anthropic-version") { Dialect::Anthropic } else { Dialect::OpenAi };
+    let aliases = match ops::models(app, anthropic::api_key(headers)) {
         Ok(a) => a,
-        Err(e) => return error_response(&e, &rid),
+        Err(e) => return error_in(dialect, &e, &rid),
     };
+    if dialect == Dialect::Anthropic {
+        return json_response(StatusCode::OK, anthropic::encode_models(&aliases), &rid);
+    }
     let data: Vec<serde_json::Value> = aliases
         .iter()
         .map(|a| serde_json::json!({ "id": a, "object": "model", "created": 0, "owned_by": "ax" }))

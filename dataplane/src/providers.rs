@@ -40,7 +40,8 @@ pub fn supports(kind: ProviderKind, param: &str) -> bool {
 pub fn speaks(kind: ProviderKind) -> Option<Protocol> {
     match kind {
         ProviderKind::Openai | ProviderKind::AzureOpenai => Some(Protocol::OpenAiChat),
-        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => None,
+        ProviderKind::Anthropic => Some(Protocol::AnthropicMessages),
+        ProviderKind::Gemini | ProviderKind::Mock => None,
     }
 }
 
@@ -117,6 +118,8 @@ pub enum StreamDecoder {
     OpenAi(openai::StreamState),
     /// An OpenAI stream to an OpenAI caller: events forwarded as they came.
     OpenAiForward(openai::ForwardState),
+    /// An Anthropic stream to an Anthropic caller: events forwarded as they came.
+    AnthropicForward(anthropic::ForwardState),
     Anthropic(anthropic::StreamState),
     Gemini(gemini::StreamState),
 }
@@ -138,7 +141,8 @@ impl StreamDecoder {
             ProviderKind::Openai | ProviderKind::AzureOpenai => {
                 Some(Self::OpenAiForward(openai::ForwardState::default()))
             }
-            ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => None,
+            ProviderKind::Anthropic => Some(Self::AnthropicForward(anthropic::ForwardState::default())),
+            ProviderKind::Gemini | ProviderKind::Mock => None,
         }
     }
 
@@ -147,6 +151,7 @@ impl StreamDecoder {
         match self {
             Self::OpenAi(s) => s.on_event(ev),
             Self::OpenAiForward(s) => s.on_event(ev),
+            Self::AnthropicForward(s) => s.on_event(ev),
             Self::Anthropic(s) => s.on_event(ev),
             Self::Gemini(s) => s.on_event(ev),
         }
@@ -158,6 +163,7 @@ impl StreamDecoder {
         let finished = match self {
             Self::OpenAi(s) => s.finished,
             Self::OpenAiForward(s) => s.finished(),
+            Self::AnthropicForward(s) => s.finished(),
             Self::Anthropic(s) => s.finished,
             Self::Gemini(s) => s.finished,
         };

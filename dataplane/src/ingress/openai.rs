@@ -254,6 +254,7 @@ pub fn skim_chat(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, A
         needs_vision: read.images > 0,
         needs_json: read.json,
         prompt_estimate: estimate_tokens(read.text) + MESSAGE_TOKENS * messages + IMAGE_TOKENS * read.images,
+        headers: Vec::new(),
         body,
     }))
 }

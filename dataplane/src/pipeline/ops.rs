@@ -15,6 +15,19 @@ pub fn models(app: &App, key: Option<&str>) -> Result<Vec<String>, AxError> {
     Ok(aliases)
 }
 
+/// The prompt tokens of a request, by ax's estimate, for a key that may use its alias.
+pub fn count_tokens(app: &App, key: Option<&str>, req: &crate::canonical::ChatRequest) -> Result<u64, AxError> {
+    let snap = app.store.load();
+    let (tenant, _) = snap.authenticate(key.ok_or(AxError::MissingApiKey)?)?;
+    if !snap.routes.contains_key(&req.model) {
+        return Err(AxError::ModelNotFound(req.model.clone()));
+    }
+    if !tenant.allowed.permits(&req.model) {
+        return Err(AxError::ModelNotAllowed(req.model.clone()));
+    }
+    Ok(crate::routing::plan::estimate_prompt(req))
+}
+
 /// The configuration version served, once there is one: version 0 is a control-plane node that
 /// has heard neither from its control plane nor from a last-known-good file.
 pub fn ready(app: &App) -> Result<u64, u64> {

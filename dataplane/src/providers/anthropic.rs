@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use super::{classify, error_body, status_of_error_type, tool_arguments, Ctx, IsError};
 use crate::canonical::{
-    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, Role,
-    StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
+    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, RawEvent,
+    Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -483,5 +483,108 @@ impl StreamState {
             }
             AnthropicEvent::ContentBlockStop {} | AnthropicEvent::Ping {} | AnthropicEvent::Unknown => None,
         })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forwarding: an Anthropic caller's answer as the upstream sent it (the same-protocol fast path)
+
+/// What the gateway reads of a whole answer before forwarding it.
+#[derive(Deserialize)]
+struct AnswerGlance {
+    #[serde(rename = "type", default)]
+    kind: IsError,
+    #[serde(default)]
+    usage: AnthropicUsage,
+}
+
+/// A 2xx answer to forward as it came, with its usage; the upstream's error when it carries one.
+/// (Everything an Anthropic caller gets from Anthropic is its own: nothing is rewritten.)
+pub fn forwardable(body: &[u8]) -> Result<Option<Option<Usage>>, AxError> {
+    let r: AnswerGlance = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+    if r.kind.0 {
+        return Err(error_body(body, embedded_error));
+    }
+    Ok(Some(Some(r.usage.canonical())))
+}
+
+#[derive(Deserialize)]
+struct EventGlance<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    message: Option<StartMessage>,
+    #[serde(default)]
+    usage: Option<AnthropicUsage>,
+    #[serde(default, borrow)]
+    delta: Option<DeltaGlance<'a>>,
+    #[serde(default)]
+    error: Option<ErrorBody>,
+}
+
+#[derive(Deserialize)]
+struct DeltaGlance<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+/// An Anthropic stream forwarded to an Anthropic caller: each event as it came (its `event:`
+/// name kept), its usage and deltas read for metering; an `error` event is the upstream's error.
+#[derive(Debug, Default)]
+pub struct ForwardState {
+    usage: AnthropicUsage,
+    finished: bool,
+}
+
+impl ForwardState {
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+        if ev.data.trim().is_empty() {
+            return Ok(None);
+        }
+        let g: EventGlance<'_> = serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
+        let mut deltas = 0;
+        match &*g.kind {
+            "error" => {
+                let t = g.error.map(|e| e.kind).unwrap_or_default();
+                return Err(classify(status_of_error_type(&t), Some(&t)));
+            }
+            "message_start" => {
+                if let Some(m) = g.message {
+                    self.usage.merge(m.usage);
+                }
+            }
+            "message_delta" => {
+                if let Some(u) = g.usage {
+                    self.usage.merge(u);
+                }
+                self.finished |= g.delta.as_ref().is_some_and(|d| d.stop_reason.is_some());
+            }
+            "content_block_delta" => {
+                let kind = g.delta.as_ref().and_then(|d| d.kind.as_deref());
+                deltas = u32::from(matches!(kind, Some("text_delta" | "input_json_delta" | "thinking_delta")));
+            }
+            _ => {}
+        }
+        let name = ev.event.as_deref().unwrap_or_default();
+        let mut bytes = bytes::BytesMut::with_capacity(ev.data.len() + name.len() + 16);
+        if !name.is_empty() {
+            bytes.extend_from_slice(b"event: ");
+            bytes.extend_from_slice(name.as_bytes());
+            bytes.extend_from_slice(b"\n");
+        }
+        bytes.extend_from_slice(b"data: ");
+        bytes.extend_from_slice(ev.data.as_bytes());
+        bytes.extend_from_slice(b"\n\n");
+        let item = RawEvent { bytes: bytes.freeze(), usage: Some(self.usage.canonical()), deltas, usage_only: false };
+        if g.kind == "message_stop" {
+            self.finished = true;
+        }
+        Ok(Some(StreamItem::Raw(item)))
+    }
+
+    pub fn finished(&self) -> bool {
+        self.finished
     }
 }

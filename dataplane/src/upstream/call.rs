@@ -98,7 +98,7 @@ pub async fn chat(
         Ctx { kind: up.kind, model: &model.name, max_tokens: model.max_output_tokens.unwrap_or(default_max_tokens) };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(client, up, url.as_ref(), body.into(), request_id, deadlines).await?;
+    let resp = send(client, up, url.as_ref(), body.into(), &[], request_id, deadlines).await?;
     if req.stream {
         return stream_of(up, resp, deadlines, StreamDecoder::new(up.kind)).await;
     }
@@ -126,14 +126,15 @@ pub async fn chat_forward(
     let Backend::Http(client) = &up.backend else { return Err(AxError::Internal) };
     let body = req.body_for(&model.name);
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(client, up, url.as_ref(), body.into(), request_id, deadlines).await?;
+    let resp = send(client, up, url.as_ref(), body.into(), &req.headers, request_id, deadlines).await?;
     if req.stream {
         return stream_of(up, resp, deadlines, StreamDecoder::forwarding(up.kind)).await;
     }
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     let read = match up.kind {
         ProviderKind::Openai | ProviderKind::AzureOpenai => crate::providers::openai::forwardable(&bytes),
-        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => return Err(AxError::Internal),
+        ProviderKind::Anthropic => crate::providers::anthropic::forwardable(&bytes),
+        ProviderKind::Gemini | ProviderKind::Mock => return Err(AxError::Internal),
     };
     match read {
         Ok(Some(usage)) => Ok(ChatOutcome::Forward { body: bytes, usage }),
@@ -190,7 +191,7 @@ pub async fn embeddings(
     };
     let ctx = Ctx { kind: up.kind, model: &model.name, max_tokens: 0 };
     let body = providers::encode_embeddings(ctx, req)?;
-    let resp = send(client, up, model.embed_url.as_ref(), body.into(), request_id, deadlines).await?;
+    let resp = send(client, up, model.embed_url.as_ref(), body.into(), &[], request_id, deadlines).await?;
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
 }
@@ -202,11 +203,12 @@ async fn send(
     up: &Upstream,
     target: Option<&http::Uri>,
     body: transport::Payload,
+    headers: &[(http::HeaderName, http::HeaderValue)],
     request_id: &str,
     deadlines: Deadlines,
 ) -> Result<Response, AxError> {
     let Some(target) = target else { return Err(AxError::Internal) };
-    let fut = client.post_json(target, body, request_id);
+    let fut = client.post_json(target, body, headers, request_id);
     let (end, late) = deadlines.step_end(deadlines.first_byte, AxError::UpstreamFirstByteTimeout);
     let resp = timeout_at(end, fut).await.map_err(|_| late)?.map_err(|e| {
         tracing::warn!(upstream = %up.name, error = %e, "upstream request failed");

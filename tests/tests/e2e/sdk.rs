@@ -92,3 +92,163 @@ tenants:
     assert!(up.hits() >= 6, "hits = {}", up.hits());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What a small agent-like upstream answers, whatever its protocol: two tool calls when tools are
+/// offered and no results are back; a reply quoting the results once they are; else a greeting.
+fn agent_turn(results: &[String], has_tools: bool, who: &str) -> (Option<String>, bool) {
+    match (results.is_empty(), has_tools) {
+        (false, _) => (Some(format!("It is {} there.", results.join(" and "))), false),
+        (true, true) => (None, true),
+        (true, false) => (Some(format!("Hello from {who}, 你好 🙂")), false),
+    }
+}
+
+const CALLS: [wire::Call<'static>; 2] =
+    [("call_p", "get_weather", r#"{"city":"Paris"}"#), ("call_l", "get_weather", r#"{"city":"London"}"#)];
+
+fn words(text: &str) -> Vec<String> {
+    text.split_inclusive(' ').map(str::to_owned).collect()
+}
+
+fn anthropic_agent(r: &Recorded) -> Reply {
+    let last = r.body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or(Value::Null);
+    let results: Vec<String> = last["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| match &b["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(blocks) => blocks.iter().filter_map(|x| x["text"].as_str()).collect(),
+            _ => String::new(),
+        })
+        .collect();
+    let has_tools = r.body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let (text, calls) = agent_turn(&results, has_tools, "Claude");
+    let calls: &[wire::Call<'_>] = if calls { &CALLS } else { &[] };
+    let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
+    if r.body["stream"] == true {
+        let pieces = text.as_deref().map(words).unwrap_or_default();
+        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        Reply::sse_split(&wire::anthropic_stream(&refs, calls, stop, (10, 5, 0, 0), Framing::default()), &[31])
+    } else {
+        Reply::json(wire::anthropic_response(text.as_deref(), calls, stop, (10, 5, 0, 0)))
+    }
+}
+
+fn openai_agent(r: &Recorded) -> Reply {
+    let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+    let results: Vec<String> = messages
+        .iter()
+        .rev()
+        .take_while(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let has_tools = r.body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let (text, calls) = agent_turn(&results, has_tools, "GPT");
+    let calls: &[wire::Call<'_>] = if calls { &CALLS } else { &[] };
+    let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+    if r.body["stream"] == true {
+        let pieces = text.as_deref().map(words).unwrap_or_default();
+        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        Reply::sse(&wire::openai_stream(&refs, calls, finish, (10, 5, 0), Framing::default()))
+    } else {
+        Reply::json(wire::openai_response(text.as_deref(), calls, finish, (10, 5, 0)))
+    }
+}
+
+fn gemini_agent(r: &Recorded) -> Reply {
+    let last = r.body["contents"].as_array().and_then(|c| c.last()).cloned().unwrap_or(Value::Null);
+    let results: Vec<String> = last["parts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("functionResponse"))
+        .map(|f| f["response"]["content"].as_str().map_or_else(|| f["response"].to_string(), str::to_owned))
+        .collect();
+    let has_tools = r.body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let (text, calls) = agent_turn(&results, has_tools, "Gemini");
+    let calls: Vec<(&str, &str)> = if calls { CALLS.iter().map(|c| (c.1, c.2)).collect() } else { Vec::new() };
+    if r.path.ends_with(":streamGenerateContent") {
+        let pieces = text.as_deref().map(words).unwrap_or_default();
+        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        Reply::sse(&wire::gemini_stream(&refs, &calls, "STOP", (10, 5, 0), Framing::default()))
+    } else {
+        Reply::json(wire::gemini_response(text.as_deref(), &calls, "STOP", (10, 5, 0)))
+    }
+}
+
+/// The official `anthropic` Python SDK against `/v1/messages`, for every upstream kind: an
+/// Anthropic upstream (forwarded), an OpenAI-compatible one and Gemini (translated), the mock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_python_sdk_against_every_upstream_kind() {
+    let claude = FakeUpstream::start(anthropic_agent).await;
+    let gpt = FakeUpstream::start(openai_agent).await;
+    let gem = FakeUpstream::start(gemini_agent).await;
+    let dir = temp_dir("anthropic-sdk");
+    let path = dir.join("ax.yaml");
+    let caps = "capabilities: [chat, tools, streaming, vision]";
+    std::fs::write(
+        &path,
+        format!(
+            r#"upstreams:
+  - {{ name: claude, provider: anthropic, base_url: "{}", api_key: sk-ant-test, models: [{{ name: claude-real, context_window: 200000, {caps} }}] }}
+  - {{ name: gpt, provider: openai, base_url: "{}/v1", api_key: sk-test, models: [{{ name: gpt-real, context_window: 128000, {caps} }}] }}
+  - {{ name: gem, provider: gemini, base_url: "{}", api_key: g-test, models: [{{ name: gemini-real, context_window: 1000000, {caps} }}] }}
+  - {{ name: mock, provider: mock, mock: {{ tool_calls: true, tool_arguments: '{{"city":"Paris"}}' }}, models: [{{ name: mock-1, context_window: 32000, {caps} }}] }}
+routes:
+  - {{ alias: claude, candidates: [{{ upstream: claude, model: claude-real }}] }}
+  - {{ alias: gpt, candidates: [{{ upstream: gpt, model: gpt-real }}] }}
+  - {{ alias: gem, candidates: [{{ upstream: gem, model: gemini-real }}] }}
+  - {{ alias: mock, candidates: [{{ upstream: mock, model: mock-1 }}] }}
+  - {{ alias: limited, limits: {{ rpm: 1 }}, candidates: [{{ upstream: claude, model: claude-real }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+            claude.url(),
+            gpt.url(),
+            gem.url(),
+            key_digest(KEY)
+        ),
+    )
+    .unwrap();
+    let bin = Binary::start(&path, &dir);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/anthropic_sdk.py");
+    let url = bin.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python())
+            .arg(script)
+            .env("AX_BASE_URL", url)
+            .env("AX_KEY", KEY)
+            // The mock answers tools with one call of its own: its tool turn is checked in
+            // `translation`; here it runs the other checks.
+            .env("AX_ALIASES", "claude,gpt,gem")
+            .env("AX_LIMITED", "limited")
+            .output()
+            .expect("run python")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
+        bin.logs()
+    );
+    assert!(stdout.contains("anthropic sdk: all checks passed"), "{stdout}");
+    // The Anthropic upstream got the caller's body with only the model replaced, and the beta
+    // header the SDK sent (none here): its request names the real model.
+    assert!(claude.requests().iter().all(|r| r.body["model"] == "claude-real"));
+    assert!(
+        gpt.hits() >= 6 && gem.hits() >= 6 && claude.hits() >= 6,
+        "{} {} {}",
+        gpt.hits(),
+        gem.hits(),
+        claude.hits()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,891 @@
+//! The Anthropic Messages codec: what a caller speaking Anthropic's Messages API sends (Claude
+//! Code, the `anthropic` SDKs), read for the same-protocol fast path (`skim_messages`: an
+//! Anthropic upstream is sent the caller's bytes) or decoded into the canonical model for any
+//! other upstream; the canonical answer encoded back as a `message`, or as Anthropic's stream
+//! events (`Events`); errors in Anthropic's shape (`error_body`).
+//!
+//! Mapping (`docs/translation.md`): `system` (a string or text blocks) and `role:"system"` turns
+//! become system messages; `tool_use` blocks become tool calls and `tool_result` blocks tool
+//! messages (their text, `is_error` kept as a prefix); `tool_choice` `auto`/`any`/`tool`/`none`
+//! map to OpenAI's, `disable_parallel_tool_use` to `parallel_tool_calls: false`; temperature
+//! 0..1 is OpenAI's 0..2 halved (the canonical scale is OpenAI's). Fields only Anthropic acts on
+//! (`cache_control`, `thinking`, `context_management`, `output_config`, `container`,
+//! `mcp_servers`, `service_tier`, beta fields) reach an Anthropic upstream as written and are
+//! left out for the others; server tools (`web_search`, `code_execution`…) only Anthropic runs.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical::{
+    estimate_tokens, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall,
+    FunctionDef, ImageUrl, Message, RawChat, Role, Skim, Stop, Tool, ToolCall, ToolChoice, ToolKind, Usage,
+    IMAGE_TOKENS, MESSAGE_TOKENS,
+};
+use crate::error::AxError;
+use crate::pipeline::stream::StreamEncoder;
+use crate::skim::{key_text, SkimError};
+
+/// The caller's key: `x-api-key`, or `Authorization: Bearer` (the SDK's `auth_token`).
+pub fn api_key(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .or_else(|| super::openai::api_key(headers))
+}
+
+/// `anthropic-version`, which Anthropic requires on every call.
+pub fn check_version(headers: &HeaderMap) -> Result<(), AxError> {
+    match headers.get("anthropic-version").and_then(|v| v.to_str().ok()) {
+        Some(v) if !v.trim().is_empty() => Ok(()),
+        _ => Err(AxError::invalid_param("anthropic-version", "the anthropic-version header is required")),
+    }
+}
+
+/// The caller's headers an Anthropic upstream gets as they are: `anthropic-beta` (an open set of
+/// feature flags, e.g. Claude Code's `claude-code-20250219,interleaved-thinking-2025-05-14`).
+pub fn forwarded_headers(headers: &HeaderMap) -> Vec<(http::HeaderName, http::HeaderValue)> {
+    headers
+        .get_all("anthropic-beta")
+        .iter()
+        .map(|v| (http::HeaderName::from_static("anthropic-beta"), v.clone()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fast path: an Anthropic upstream gets the caller's bytes
+
+/// What `skim_messages` reads of a body.
+#[derive(Default)]
+struct Skimmed {
+    model: Option<(String, std::ops::Range<usize>)>,
+    messages: Option<u64>,
+    stream: bool,
+    max_tokens: Option<u32>,
+    tools: bool,
+    images: u64,
+    text: usize,
+    declined: bool,
+}
+
+/// Text bytes and images of one content value: a string, or blocks (text, images, tool use and
+/// results, thinking; an image counts as `IMAGE_TOKENS` whatever its size).
+fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
+    match s.next_byte() {
+        Some(b'"') => {
+            let (span, _) = s.string()?;
+            read.text += span.len() - 2;
+        }
+        Some(b'[') => s.array(|s| {
+            if s.next_byte() != Some(b'{') {
+                s.value()?;
+                return Ok(());
+            }
+            let mut image = false;
+            s.object(|k, esc, s| {
+                match key_text(k, esc).as_deref() {
+                    Some("text" | "thinking" | "input") => read.text += s.value()?.len(),
+                    Some("content") => skim_content(s, read)?,
+                    Some("source") => {
+                        image = true;
+                        s.value()?;
+                    }
+                    _ => {
+                        s.value()?;
+                    }
+                }
+                Ok(())
+            })?;
+            read.images += u64::from(image);
+            Ok(())
+        })?,
+        _ => {
+            s.value()?;
+        }
+    }
+    Ok(())
+}
+
+fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, SkimError> {
+    let mut read = Skimmed::default();
+    let mut s = crate::skim::Skim::new(body);
+    if s.next_byte() != Some(b'{') {
+        return Err(SkimError { at: s.pos(), what: "the body must be a JSON object".into() });
+    }
+    let walked = s.object(|k, esc, s| {
+        let at = s.pos();
+        let Some(key) = key_text(k, esc) else {
+            return Err(SkimError { at, what: "a key is not valid JSON text".into() });
+        };
+        let field =
+            |what: &'static str| move |e: SkimError| SkimError { at: e.at, what: format!("{what}: {}", e.what) };
+        match &*key {
+            "model" => {
+                if read.model.is_some() {
+                    return Err(SkimError { at, what: "duplicate field `model`".into() });
+                }
+                s.next_byte();
+                let start = s.pos();
+                let model: String = s.decode().map_err(field("model"))?;
+                if read.messages.is_none() && !forwards(&model) {
+                    read.declined = true;
+                    return Err(SkimError { at: start, what: String::new() });
+                }
+                read.model = Some((model, start..s.pos()));
+            }
+            "messages" => {
+                let mut n = 0;
+                s.array(|s| {
+                    n += 1;
+                    if s.next_byte() != Some(b'{') {
+                        s.value()?;
+                        return Ok(());
+                    }
+                    s.object(|k, esc, s| {
+                        if key_text(k, esc).as_deref() == Some("content") {
+                            skim_content(s, &mut read)
+                        } else {
+                            s.value().map(|_| ())
+                        }
+                    })
+                })
+                .map_err(field("messages"))?;
+                read.messages = Some(n);
+            }
+            "system" => skim_content(s, &mut read).map_err(field("system"))?,
+            "stream" => read.stream = s.decode().map_err(field("stream"))?,
+            "max_tokens" => read.max_tokens = Some(s.decode().map_err(field("max_tokens"))?),
+            "tools" => {
+                let span = s.value()?;
+                read.text += span.len();
+                let v = &body[span];
+                read.tools =
+                    v.first() == Some(&b'[') && v.iter().skip(1).any(|b| !b.is_ascii_whitespace() && *b != b']');
+            }
+            _ => {
+                s.value()?;
+            }
+        }
+        Ok(())
+    });
+    if read.declined {
+        return Ok(read);
+    }
+    walked?;
+    s.end()?;
+    Ok(read)
+}
+
+/// Reads what the gateway needs of a Messages body without decoding it: the model and where it
+/// is, `stream`, `max_tokens` (required, as Anthropic requires it), the capabilities it needs and
+/// a prompt estimate. An Anthropic upstream gets the body as written with only the model
+/// replaced: betas, `thinking`, `cache_control`, blocks ax does not know, all as they are.
+pub fn skim_messages(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, AxError> {
+    let read = skim_fields(&body, forwards).map_err(|e| AxError::InvalidJson(e.what))?;
+    if read.declined {
+        return Ok(Skim::Decode(body));
+    }
+    let Some((model, model_span)) = read.model else {
+        return Err(AxError::InvalidJson("missing field `model`".into()));
+    };
+    let Some(messages) = read.messages else {
+        return Err(AxError::InvalidJson("missing field `messages`".into()));
+    };
+    let Some(max_tokens) = read.max_tokens else {
+        return Err(AxError::InvalidJson("missing field `max_tokens`".into()));
+    };
+    if messages == 0 {
+        return Err(AxError::invalid_param("messages", "'messages' must not be empty"));
+    }
+    Ok(Skim::Forward(RawChat {
+        model,
+        model_span,
+        edits: Vec::new(),
+        stream: read.stream,
+        // Anthropic's stream events carry the usage themselves.
+        include_usage: true,
+        max_output: Some(max_tokens),
+        needs_tools: read.tools,
+        needs_vision: read.images > 0,
+        needs_json: false,
+        prompt_estimate: estimate_tokens(read.text) + MESSAGE_TOKENS * messages + IMAGE_TOKENS * read.images,
+        headers: Vec::new(),
+        body,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The canonical path: decoded for an upstream of another protocol
+
+/// A Messages request. Fields only Anthropic acts on are named (so strict mode does not refuse
+/// them) and left out of the canonical request.
+#[derive(Deserialize)]
+pub struct MessagesRequest {
+    model: String,
+    /// Required by `/v1/messages` (checked there); `count_tokens` goes without.
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    system: Option<SystemIn>,
+    messages: Vec<MessageIn>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    /// No OpenAI or canonical equivalent: left out when translating (logged).
+    #[serde(default)]
+    top_k: Option<u32>,
+    #[serde(default)]
+    stop_sequences: Option<Vec<String>>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    tools: Option<Vec<ToolIn>>,
+    #[serde(default)]
+    tool_choice: Option<ToolChoiceIn>,
+    #[serde(default)]
+    metadata: Option<MetadataIn>,
+    #[serde(default, rename = "thinking")]
+    _thinking: Option<IgnoredAny>,
+    #[serde(default, rename = "output_config")]
+    _output_config: Option<IgnoredAny>,
+    #[serde(default, rename = "context_management")]
+    _context_management: Option<IgnoredAny>,
+    #[serde(default, rename = "container")]
+    _container: Option<IgnoredAny>,
+    #[serde(default, rename = "mcp_servers")]
+    _mcp_servers: Option<IgnoredAny>,
+    #[serde(default, rename = "service_tier")]
+    _service_tier: Option<IgnoredAny>,
+    #[serde(default, rename = "cache_control")]
+    _cache_control: Option<IgnoredAny>,
+    #[serde(default, rename = "betas")]
+    _betas: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SystemIn {
+    Text(String),
+    Blocks(Vec<TextBlockIn>),
+}
+
+#[derive(Deserialize)]
+struct TextBlockIn {
+    #[serde(default)]
+    text: String,
+    #[serde(rename = "type", default)]
+    _kind: IgnoredAny,
+    #[serde(default, rename = "cache_control")]
+    _cache_control: Option<IgnoredAny>,
+    #[serde(default, rename = "citations")]
+    _citations: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct MessageIn {
+    role: RoleIn,
+    content: ContentIn,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum RoleIn {
+    User,
+    Assistant,
+    System,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ContentIn {
+    Text(String),
+    Blocks(Vec<BlockIn>),
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockIn {
+    Text {
+        text: String,
+        #[serde(default, rename = "cache_control")]
+        _cache_control: Option<IgnoredAny>,
+        #[serde(default, rename = "citations")]
+        _citations: Option<IgnoredAny>,
+    },
+    Image {
+        source: ImageSourceIn,
+        #[serde(default, rename = "cache_control")]
+        _cache_control: Option<IgnoredAny>,
+    },
+    Document {
+        #[serde(rename = "source")]
+        _source: IgnoredAny,
+        #[serde(default, rename = "cache_control")]
+        _cache_control: Option<IgnoredAny>,
+        #[serde(default, rename = "title")]
+        _title: Option<IgnoredAny>,
+        #[serde(default, rename = "context")]
+        _context: Option<IgnoredAny>,
+        #[serde(default, rename = "citations")]
+        _citations: Option<IgnoredAny>,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Value,
+        #[serde(default, rename = "cache_control")]
+        _cache_control: Option<IgnoredAny>,
+    },
+    ToolResult {
+        tool_use_id: String,
+        #[serde(default)]
+        content: Option<ContentIn>,
+        #[serde(default)]
+        is_error: bool,
+        #[serde(default, rename = "cache_control")]
+        _cache_control: Option<IgnoredAny>,
+    },
+    Thinking {
+        #[serde(default, rename = "thinking")]
+        _thinking: IgnoredAny,
+        #[serde(default, rename = "signature")]
+        _signature: IgnoredAny,
+    },
+    RedactedThinking {
+        #[serde(default, rename = "data")]
+        _data: IgnoredAny,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ImageSourceIn {
+    Base64 { media_type: String, data: String },
+    Url { url: String },
+}
+
+#[derive(Deserialize)]
+struct ToolIn {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    input_schema: Option<Value>,
+    /// `custom` (or absent) for the caller's own tools; anything else is a server tool.
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default, rename = "cache_control")]
+    _cache_control: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct ToolChoiceIn {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    disable_parallel_tool_use: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct MetadataIn {
+    #[serde(default)]
+    user_id: Option<String>,
+}
+
+/// Decodes a Messages body (strict or lenient about fields ax does not know, as for chat).
+pub fn decode_messages(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<MessagesRequest, AxError> {
+    super::decode::json(bytes, mode)
+}
+
+/// A decoded Messages request in the canonical model. `max_tokens` is required unless
+/// `for_counting` (the `count_tokens` body has none).
+pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatRequest, AxError> {
+    let max_tokens = match (r.max_tokens, for_counting) {
+        (Some(m), _) => Some(m),
+        (None, true) => None,
+        (None, false) => return Err(AxError::InvalidJson("missing field `max_tokens`".into())),
+    };
+    if r.top_k.is_some() {
+        tracing::info!("top_k left out: the serving upstream does not speak Anthropic's protocol");
+    }
+    let mut messages = Vec::with_capacity(r.messages.len() + 1);
+    match r.system {
+        Some(SystemIn::Text(t)) => messages.push(text_message(Role::System, t)),
+        Some(SystemIn::Blocks(b)) => {
+            let text: Vec<String> = b.into_iter().map(|b| b.text).collect();
+            messages.push(text_message(Role::System, text.join("\n\n")));
+        }
+        None => {}
+    }
+    for (i, m) in r.messages.into_iter().enumerate() {
+        push_turn(&mut messages, i, m)?;
+    }
+    let mut tools = Vec::new();
+    for (i, t) in r.tools.into_iter().flatten().enumerate() {
+        if t.kind.as_deref().is_some_and(|k| k != "custom") {
+            return Err(AxError::invalid_param(
+                format!("tools[{i}]"),
+                format!("tools[{i}] ('{}') is a server tool only an Anthropic upstream runs", t.name),
+            ));
+        }
+        tools.push(Tool {
+            kind: ToolKind::Function,
+            function: FunctionDef {
+                name: t.name,
+                description: t.description,
+                parameters: t.input_schema,
+                strict: None,
+            },
+        });
+    }
+    let (tool_choice, parallel) = match r.tool_choice {
+        None => (None, None),
+        Some(c) => {
+            let choice = match c.kind.as_str() {
+                "auto" => ToolChoice::Auto,
+                "any" => ToolChoice::Required,
+                "none" => ToolChoice::None,
+                "tool" => ToolChoice::Function(c.name.ok_or_else(|| {
+                    AxError::invalid_param("tool_choice.name", "a tool_choice of type 'tool' names the tool")
+                })?),
+                other => {
+                    return Err(AxError::invalid_param(
+                        "tool_choice.type",
+                        format!("unknown tool_choice type '{other}'"),
+                    ))
+                }
+            };
+            (Some(choice), c.disable_parallel_tool_use.filter(|d| *d).map(|_| false))
+        }
+    };
+    let req = ChatRequest {
+        model: r.model,
+        messages,
+        // Anthropic's 0..1 onto the canonical (OpenAI's) 0..2; an Anthropic upstream halves it back.
+        temperature: r.temperature.map(|t| t * 2.0),
+        top_p: r.top_p,
+        max_tokens,
+        stop: r.stop_sequences.filter(|s| !s.is_empty()).map(Stop),
+        stream: r.stream,
+        tools: (!tools.is_empty()).then_some(tools),
+        tool_choice,
+        parallel_tool_calls: parallel,
+        user: r.metadata.and_then(|m| m.user_id),
+        ..ChatRequest::default()
+    };
+    Ok(req)
+}
+
+fn message(role: Role) -> Message {
+    Message { role, content: None, name: None, tool_calls: None, tool_call_id: None, refusal: None }
+}
+
+fn text_message(role: Role, text: String) -> Message {
+    Message { content: Some(Content::Text(text)), ..message(role) }
+}
+
+/// Text of a tool result's content (a string, or blocks whose text is joined).
+fn result_text(c: Option<ContentIn>) -> String {
+    match c {
+        None => String::new(),
+        Some(ContentIn::Text(t)) => t,
+        Some(ContentIn::Blocks(blocks)) => blocks
+            .into_iter()
+            .filter_map(|b| match b {
+                BlockIn::Text { text, .. } => Some(text),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// One Anthropic turn as canonical messages: a user turn's tool results become tool messages
+/// (first, as they answer the turn before), its other blocks one user message; an assistant
+/// turn's tool_use blocks become its tool calls.
+fn push_turn(out: &mut Vec<Message>, i: usize, m: MessageIn) -> Result<(), AxError> {
+    let blocks = match m.content {
+        ContentIn::Text(t) => {
+            let role = match m.role {
+                RoleIn::User => Role::User,
+                RoleIn::Assistant => Role::Assistant,
+                RoleIn::System => Role::System,
+            };
+            out.push(text_message(role, t));
+            return Ok(());
+        }
+        ContentIn::Blocks(b) => b,
+    };
+    let mut parts = Vec::new();
+    let mut calls = Vec::new();
+    for (j, b) in blocks.into_iter().enumerate() {
+        match b {
+            BlockIn::Text { text, .. } => parts.push(ContentPart::Text { text }),
+            BlockIn::Image { source, .. } => {
+                let url = match source {
+                    ImageSourceIn::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+                    ImageSourceIn::Url { url } => url,
+                };
+                parts.push(ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } });
+            }
+            BlockIn::Document { .. } => {
+                return Err(AxError::invalid_param(
+                    format!("messages[{i}].content[{j}]"),
+                    "document blocks need an Anthropic upstream",
+                ))
+            }
+            BlockIn::ToolUse { id, name, input, .. } => calls.push(ToolCall {
+                id,
+                kind: ToolKind::Function,
+                function: FunctionCall { name, arguments: input.to_string() },
+            }),
+            BlockIn::ToolResult { tool_use_id, content, is_error, .. } => {
+                let text = result_text(content);
+                let text = if is_error { format!("Error: {text}") } else { text };
+                out.push(Message { tool_call_id: Some(tool_use_id), ..text_message(Role::Tool, text) });
+            }
+            // Reasoning of earlier turns only Anthropic verifies and reads back.
+            BlockIn::Thinking { .. } | BlockIn::RedactedThinking { .. } => {}
+        }
+    }
+    let role = match m.role {
+        RoleIn::User => Role::User,
+        RoleIn::Assistant => Role::Assistant,
+        RoleIn::System => Role::System,
+    };
+    if !parts.is_empty() || !calls.is_empty() {
+        let content = match parts.as_slice() {
+            [] => None,
+            [ContentPart::Text { text }] => Some(Content::Text(text.clone())),
+            _ => Some(Content::Parts(parts)),
+        };
+        out.push(Message { content, tool_calls: (!calls.is_empty()).then_some(calls), ..message(role) });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers
+
+/// Anthropic's stop reason for a canonical finish: its own values as they are; one no
+/// Anthropic client knows is `end_turn`, the provider's value kept beside it.
+fn stop_reason(f: Option<&FinishReason>) -> (&str, Option<&str>) {
+    match f {
+        None | Some(FinishReason::Stop) => ("end_turn", None),
+        Some(FinishReason::Length) => ("max_tokens", None),
+        Some(FinishReason::ToolCalls) => ("tool_use", None),
+        Some(FinishReason::ContentFilter) => ("refusal", None),
+        Some(FinishReason::Unmapped(raw)) => match raw.as_str() {
+            "pause_turn" | "model_context_window_exceeded" | "stop_sequence" | "end_turn" => (raw.as_str(), None),
+            other => ("end_turn", Some(other)),
+        },
+    }
+}
+
+/// Usage as Anthropic reports it: `input_tokens` without either cache count.
+#[derive(Serialize, Clone, Copy)]
+struct UsageOut {
+    input_tokens: u64,
+    output_tokens: u64,
+    cache_creation_input_tokens: u64,
+    cache_read_input_tokens: u64,
+}
+
+impl From<&Usage> for UsageOut {
+    fn from(u: &Usage) -> Self {
+        Self {
+            input_tokens: u.prompt_tokens.saturating_sub(u.cached_tokens + u.cache_write_tokens),
+            output_tokens: u.completion_tokens,
+            cache_creation_input_tokens: u.cache_write_tokens,
+            cache_read_input_tokens: u.cached_tokens,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockOut<'a> {
+    Text { text: &'a str },
+    ToolUse { id: &'a str, name: &'a str, input: Value },
+}
+
+#[derive(Serialize)]
+struct MessageOut<'a> {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: Vec<BlockOut<'a>>,
+    stop_reason: &'a str,
+    stop_sequence: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provider_stop_reason: Option<&'a str>,
+    usage: UsageOut,
+}
+
+/// A tool call's arguments as the object Anthropic's `input` is (an empty object for none).
+fn tool_input(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return Value::Object(serde_json::Map::new());
+    }
+    serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()))
+}
+
+/// A whole canonical answer as a Messages `message`.
+pub fn encode_message(r: &ChatResponse, request_id: &str, model: &str) -> Vec<u8> {
+    let choice = r.choices.first();
+    let mut content = Vec::new();
+    if let Some(c) = choice {
+        if let Some(t) = c.content.as_deref().filter(|t| !t.is_empty()) {
+            content.push(BlockOut::Text { text: t });
+        }
+        for t in &c.tool_calls {
+            content.push(BlockOut::ToolUse {
+                id: &t.id,
+                name: &t.function.name,
+                input: tool_input(&t.function.arguments),
+            });
+        }
+    }
+    let (stop, provider) = stop_reason(choice.and_then(|c| c.finish_reason.as_ref()));
+    let out = MessageOut {
+        id: message_id(request_id),
+        kind: "message",
+        role: "assistant",
+        model: if r.model.is_empty() { model } else { &r.model },
+        content,
+        stop_reason: stop,
+        stop_sequence: None,
+        provider_stop_reason: provider,
+        usage: UsageOut::from(&r.usage.unwrap_or_default()),
+    };
+    serde_json::to_vec(&out).unwrap_or_default()
+}
+
+fn message_id(request_id: &str) -> String {
+    format!("msg_{}", request_id.strip_prefix("req_").unwrap_or(request_id))
+}
+
+/// An error in Anthropic's shape: its type for ax's status, ax's stable code in the message
+/// (and in `x-ax-error-code`), and the request id.
+pub fn error_body(e: &AxError, request_id: &str) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        error: Inner<'a>,
+        request_id: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Inner<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        param: Option<&'a str>,
+    }
+    let out = Out {
+        kind: "error",
+        error: Inner { kind: error_type(e), message: format!("{} ({})", e, e.code()), param: e.param() },
+        request_id,
+    };
+    serde_json::to_vec(&out).unwrap_or_default()
+}
+
+/// Anthropic's error type for an ax error.
+pub fn error_type(e: &AxError) -> &'static str {
+    match status(e) {
+        400 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 | 405 => "not_found_error",
+        413 | 414 | 431 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// The status an Anthropic caller gets: ax's, but 529 where no upstream could take the request
+/// (Anthropic's "overloaded"), which its clients retry.
+pub fn status(e: &AxError) -> u16 {
+    match e.status().as_u16() {
+        503 => 529,
+        s => s,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams
+
+/// The stream encoder of one Messages request: `message_start`, each text or tool call as a
+/// content block (`content_block_start`, `text_delta` / `input_json_delta`, `content_block_stop`;
+/// indexes count text and tool blocks together), then `message_delta` (stop reason, usage) and
+/// `message_stop`. A failure after the first event is one `event: error`.
+pub struct Events {
+    id: String,
+    model: String,
+    request_id: String,
+    /// The block now open: its index, and the tool call it is (`None`: text).
+    open: Option<(u32, Option<u32>)>,
+    next_block: u32,
+    finish: Option<FinishReason>,
+}
+
+impl Events {
+    pub fn new(request_id: &str, model: &str) -> Self {
+        Self {
+            id: message_id(request_id),
+            model: model.to_owned(),
+            request_id: request_id.to_owned(),
+            open: None,
+            next_block: 0,
+            finish: None,
+        }
+    }
+
+    fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        let _ = serde_json::to_writer(&mut *out, data);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn close_block(&mut self, out: &mut Vec<u8>) {
+        if let Some((index, _)) = self.open.take() {
+            Self::event(
+                out,
+                "content_block_stop",
+                &serde_json::json!({ "type": "content_block_stop", "index": index }),
+            );
+        }
+    }
+
+    fn open_block(&mut self, out: &mut Vec<u8>, tool: Option<u32>, block: Value) -> u32 {
+        self.close_block(out);
+        let index = self.next_block;
+        self.next_block += 1;
+        self.open = Some((index, tool));
+        Self::event(
+            out,
+            "content_block_start",
+            &serde_json::json!({ "type": "content_block_start", "index": index, "content_block": block }),
+        );
+        index
+    }
+}
+
+impl StreamEncoder for Events {
+    fn start(&mut self, _n: u32) -> Bytes {
+        let mut out = Vec::with_capacity(256);
+        let start = serde_json::json!({ "type": "message_start", "message": {
+            "id": self.id, "type": "message", "role": "assistant", "content": [], "model": self.model,
+            "stop_reason": null, "stop_sequence": null,
+            "usage": { "input_tokens": 0, "output_tokens": 0 } } });
+        Self::event(&mut out, "message_start", &start);
+        Bytes::from(out)
+    }
+
+    fn chunk(&mut self, choices: &[ChunkChoice]) -> Bytes {
+        let mut out = Vec::with_capacity(128);
+        // One choice: Anthropic has no `n`.
+        for c in choices.iter().filter(|c| c.index == 0) {
+            if let Some(text) = c.content.as_deref().filter(|t| !t.is_empty()) {
+                let index = match self.open {
+                    Some((i, None)) => i,
+                    _ => self.open_block(&mut out, None, serde_json::json!({ "type": "text", "text": "" })),
+                };
+                let delta = serde_json::json!({ "type": "content_block_delta", "index": index,
+                    "delta": { "type": "text_delta", "text": text } });
+                Self::event(&mut out, "content_block_delta", &delta);
+            }
+            for t in &c.tool_calls {
+                let index = match self.open {
+                    Some((i, Some(tool))) if tool == t.index => i,
+                    _ => {
+                        let block = serde_json::json!({ "type": "tool_use", "id": t.id.clone().unwrap_or_default(),
+                            "name": t.name.clone().unwrap_or_default(), "input": {} });
+                        self.open_block(&mut out, Some(t.index), block)
+                    }
+                };
+                if !t.arguments.is_empty() {
+                    let delta = serde_json::json!({ "type": "content_block_delta", "index": index,
+                        "delta": { "type": "input_json_delta", "partial_json": t.arguments } });
+                    Self::event(&mut out, "content_block_delta", &delta);
+                }
+            }
+            if c.finish_reason.is_some() {
+                self.finish.clone_from(&c.finish_reason);
+            }
+        }
+        Bytes::from(out)
+    }
+
+    fn finish(&mut self, usage: Option<&Usage>) -> Bytes {
+        let mut out = Vec::with_capacity(256);
+        self.close_block(&mut out);
+        let (stop, provider) = stop_reason(self.finish.as_ref());
+        let usage = UsageOut::from(&usage.copied().unwrap_or_default());
+        let mut delta = serde_json::json!({ "type": "message_delta",
+            "delta": { "stop_reason": stop, "stop_sequence": null }, "usage": usage });
+        if let Some(p) = provider {
+            delta["delta"]["provider_stop_reason"] = Value::from(p);
+        }
+        Self::event(&mut out, "message_delta", &delta);
+        Self::event(&mut out, "message_stop", &serde_json::json!({ "type": "message_stop" }));
+        Bytes::from(out)
+    }
+
+    fn fail(&mut self, e: &AxError) -> Bytes {
+        let mut out = b"event: error\ndata: ".to_vec();
+        out.extend_from_slice(&error_body(e, &self.request_id));
+        out.extend_from_slice(b"\n\n");
+        Bytes::from(out)
+    }
+
+    /// The upstream's own `message_stop` was forwarded.
+    fn end_forwarded(&mut self) -> Bytes {
+        Bytes::new()
+    }
+
+    fn wants_usage_event(&self) -> bool {
+        true
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Other endpoints
+
+/// `GET /v1/models` as Anthropic lists models (`anthropic-version` sent): the aliases the key
+/// may use.
+pub fn encode_models(aliases: &[String]) -> Vec<u8> {
+    let data: Vec<Value> = aliases
+        .iter()
+        .map(|a| serde_json::json!({ "type": "model", "id": a, "display_name": a, "created_at": "1970-01-01T00:00:00Z" }))
+        .collect();
+    let body = serde_json::json!({
+        "data": data, "has_more": false,
+        "first_id": aliases.first(), "last_id": aliases.last(),
+    });
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// `count_tokens`' answer.
+pub fn encode_count(input_tokens: u64) -> Vec<u8> {
+    let body: BTreeMap<&str, u64> = [("input_tokens", input_tokens)].into();
+    serde_json::to_vec(&body).unwrap_or_default()
+}
