@@ -183,3 +183,46 @@ async fn a_route_with_another_protocol_keeps_the_canonical_path() {
     assert!(String::from_utf8_lossy(&oa.last().raw).starts_with(r#"{"model":"real-model","messages""#));
     assert_eq!(oa.hits(), 1);
 }
+
+/// An Anthropic caller and an Anthropic upstream: the body with fields and blocks ax does not know
+/// (betas, thinking, cache_control, context_management, a new block type) reaches the upstream
+/// byte for byte but the model; `anthropic-beta` is passed on; the answer comes back as sent.
+#[tokio::test]
+async fn an_anthropic_request_reaches_an_anthropic_upstream_as_written() {
+    let mut answer = wire::anthropic_response(Some("ok"), &[], "end_turn", (7, 3, 2, 5));
+    answer["container"] = json!({ "id": "c1" });
+    let text = serde_json::to_string(&answer).unwrap();
+    let up = FakeUpstream::fixed(Reply::Raw {
+        status: 200,
+        content_type: "application/json",
+        body: text.clone().into_bytes(),
+    })
+    .await;
+    let model = "models: [{ name: claude-real, context_window: 200000, capabilities: [chat, tools, streaming, vision], price_per_mtok: { input: 3.0, output: 15.0, cached_input: 0.3, cache_write: 3.75 } }]";
+    let gw = Gateway::start(&format!(
+        "upstreams:\n  - {{ name: an, provider: anthropic, base_url: \"{}\", api_key: sk-ant, {model} }}\nroutes:\n  - {{ alias: claude, candidates: [{{ upstream: an, model: claude-real }}] }}\ntenants:\n  - {{ id: t, keys: [{{ id: k, sha256: \"{}\" }}] }}\n",
+        up.url(),
+        key_digest(KEY)
+    ))
+    .await;
+    let body = r#"{"model":"claude","max_tokens":1024,"thinking":{"type":"enabled","budget_tokens":512},"context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]},"system":[{"type":"text","text":"sys","cache_control":{"type":"ephemeral","ttl":"1h"}}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"brand_new_block_2027","x":1}]},{"role":"assistant","content":[{"type":"thinking","thinking":"…","signature":"sig"}]},{"role":"user","content":"go on"}],"output_config":{"effort":"high"}}"#;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/messages?beta=true", gw.url))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .header("anthropic-beta", "interleaved-thinking-2025-05-14,context-management-2025-06-27")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Usage in Anthropic's convention: 7 input + 2 written + 5 read, at $3 / $3.75 / $0.30 per
+    // Mtok, and 3 output at $15: 21 + 7.5 + 1.5 + 45 = 75 µ$.
+    assert_eq!(resp.headers()["x-ax-cost-usd"], "0.000075");
+    assert_eq!(resp.text().await.unwrap(), text, "the answer as the upstream sent it");
+    let seen = up.last();
+    assert_eq!(String::from_utf8_lossy(&seen.raw), body.replace(r#""model":"claude""#, r#""model":"claude-real""#));
+    assert_eq!(seen.header("anthropic-beta"), Some("interleaved-thinking-2025-05-14,context-management-2025-06-27"));
+    assert_eq!(seen.header("x-api-key"), Some("sk-ant"), "the upstream's key, not the caller's");
+}
