@@ -15,9 +15,9 @@
 
 use std::collections::BTreeMap;
 
+use super::decode::Known;
 use bytes::Bytes;
 use http::HeaderMap;
-use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -252,21 +252,31 @@ pub struct MessagesRequest {
     #[serde(default)]
     metadata: Option<MetadataIn>,
     #[serde(default, rename = "thinking")]
-    _thinking: Option<IgnoredAny>,
+    _thinking: Option<Known>,
     #[serde(default, rename = "output_config")]
-    _output_config: Option<IgnoredAny>,
+    _output_config: Option<Known>,
     #[serde(default, rename = "context_management")]
-    _context_management: Option<IgnoredAny>,
+    _context_management: Option<Known>,
     #[serde(default, rename = "container")]
-    _container: Option<IgnoredAny>,
+    _container: Option<Known>,
     #[serde(default, rename = "mcp_servers")]
-    _mcp_servers: Option<IgnoredAny>,
+    _mcp_servers: Option<Known>,
     #[serde(default, rename = "service_tier")]
-    _service_tier: Option<IgnoredAny>,
+    _service_tier: Option<Known>,
     #[serde(default, rename = "cache_control")]
-    _cache_control: Option<IgnoredAny>,
+    _cache_control: Option<Known>,
     #[serde(default, rename = "betas")]
-    _betas: Option<IgnoredAny>,
+    _betas: Option<Known>,
+    #[serde(default, rename = "diagnostics")]
+    _diagnostics: Option<Known>,
+    #[serde(default, rename = "inference_geo")]
+    _inference_geo: Option<Known>,
+    #[serde(default, rename = "speed")]
+    _speed: Option<Known>,
+    #[serde(default, rename = "user_profile_id")]
+    _user_profile_id: Option<Known>,
+    #[serde(default, rename = "workspace_id")]
+    _workspace_id: Option<Known>,
 }
 
 #[derive(Deserialize)]
@@ -281,11 +291,11 @@ struct TextBlockIn {
     #[serde(default)]
     text: String,
     #[serde(rename = "type", default)]
-    _kind: IgnoredAny,
+    _kind: Known,
     #[serde(default, rename = "cache_control")]
-    _cache_control: Option<IgnoredAny>,
+    _cache_control: Option<Known>,
     #[serde(default, rename = "citations")]
-    _citations: Option<IgnoredAny>,
+    _citations: Option<Known>,
 }
 
 #[derive(Deserialize)]
@@ -315,26 +325,28 @@ enum BlockIn {
     Text {
         text: String,
         #[serde(default, rename = "cache_control")]
-        _cache_control: Option<IgnoredAny>,
+        _cache_control: Option<Known>,
         #[serde(default, rename = "citations")]
-        _citations: Option<IgnoredAny>,
+        _citations: Option<Known>,
     },
     Image {
         source: ImageSourceIn,
         #[serde(default, rename = "cache_control")]
-        _cache_control: Option<IgnoredAny>,
+        _cache_control: Option<Known>,
+        #[serde(default, rename = "transformations")]
+        _transformations: Option<Known>,
     },
     Document {
         #[serde(rename = "source")]
-        _source: IgnoredAny,
+        _source: Known,
         #[serde(default, rename = "cache_control")]
-        _cache_control: Option<IgnoredAny>,
+        _cache_control: Option<Known>,
         #[serde(default, rename = "title")]
-        _title: Option<IgnoredAny>,
+        _title: Option<Known>,
         #[serde(default, rename = "context")]
-        _context: Option<IgnoredAny>,
+        _context: Option<Known>,
         #[serde(default, rename = "citations")]
-        _citations: Option<IgnoredAny>,
+        _citations: Option<Known>,
     },
     ToolUse {
         id: String,
@@ -342,7 +354,11 @@ enum BlockIn {
         #[serde(default)]
         input: Value,
         #[serde(default, rename = "cache_control")]
-        _cache_control: Option<IgnoredAny>,
+        _cache_control: Option<Known>,
+        #[serde(default, rename = "caller")]
+        _caller: Option<Known>,
+        #[serde(default, rename = "toolset_name")]
+        _toolset_name: Option<Known>,
     },
     ToolResult {
         tool_use_id: String,
@@ -351,17 +367,25 @@ enum BlockIn {
         #[serde(default)]
         is_error: bool,
         #[serde(default, rename = "cache_control")]
-        _cache_control: Option<IgnoredAny>,
+        _cache_control: Option<Known>,
+        #[serde(default, rename = "toolset_name")]
+        _toolset_name: Option<Known>,
+    },
+    /// Inside a tool result: loads the deferred tool it names (tool search).
+    ToolReference {
+        tool_name: String,
+        #[serde(default, rename = "cache_control")]
+        _cache_control: Option<Known>,
     },
     Thinking {
         #[serde(default, rename = "thinking")]
-        _thinking: IgnoredAny,
+        _thinking: Known,
         #[serde(default, rename = "signature")]
-        _signature: IgnoredAny,
+        _signature: Known,
     },
     RedactedThinking {
         #[serde(default, rename = "data")]
-        _data: IgnoredAny,
+        _data: Known,
     },
 }
 
@@ -382,8 +406,19 @@ struct ToolIn {
     /// `custom` (or absent) for the caller's own tools; anything else is a server tool.
     #[serde(rename = "type", default)]
     kind: Option<String>,
+    /// Left out of the model's view until a `tool_reference` block in a tool result names it.
+    #[serde(default)]
+    defer_loading: bool,
+    #[serde(default)]
+    strict: Option<bool>,
     #[serde(default, rename = "cache_control")]
-    _cache_control: Option<IgnoredAny>,
+    _cache_control: Option<Known>,
+    #[serde(default, rename = "allowed_callers")]
+    _allowed_callers: Option<Known>,
+    #[serde(default, rename = "eager_input_streaming")]
+    _eager_input_streaming: Option<Known>,
+    #[serde(default, rename = "input_examples")]
+    _input_examples: Option<Known>,
 }
 
 #[derive(Deserialize)]
@@ -427,11 +462,17 @@ pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatReques
         }
         None => {}
     }
+    let mut loaded = Vec::new();
     for (i, m) in r.messages.into_iter().enumerate() {
-        push_turn(&mut messages, i, m)?;
+        push_turn(&mut messages, &mut loaded, i, m)?;
     }
     let mut tools = Vec::new();
     for (i, t) in r.tools.into_iter().flatten().enumerate() {
+        // No other provider searches tools: a deferred one joins the list once a tool result
+        // has loaded it, as Anthropic's API loads it into the model's view.
+        if t.defer_loading && !loaded.contains(&t.name) {
+            continue;
+        }
         if t.kind.as_deref().is_some_and(|k| k != "custom") {
             return Err(AxError::invalid_param(
                 format!("tools[{i}]"),
@@ -444,7 +485,7 @@ pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatReques
                 name: t.name,
                 description: t.description,
                 parameters: t.input_schema,
-                strict: None,
+                strict: t.strict,
             },
         });
     }
@@ -494,8 +535,9 @@ fn text_message(role: Role, text: String) -> Message {
     Message { content: Some(Content::Text(text)), ..message(role) }
 }
 
-/// Text of a tool result's content (a string, or blocks whose text is joined).
-fn result_text(c: Option<ContentIn>) -> String {
+/// Text of a tool result's content (a string, or blocks whose text is joined); the tools its
+/// `tool_reference` blocks load are added to `loaded`.
+fn result_text(c: Option<ContentIn>, loaded: &mut Vec<String>) -> String {
     match c {
         None => String::new(),
         Some(ContentIn::Text(t)) => t,
@@ -503,6 +545,11 @@ fn result_text(c: Option<ContentIn>) -> String {
             .into_iter()
             .filter_map(|b| match b {
                 BlockIn::Text { text, .. } => Some(text),
+                BlockIn::ToolReference { tool_name, .. } => {
+                    let line = format!("Tool loaded: {tool_name}");
+                    loaded.push(tool_name);
+                    Some(line)
+                }
                 _ => None,
             })
             .collect::<Vec<_>>()
@@ -513,7 +560,7 @@ fn result_text(c: Option<ContentIn>) -> String {
 /// One Anthropic turn as canonical messages: a user turn's tool results become tool messages
 /// (first, as they answer the turn before), its other blocks one user message; an assistant
 /// turn's tool_use blocks become its tool calls.
-fn push_turn(out: &mut Vec<Message>, i: usize, m: MessageIn) -> Result<(), AxError> {
+fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: MessageIn) -> Result<(), AxError> {
     let blocks = match m.content {
         ContentIn::Text(t) => {
             let role = match m.role {
@@ -550,12 +597,18 @@ fn push_turn(out: &mut Vec<Message>, i: usize, m: MessageIn) -> Result<(), AxErr
                 function: FunctionCall { name, arguments: input.to_string() },
             }),
             BlockIn::ToolResult { tool_use_id, content, is_error, .. } => {
-                let text = result_text(content);
+                let text = result_text(content, loaded);
                 let text = if is_error { format!("Error: {text}") } else { text };
                 out.push(Message { tool_call_id: Some(tool_use_id), ..text_message(Role::Tool, text) });
             }
             // Reasoning of earlier turns only Anthropic verifies and reads back.
             BlockIn::Thinking { .. } | BlockIn::RedactedThinking { .. } => {}
+            BlockIn::ToolReference { .. } => {
+                return Err(AxError::invalid_param(
+                    format!("messages[{i}].content[{j}]"),
+                    "a tool_reference block belongs inside a tool_result",
+                ))
+            }
         }
     }
     let role = match m.role {

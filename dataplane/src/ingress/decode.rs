@@ -14,7 +14,7 @@ pub fn json<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, Ax
     // scans them a byte at a time); the same serde types, the same result. Errors are explained by
     // serde_json (`explain`: the field's path, or the body not being UTF-8), off the common path.
     let mut de = sonic_rs::Deserializer::from_slice(bytes);
-    let value: T = match serde_ignored::deserialize(&mut de, |path| unknown.push(path.to_string()))
+    let value: T = match serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path)))
         .and_then(|v| de.end().map(|()| v))
     {
         Ok(v) => v,
@@ -32,6 +32,13 @@ pub fn json<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, Ax
         }
     }
     Ok(value)
+}
+
+/// A field's path as a caller reads it: `tools.10.defer_loading`, without serde_ignored's `?`
+/// for each optional level.
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    let p = path.to_string();
+    p.split('.').filter(|s| *s != "?").collect::<Vec<_>>().join(".")
 }
 
 /// The error of a body `decode` refused, with the path of the field at fault.
@@ -54,4 +61,77 @@ fn explain<T: DeserializeOwned>(bytes: &[u8]) -> Option<AxError> {
         Ok(_) => AxError::InvalidJson(de.end().err()?.to_string()),
     };
     Some(err)
+}
+
+/// A field ax names but does not act on (`thinking`, `cache_control`…): its value is read and
+/// dropped without counting as unknown. serde's `IgnoredAny` would not do: `serde_ignored`
+/// reports every value read through it as an unknown field.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Known;
+
+impl<'de> serde::Deserialize<'de> for Known {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(KnownVisitor)
+    }
+}
+
+struct KnownVisitor;
+
+impl<'de> serde::de::Visitor<'de> for KnownVisitor {
+    type Value = Known;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Known, E> {
+        Ok(Known)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Known, E> {
+        Ok(Known)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Known, E> {
+        Ok(Known)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Known, E> {
+        Ok(Known)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Known, E> {
+        Ok(Known)
+    }
+    fn visit_unit<E>(self) -> Result<Known, E> {
+        Ok(Known)
+    }
+    fn visit_none<E>(self) -> Result<Known, E> {
+        Ok(Known)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Known, D::Error> {
+        <Known as serde::Deserialize>::deserialize(d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Known, A::Error> {
+        while seq.next_element::<Known>()?.is_some() {}
+        Ok(Known)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Known, A::Error> {
+        while map.next_entry::<Known, Known>()?.is_some() {}
+        Ok(Known)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    struct Body {
+        #[serde(rename = "a")]
+        _a: Option<Known>,
+    }
+
+    #[test]
+    fn a_named_field_is_read_whatever_its_value_and_not_counted_unknown() {
+        let body = br#"{"a":{"type":"adaptive","x":[1,{"y":null}],"z":"s"}}"#;
+        assert!(json::<Body>(body, ParamsMode::Strict).is_ok());
+        let e = json::<Body>(br#"{"a":1,"tools":[{"defer_loading":true}]}"#, ParamsMode::Strict).err().unwrap();
+        assert!(matches!(e, AxError::UnsupportedParameter { ref param, .. } if param == "tools"), "{e:?}");
+    }
 }

@@ -2,6 +2,7 @@
 //! against fake upstreams on ephemeral ports.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "test helpers fail a test by panicking")]
 
+mod agents;
 mod conformance;
 mod controlplane;
 mod failover;

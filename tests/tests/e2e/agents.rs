@@ -1,0 +1,218 @@
+//! The real Claude Code CLI (npm `@anthropic-ai/claude-code`, pinned in `tests/agents`) through
+//! the ax binary, headless and offline, to an OpenAI-protocol upstream (translated) and to an
+//! Anthropic one (forwarded): a one-shot prompt returns the upstream's text, and a turn in which
+//! the upstream asks for Claude Code's own `Read` tool completes the loop: Claude Code reads the
+//! file, sends the result back, and its final answer is what the upstream made of it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ax_tests::wire::{self, Framing};
+use ax_tests::{key_digest, temp_dir, Binary, FakeUpstream, Recorded, Reply, KEY};
+use serde_json::{json, Value};
+
+/// What the file Claude Code is asked to read says.
+const SECRET: &str = "The secret word is MANGO-7.";
+
+/// Claude Code, from `tests/agents/node_modules` (`.ci/run` installs it) or `AX_CLAUDE`.
+fn claude_bin() -> String {
+    if let Ok(p) = std::env::var("AX_CLAUDE") {
+        return p;
+    }
+    let path = format!("{}/agents/node_modules/.bin/claude", env!("CARGO_MANIFEST_DIR"));
+    assert!(
+        Path::new(&path).exists(),
+        "the Claude Code test needs {path}: run `bash .ci/run` once (or `npm ci --prefix tests/agents`)"
+    );
+    path
+}
+
+/// The upstream's turn: a path ending in `notes.txt` in the caller's latest text asks for the
+/// `Read` tool (when offered); a tool result is answered by quoting it; anything else (Claude
+/// Code's own side calls included) gets a greeting naming the upstream.
+fn turn(latest_text: &str, result: Option<&str>, offers_read: bool, who: &str) -> (String, Option<String>) {
+    if let Some(r) = result {
+        return (format!("From {who}: the file reads \"{}\"", r.trim()), None);
+    }
+    let path = latest_text.split_whitespace().find(|w| w.ends_with("notes.txt"));
+    match path {
+        Some(p) if offers_read => (String::new(), Some(json!({ "file_path": p }).to_string())),
+        _ => (format!("Hello from the {who} upstream"), None),
+    }
+}
+
+fn pieces(text: &str) -> Vec<&str> {
+    text.split_inclusive(' ').collect()
+}
+
+fn offers_read(body: &Value) -> bool {
+    body["tools"].as_array().into_iter().flatten().any(|t| t["name"] == "Read" || t["function"]["name"] == "Read")
+}
+
+/// The newest message that is not a system one: Claude Code appends a `system` message after the
+/// user's prompt.
+fn latest_turn(body: &Value) -> Value {
+    let messages = body["messages"].as_array().into_iter().flatten();
+    messages.rev().find(|m| m["role"] != "system").cloned().unwrap_or(Value::Null)
+}
+
+fn anthropic_upstream(r: &Recorded) -> Reply {
+    let last = latest_turn(&r.body);
+    let blocks = last["content"].as_array().cloned().unwrap_or_default();
+    let result: Option<String> = blocks.iter().find(|b| b["type"] == "tool_result").map(|b| match &b["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    });
+    let latest: String = match &last["content"] {
+        Value::String(s) => s.clone(),
+        _ => blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join(" "),
+    };
+    let (text, read) = turn(&latest, result.as_deref(), offers_read(&r.body), "Anthropic");
+    let calls: Vec<wire::Call<'_>> = read.as_deref().map(|a| ("toolu_read1", "Read", a)).into_iter().collect();
+    let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
+    let text = (!text.is_empty()).then_some(text);
+    if r.body["stream"] == true {
+        let p = text.as_deref().map(pieces).unwrap_or_default();
+        Reply::sse(&wire::anthropic_stream(&p, &calls, stop, (40, 9, 0, 0), Framing::default()))
+    } else {
+        Reply::json(wire::anthropic_response(text.as_deref(), &calls, stop, (40, 9, 0, 0)))
+    }
+}
+
+fn openai_upstream(r: &Recorded) -> Reply {
+    let last = latest_turn(&r.body);
+    let result = (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or_default().to_owned());
+    let latest: String = match &last["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(" "),
+        _ => String::new(),
+    };
+    let (text, read) = turn(&latest, result.as_deref(), offers_read(&r.body), "OpenAI");
+    let calls: Vec<wire::Call<'_>> = read.as_deref().map(|a| ("call_read1", "Read", a)).into_iter().collect();
+    let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+    let text = (!text.is_empty()).then_some(text);
+    if r.body["stream"] == true {
+        let p = text.as_deref().map(pieces).unwrap_or_default();
+        Reply::sse(&wire::openai_stream(&p, &calls, finish, (40, 9, 0), Framing::default()))
+    } else {
+        Reply::json(wire::openai_response(text.as_deref(), &calls, finish, (40, 9, 0)))
+    }
+}
+
+/// Runs `claude -p <prompt> --output-format json` in `work` against ax with `alias` as every
+/// model it uses; its parsed result object. Bounded: `timeout` stops a stuck client.
+fn claude(url: &str, alias: &str, work: &Path, home: &Path, prompt: &str) -> Value {
+    let out = Command::new("timeout")
+        .args(["120", &claude_bin(), "-p", prompt, "--output-format", "json"])
+        .current_dir(work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("ANTHROPIC_BASE_URL", url)
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_MODEL", alias)
+        .env("ANTHROPIC_SMALL_FAST_MODEL", alias)
+        .env("ANTHROPIC_DEFAULT_HAIKU_MODEL", alias)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .output()
+        .expect("run claude");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "claude failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("claude's output is not JSON ({e}):\n{stdout}\n{stderr}"))
+}
+
+fn fresh_dirs(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = temp_dir(name);
+    let (work, home) = (dir.join("work"), dir.join("home"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(work.join("notes.txt"), format!("{SECRET}\n")).unwrap();
+    (dir, work, home)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
+    let oa = FakeUpstream::start(openai_upstream).await;
+    let an = FakeUpstream::start(anthropic_upstream).await;
+    let (dir, work, home) = fresh_dirs("claude-code");
+    let caps = "capabilities: [chat, tools, streaming, vision]";
+    let path = dir.join("ax.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"upstreams:
+  - {{ name: oa, provider: openai, base_url: "{}/v1", api_key: sk-test, models: [{{ name: gpt-real, context_window: 400000, {caps} }}] }}
+  - {{ name: an, provider: anthropic, base_url: "{}", api_key: sk-ant-test, models: [{{ name: claude-real, context_window: 200000, {caps} }}] }}
+routes:
+  - {{ alias: agent-gpt, candidates: [{{ upstream: oa, model: gpt-real }}] }}
+  - {{ alias: agent-claude, candidates: [{{ upstream: an, model: claude-real }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+            oa.url(),
+            an.url(),
+            key_digest(KEY)
+        ),
+    )
+    .unwrap();
+    let bin = Binary::start(&path, &dir);
+    let url = bin.url.clone();
+    let notes = work.join("notes.txt");
+    let read_prompt = format!("Read the file {} and tell me the secret word.", notes.display());
+    let (w, h) = (work.clone(), home.clone());
+    let results = tokio::task::spawn_blocking(move || {
+        ["agent-gpt", "agent-claude"]
+            .map(|alias| (claude(&url, alias, &w, &h, "Say hello."), claude(&url, alias, &w, &h, &read_prompt)))
+    })
+    .await
+    .unwrap();
+    // The usage lines are written in batches: wait for the last one.
+    let calls = oa.hits() + an.hits();
+    let mut logs = bin.logs();
+    for _ in 0..50 {
+        if logs.matches("\"target\":\"ax::usage\"").count() >= calls {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        logs = bin.logs();
+    }
+    for ((hello, read), who) in results.iter().zip(["OpenAI", "Anthropic"]) {
+        assert_eq!(hello["is_error"], false, "{hello}\n{logs}");
+        assert_eq!(hello["result"], format!("Hello from the {who} upstream"), "{hello}");
+        assert_eq!(read["is_error"], false, "{read}\n{logs}");
+        let answer = read["result"].as_str().unwrap_or_default();
+        assert!(answer.starts_with(&format!("From {who}: the file reads")) && answer.contains("MANGO-7"), "{read}");
+        assert!(read["num_turns"].as_u64().unwrap_or(0) >= 2, "the tool loop took a second turn: {read}");
+    }
+    // The tool result reached each upstream in its own protocol: a tool message, a tool_result.
+    let oa_saw_result = oa.requests().iter().any(|r| {
+        r.body["messages"].as_array().into_iter().flatten().any(|m| {
+            m["role"] == "tool"
+                && m["tool_call_id"] == "call_read1"
+                && m["content"].as_str().is_some_and(|c| c.contains("MANGO-7"))
+        })
+    });
+    assert!(oa_saw_result, "the OpenAI upstream got Read's result as a tool message");
+    assert!(an
+        .requests()
+        .iter()
+        .all(|r| r.body["model"] == "claude-real" && r.header("x-api-key") == Some("sk-ant-test")));
+    assert!(an.requests().iter().any(|r| String::from_utf8_lossy(&r.raw).contains("toolu_read1")));
+    // Claude Code's own fields reached the Anthropic upstream as it wrote them, beta header too.
+    let first = &an.requests()[0];
+    assert!(first.header("anthropic-beta").is_some_and(|b| b.contains("claude-code-")), "{:?}", first.headers);
+    // Every call was metered once, as a success.
+    let records: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "ax::usage")
+        .collect();
+    assert_eq!(records.len(), calls, "{logs}");
+    assert!(records.iter().all(|r| r["fields"]["status"] == 200), "{logs}");
+    drop(bin);
+    let _ = std::fs::remove_dir_all(dir);
+}
