@@ -73,6 +73,55 @@ pub struct ChatRequest {
     pub logprobs: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_logprobs: Option<u32>,
+    /// How hard a reasoning model thinks; sent only to models with the `reasoning` capability
+    /// (advisory: a model without it answers without, never refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// A thinking budget in tokens, when the caller named one (Anthropic's `budget_tokens`);
+    /// otherwise providers that take a budget derive it from the effort.
+    #[serde(skip)]
+    pub thinking_budget: Option<u32>,
+}
+
+/// OpenAI's `reasoning_effort` values, the canonical reasoning control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    None,
+    Minimal,
+    Low,
+    Medium,
+    High,
+    Xhigh,
+}
+
+impl ReasoningEffort {
+    /// A thinking budget in tokens for providers that take one (Gemini, Anthropic).
+    pub fn budget(self) -> u32 {
+        match self {
+            Self::None => 0,
+            Self::Minimal => 1_024,
+            Self::Low => 2_048,
+            Self::Medium => 8_192,
+            Self::High => 24_576,
+            Self::Xhigh => 32_768,
+        }
+    }
+
+    /// The effort a thinking budget in tokens stands for.
+    pub fn of_budget(tokens: u32) -> Self {
+        match tokens {
+            0 => Self::None,
+            1..4_096 => Self::Low,
+            4_096..16_384 => Self::Medium,
+            _ => Self::High,
+        }
+    }
+
+    /// The budget the request names, else its effort's.
+    pub fn budget_of(req: &ChatRequest) -> Option<u32> {
+        req.thinking_budget.or(req.reasoning_effort.map(Self::budget))
+    }
 }
 
 impl ChatRequest {
@@ -540,6 +589,9 @@ pub struct Choice {
     pub tool_calls: Vec<ToolCall>,
     pub finish_reason: Option<FinishReason>,
     pub logprobs: Option<Value>,
+    /// The model's reasoning text, where the provider returns it (OpenAI-compatible
+    /// `reasoning_content`, Gemini thought parts, Anthropic thinking blocks).
+    pub reasoning: Option<String>,
 }
 
 /// A provider's reason for ending the reply, normalized per the table in `docs/translation.md`.
@@ -655,11 +707,14 @@ pub struct ChunkChoice {
     pub refusal: Option<String>,
     pub tool_calls: Vec<ToolCallDelta>,
     pub finish_reason: Option<FinishReason>,
+    /// A piece of the model's reasoning text.
+    pub reasoning: Option<String>,
 }
 
 impl ChunkChoice {
     pub fn is_empty(&self) -> bool {
         self.content.as_ref().is_none_or(String::is_empty)
+            && self.reasoning.as_ref().is_none_or(String::is_empty)
             && self.refusal.is_none()
             && self.tool_calls.is_empty()
             && self.finish_reason.is_none()

@@ -10,6 +10,7 @@ pub mod decode;
 pub mod openai;
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -229,6 +230,8 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
         let snap = app.store.load();
         let version = anthropic::check_version(&headers);
         let beta = anthropic::forwarded_headers(&headers);
+        // Read when the request is decoded, for the answer's thinking blocks.
+        let hide_thinking = AtomicBool::new(false);
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
@@ -236,7 +239,9 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
             body: |limit| read_body(&headers, body, limit),
             decode: |bytes: &[u8], mode| {
                 version.clone()?;
-                anthropic::to_canonical(anthropic::decode_messages(bytes, mode)?, false)
+                let r = anthropic::decode_messages(bytes, mode)?;
+                hide_thinking.store(!r.shows_thinking(), Ordering::Relaxed);
+                anthropic::to_canonical(r, false)
             },
         };
         let skim = |bytes, forwards: &dyn Fn(&str) -> bool| {
@@ -248,11 +253,13 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
             Ok(skim)
         };
         let forwarding = pipeline::Forwarding { protocol: Protocol::AnthropicMessages, skim };
-        let events = |_include_usage, model: &str| anthropic::Events::new(&rid, model);
+        let shows_thinking = || !hide_thinking.load(Ordering::Relaxed);
+        let events = |_include_usage, model: &str| anthropic::Events::new(&rid, model, shows_thinking());
         let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
         answer_in(Dialect::Anthropic, ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => {
-                json_response(StatusCode::OK, anthropic::encode_message(&r, &rid, served.model), &rid)
+                let body = anthropic::encode_message(&r, &rid, served.model, shows_thinking());
+                json_response(StatusCode::OK, body, &rid)
             }
             ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
             ChatReply::Stream(s) => event_stream(s.into_body(), &rid),

@@ -24,6 +24,8 @@ pub struct Ctx<'a> {
     /// `max_tokens` for providers that require one when the request sets none: the model's
     /// output cap, else the server's default.
     pub max_tokens: u32,
+    /// The model takes a reasoning control (its `reasoning` capability).
+    pub reasoning: bool,
 }
 
 /// Whether `kind` can honour the request parameter `param` (named as in

@@ -330,6 +330,9 @@ pub enum Capability {
     Vision,
     Json,
     Embeddings,
+    /// Takes a reasoning control (OpenAI `reasoning_effort`, Gemini's thinking budget,
+    /// Anthropic's extended thinking); a request's reasoning reaches only such models.
+    Reasoning,
 }
 
 impl Capability {
@@ -342,6 +345,7 @@ impl Capability {
             Self::Vision => "vision",
             Self::Json => "json",
             Self::Embeddings => "embeddings",
+            Self::Reasoning => "reasoning",
         }
     }
 }

@@ -141,6 +141,7 @@ impl Caps {
             Capability::Vision => 8,
             Capability::Json => 16,
             Capability::Embeddings => 32,
+            Capability::Reasoning => 64,
         }
     }
     pub fn from_list(list: &[Capability]) -> Self {

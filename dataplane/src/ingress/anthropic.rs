@@ -15,16 +15,16 @@
 
 use std::collections::BTreeMap;
 
-use super::decode::Known;
 use bytes::Bytes;
 use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::decode::Known;
 use crate::canonical::{
     estimate_tokens, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall,
-    FunctionDef, ImageUrl, Message, RawChat, Role, Skim, Stop, Tool, ToolCall, ToolChoice, ToolKind, Usage,
-    IMAGE_TOKENS, MESSAGE_TOKENS,
+    FunctionDef, ImageUrl, JsonSchema, Message, RawChat, ReasoningEffort, ResponseFormat, Role, Skim, Stop, Tool,
+    ToolCall, ToolChoice, ToolKind, Usage, IMAGE_TOKENS, MESSAGE_TOKENS,
 };
 use crate::error::AxError;
 use crate::pipeline::stream::StreamEncoder;
@@ -251,10 +251,10 @@ pub struct MessagesRequest {
     tool_choice: Option<ToolChoiceIn>,
     #[serde(default)]
     metadata: Option<MetadataIn>,
-    #[serde(default, rename = "thinking")]
-    _thinking: Option<Known>,
-    #[serde(default, rename = "output_config")]
-    _output_config: Option<Known>,
+    #[serde(default)]
+    thinking: Option<ThinkingIn>,
+    #[serde(default)]
+    output_config: Option<OutputConfigIn>,
     #[serde(default, rename = "context_management")]
     _context_management: Option<Known>,
     #[serde(default, rename = "container")]
@@ -277,6 +277,96 @@ pub struct MessagesRequest {
     _user_profile_id: Option<Known>,
     #[serde(default, rename = "workspace_id")]
     _workspace_id: Option<Known>,
+}
+
+/// `thinking`: `enabled` with a budget, `adaptive` (the model decides; its effort in
+/// `output_config`), or `disabled`; `display: omitted` returns thinking blocks without their text.
+#[derive(Deserialize)]
+struct ThinkingIn {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    budget_tokens: Option<u32>,
+    #[serde(default)]
+    display: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct OutputConfigIn {
+    #[serde(default)]
+    effort: Option<String>,
+    #[serde(default)]
+    format: Option<OutputFormatIn>,
+}
+
+/// Structured output: `{"type": "json_schema", "schema": {…}}`.
+#[derive(Deserialize)]
+struct OutputFormatIn {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    schema: Option<Value>,
+}
+
+impl MessagesRequest {
+    /// Whether the caller wants the thinking text (not `display: "omitted"`).
+    pub fn shows_thinking(&self) -> bool {
+        self.thinking.as_ref().and_then(|t| t.display.as_deref()) != Some("omitted")
+    }
+
+    /// The canonical reasoning control: the effort (`output_config.effort`, else the budget's)
+    /// and the budget the caller named; nothing for `disabled` or no `thinking`.
+    fn reasoning(&self) -> Result<(Option<ReasoningEffort>, Option<u32>), AxError> {
+        let effort = match self.output_config.as_ref().and_then(|o| o.effort.as_deref()) {
+            None => None,
+            Some("low") => Some(ReasoningEffort::Low),
+            Some("medium") => Some(ReasoningEffort::Medium),
+            // Anthropic's top levels: the highest every provider takes.
+            Some("high" | "xhigh" | "max") => Some(ReasoningEffort::High),
+            Some(other) => {
+                return Err(AxError::invalid_param(
+                    "output_config.effort",
+                    format!("unknown effort '{other}' (low, medium, high, xhigh or max)"),
+                ))
+            }
+        };
+        Ok(match self.thinking.as_ref().map(|t| (t.kind.as_str(), t.budget_tokens)) {
+            None => (effort, None),
+            Some(("disabled", _)) => (None, None),
+            Some(("enabled", Some(budget))) => (effort.or(Some(ReasoningEffort::of_budget(budget))), Some(budget)),
+            Some(("enabled", None)) => {
+                return Err(AxError::invalid_param(
+                    "thinking.budget_tokens",
+                    "thinking of type 'enabled' needs 'budget_tokens'",
+                ))
+            }
+            Some(("adaptive", _)) => (effort, None),
+            Some((other, _)) => {
+                return Err(AxError::invalid_param(
+                    "thinking.type",
+                    format!("unknown thinking type '{other}' (enabled, adaptive or disabled)"),
+                ))
+            }
+        })
+    }
+
+    fn response_format(&self) -> Result<Option<ResponseFormat>, AxError> {
+        match self.output_config.as_ref().and_then(|o| o.format.as_ref()) {
+            None => Ok(None),
+            Some(f) if f.kind == "json_schema" => Ok(Some(ResponseFormat::JsonSchema {
+                json_schema: JsonSchema {
+                    name: "output".into(),
+                    description: None,
+                    schema: f.schema.clone(),
+                    strict: Some(true),
+                },
+            })),
+            Some(f) => Err(AxError::invalid_param(
+                "output_config.format.type",
+                format!("unknown output format '{}' (json_schema)", f.kind),
+            )),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -453,6 +543,8 @@ pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatReques
     if r.top_k.is_some() {
         tracing::info!("top_k left out: the serving upstream does not speak Anthropic's protocol");
     }
+    let (reasoning_effort, thinking_budget) = r.reasoning()?;
+    let response_format = r.response_format()?;
     let mut messages = Vec::with_capacity(r.messages.len() + 1);
     match r.system {
         Some(SystemIn::Text(t)) => messages.push(text_message(Role::System, t)),
@@ -522,6 +614,9 @@ pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatReques
         tool_choice,
         parallel_tool_calls: parallel,
         user: r.metadata.and_then(|m| m.user_id),
+        reasoning_effort,
+        thinking_budget,
+        response_format,
         ..ChatRequest::default()
     };
     Ok(req)
@@ -668,6 +763,7 @@ impl From<&Usage> for UsageOut {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum BlockOut<'a> {
+    Thinking { thinking: &'a str, signature: &'a str },
     Text { text: &'a str },
     ToolUse { id: &'a str, name: &'a str, input: Value },
 }
@@ -696,10 +792,16 @@ fn tool_input(arguments: &str) -> Value {
 }
 
 /// A whole canonical answer as a Messages `message`.
-pub fn encode_message(r: &ChatResponse, request_id: &str, model: &str) -> Vec<u8> {
+/// `show_thinking`: the reasoning text in its thinking block (else the block comes empty, as
+/// Anthropic answers `display: "omitted"`).
+pub fn encode_message(r: &ChatResponse, request_id: &str, model: &str, show_thinking: bool) -> Vec<u8> {
     let choice = r.choices.first();
     let mut content = Vec::new();
     if let Some(c) = choice {
+        if let Some(t) = c.reasoning.as_deref() {
+            // No provider but Anthropic signs its thinking: the signature is empty.
+            content.push(BlockOut::Thinking { thinking: if show_thinking { t } else { "" }, signature: "" });
+        }
         if let Some(t) = c.content.as_deref().filter(|t| !t.is_empty()) {
             content.push(BlockOut::Text { text: t });
         }
@@ -784,22 +886,32 @@ pub fn status(e: &AxError) -> u16 {
 // ---------------------------------------------------------------------------------------------
 // Streams
 
-/// The stream encoder of one Messages request: `message_start`, each text or tool call as a
-/// content block (`content_block_start`, `text_delta` / `input_json_delta`, `content_block_stop`;
-/// indexes count text and tool blocks together), then `message_delta` (stop reason, usage) and
-/// `message_stop`. A failure after the first event is one `event: error`.
+/// The stream encoder of one Messages request: `message_start`, then reasoning as a thinking
+/// block (`thinking_delta`), text as a text block (`text_delta`) and each tool call as a
+/// tool_use block (`input_json_delta`), each opened with `content_block_start` and closed with
+/// `content_block_stop` (indexes count every block), then `message_delta` (stop reason, usage)
+/// and `message_stop`. A failure after the first event is one `event: error`.
 pub struct Events {
     id: String,
     model: String,
     request_id: String,
-    /// The block now open: its index, and the tool call it is (`None`: text).
-    open: Option<(u32, Option<u32>)>,
+    /// The block now open and its index.
+    open: Option<(u32, Open)>,
     next_block: u32,
     finish: Option<FinishReason>,
+    show_thinking: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Thinking,
+    Text,
+    /// A tool call, by its index among the choice's tool calls.
+    Tool(u32),
 }
 
 impl Events {
-    pub fn new(request_id: &str, model: &str) -> Self {
+    pub fn new(request_id: &str, model: &str, show_thinking: bool) -> Self {
         Self {
             id: message_id(request_id),
             model: model.to_owned(),
@@ -807,6 +919,7 @@ impl Events {
             open: None,
             next_block: 0,
             finish: None,
+            show_thinking,
         }
     }
 
@@ -828,17 +941,31 @@ impl Events {
         }
     }
 
-    fn open_block(&mut self, out: &mut Vec<u8>, tool: Option<u32>, block: Value) -> u32 {
+    /// The index of the open block of `kind`, else of a new one started with `block`.
+    fn block(&mut self, out: &mut Vec<u8>, kind: Open, block: impl FnOnce() -> Value) -> u32 {
+        if let Some((i, open)) = self.open {
+            if open == kind {
+                return i;
+            }
+        }
         self.close_block(out);
         let index = self.next_block;
         self.next_block += 1;
-        self.open = Some((index, tool));
+        self.open = Some((index, kind));
         Self::event(
             out,
             "content_block_start",
-            &serde_json::json!({ "type": "content_block_start", "index": index, "content_block": block }),
+            &serde_json::json!({ "type": "content_block_start", "index": index, "content_block": block() }),
         );
         index
+    }
+
+    fn delta(out: &mut Vec<u8>, index: u32, delta: Value) {
+        Self::event(
+            out,
+            "content_block_delta",
+            &serde_json::json!({ "type": "content_block_delta", "index": index, "delta": delta }),
+        );
     }
 }
 
@@ -857,28 +984,31 @@ impl StreamEncoder for Events {
         let mut out = Vec::with_capacity(128);
         // One choice: Anthropic has no `n`.
         for c in choices.iter().filter(|c| c.index == 0) {
+            if let Some(text) = c.reasoning.as_deref().filter(|t| !t.is_empty()) {
+                let index = self.block(
+                    &mut out,
+                    Open::Thinking,
+                    || serde_json::json!({ "type": "thinking", "thinking": "", "signature": "" }),
+                );
+                if self.show_thinking {
+                    Self::delta(&mut out, index, serde_json::json!({ "type": "thinking_delta", "thinking": text }));
+                }
+            }
             if let Some(text) = c.content.as_deref().filter(|t| !t.is_empty()) {
-                let index = match self.open {
-                    Some((i, None)) => i,
-                    _ => self.open_block(&mut out, None, serde_json::json!({ "type": "text", "text": "" })),
-                };
-                let delta = serde_json::json!({ "type": "content_block_delta", "index": index,
-                    "delta": { "type": "text_delta", "text": text } });
-                Self::event(&mut out, "content_block_delta", &delta);
+                let index = self.block(&mut out, Open::Text, || serde_json::json!({ "type": "text", "text": "" }));
+                Self::delta(&mut out, index, serde_json::json!({ "type": "text_delta", "text": text }));
             }
             for t in &c.tool_calls {
-                let index = match self.open {
-                    Some((i, Some(tool))) if tool == t.index => i,
-                    _ => {
-                        let block = serde_json::json!({ "type": "tool_use", "id": t.id.clone().unwrap_or_default(),
-                            "name": t.name.clone().unwrap_or_default(), "input": {} });
-                        self.open_block(&mut out, Some(t.index), block)
-                    }
-                };
+                let index = self.block(&mut out, Open::Tool(t.index), || {
+                    serde_json::json!({ "type": "tool_use", "id": t.id.as_deref().unwrap_or_default(),
+                        "name": t.name.as_deref().unwrap_or_default(), "input": {} })
+                });
                 if !t.arguments.is_empty() {
-                    let delta = serde_json::json!({ "type": "content_block_delta", "index": index,
-                        "delta": { "type": "input_json_delta", "partial_json": t.arguments } });
-                    Self::event(&mut out, "content_block_delta", &delta);
+                    Self::delta(
+                        &mut out,
+                        index,
+                        serde_json::json!({ "type": "input_json_delta", "partial_json": t.arguments }),
+                    );
                 }
             }
             if c.finish_reason.is_some() {

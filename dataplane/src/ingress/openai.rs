@@ -373,6 +373,9 @@ struct OutChoice<'a> {
 struct OutMessage<'a> {
     role: &'static str,
     content: Option<&'a str>,
+    /// The reasoning text, as DeepSeek and most OpenAI-compatible servers name it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<&'a str>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -393,6 +396,7 @@ fn encode_response(r: &ChatResponse) -> Vec<u8> {
                 message: OutMessage {
                     role: "assistant",
                     content: c.content.as_deref(),
+                    reasoning_content: c.reasoning.as_deref(),
                     refusal: c.refusal.as_deref(),
                     tool_calls: &c.tool_calls,
                 },
@@ -410,6 +414,7 @@ fn encode_response(r: &ChatResponse) -> Vec<u8> {
         .iter()
         .map(|c| {
             c.content.as_ref().map_or(0, String::len)
+                + c.reasoning.as_ref().map_or(0, String::len)
                 + c.tool_calls.iter().map(|t| t.function.arguments.len() + 64).sum::<usize>()
         })
         .sum();
@@ -450,6 +455,8 @@ struct OutDelta<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<&'a str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -520,6 +527,7 @@ impl ChunkEncoder {
             .iter()
             .map(|c| {
                 c.content.as_ref().map_or(0, String::len)
+                    + c.reasoning.as_ref().map_or(0, String::len)
                     + c.tool_calls.iter().map(|t| t.arguments.len() + 64).sum::<usize>()
             })
             .sum();
@@ -530,6 +538,7 @@ impl ChunkEncoder {
                 delta: OutDelta {
                     role: None,
                     content: c.content.as_deref(),
+                    reasoning_content: c.reasoning.as_deref(),
                     refusal: c.refusal.as_deref(),
                     tool_calls: c
                         .tool_calls
@@ -726,6 +735,7 @@ mod tests {
             refusal: None,
             tool_calls: vec![],
             finish_reason: Some(FinishReason::Unmapped("abort".into())),
+            reasoning: None,
         };
         assert_eq!(
             parse(enc.chunk(&[c])),

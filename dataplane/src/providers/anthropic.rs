@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::{classify, error_body, status_of_error_type, tool_arguments, Ctx, IsError};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, RawEvent,
-    Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
+    ReasoningEffort, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -43,6 +43,30 @@ struct AnthropicRequest<'a> {
     tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata: Option<Metadata<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+}
+
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+/// Extended thinking for a request with a reasoning control, to a model that takes one: its
+/// budget (at least Anthropic's 1,024, below `max_tokens`). Not when the conversation already
+/// holds tool calls: Anthropic wants each earlier turn's signed thinking block back, which a
+/// caller of another protocol never had; nor with a forced tool choice, which Anthropic refuses
+/// with thinking.
+fn thinking(ctx: &Ctx<'_>, r: &ChatRequest, max_tokens: u32) -> Option<Thinking> {
+    const MIN: u32 = 1_024;
+    let forced = matches!(r.tool_choice, Some(ToolChoice::Required | ToolChoice::Function(_)));
+    if !ctx.reasoning || forced || r.messages.iter().any(|m| m.tool_calls.as_ref().is_some_and(|c| !c.is_empty())) {
+        return None;
+    }
+    let budget = ReasoningEffort::budget_of(r)?.min(max_tokens.saturating_sub(1));
+    (budget >= MIN).then_some(Thinking { kind: "enabled", budget_tokens: budget })
 }
 
 #[derive(Serialize)]
@@ -181,19 +205,24 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         v
     });
 
+    let max_tokens = r.max_output().unwrap_or(ctx.max_tokens);
+    let thinking = thinking(&ctx, r, max_tokens);
+    // Anthropic refuses a temperature or a narrowed top_p with thinking on.
+    let sampling = thinking.is_none();
     let body = AnthropicRequest {
         model: ctx.model,
-        max_tokens: r.max_output().unwrap_or(ctx.max_tokens),
+        max_tokens,
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages,
         // OpenAI's range is 0..2, Anthropic's 0..1: scaled linearly (documented).
-        temperature: r.temperature.map(|t| t / 2.0),
-        top_p: r.top_p,
+        temperature: r.temperature.map(|t| t / 2.0).filter(|_| sampling),
+        top_p: r.top_p.filter(|_| sampling),
         stop_sequences: r.stop.as_ref().map(|s| s.0.as_slice()),
         stream: r.stream,
         tools,
         tool_choice,
         metadata: r.user.as_deref().map(|user_id| Metadata { user_id }),
+        thinking,
     };
     crate::providers::to_json(&body, r.text_len())
 }
@@ -222,6 +251,10 @@ struct AnthropicResponse {
 enum RespBlock {
     Text {
         text: String,
+    },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
     },
     ToolUse {
         id: String,
@@ -292,10 +325,12 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
         return Err(error_body(body, embedded_error));
     }
     let mut text: Option<String> = None;
+    let mut reasoning: Option<String> = None;
     let mut tool_calls = Vec::new();
     for b in r.content {
         match b {
             RespBlock::Text { text: t } => text.get_or_insert_with(String::new).push_str(&t),
+            RespBlock::Thinking { thinking } => reasoning.get_or_insert_with(String::new).push_str(&thinking),
             RespBlock::ToolUse { id, name, input } => tool_calls.push(ToolCall {
                 id,
                 kind: ToolKind::Function,
@@ -315,6 +350,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
             tool_calls,
             finish_reason: r.stop_reason.as_deref().map(finish_reason),
             logprobs: None,
+            reasoning: reasoning.filter(|t| !t.is_empty()),
         }],
         usage: Some(r.usage.canonical()),
         system_fingerprint: None,
@@ -388,7 +424,11 @@ enum BlockDelta {
     InputJsonDelta {
         partial_json: String,
     },
-    /// thinking_delta, signature_delta, citations_delta: nothing OpenAI-shaped to forward.
+    ThinkingDelta {
+        #[serde(default)]
+        thinking: String,
+    },
+    /// signature_delta, citations_delta: nothing another protocol can carry.
     #[serde(other)]
     Other,
 }
@@ -451,6 +491,10 @@ impl StreamState {
             },
             AnthropicEvent::ContentBlockDelta { index, delta } => match delta {
                 BlockDelta::TextDelta { text } => one(ChunkChoice { content: Some(text), ..ChunkChoice::default() }),
+                BlockDelta::ThinkingDelta { thinking } if !thinking.is_empty() => {
+                    one(ChunkChoice { reasoning: Some(thinking), ..ChunkChoice::default() })
+                }
+                BlockDelta::ThinkingDelta { .. } => None,
                 BlockDelta::InputJsonDelta { partial_json } => {
                     let t = self.tool_index.get(index).copied().flatten().ok_or(AxError::UpstreamInvalidResponse)?;
                     if partial_json.is_empty() {

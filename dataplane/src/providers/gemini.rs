@@ -15,7 +15,8 @@ use serde_json::Value;
 use super::{classify, error_body, estimate_tokens, status_of_error_type, synth_call_id, tool_arguments, Ctx};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest, EmbeddingsResponse,
-    FinishReason, FunctionCall, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
+    FinishReason, FunctionCall, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice,
+    ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -120,6 +121,16 @@ struct GenerationConfig<'a> {
     response_logprobs: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     logprobs: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking_config: Option<ThinkingConfig>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ThinkingConfig {
+    thinking_budget: u32,
+    /// The thoughts come back as `thought: true` parts: the caller's reasoning text.
+    include_thoughts: bool,
 }
 
 impl GenerationConfig<'_> {
@@ -177,7 +188,7 @@ fn guess_mime(url: &str) -> &'static str {
     }
 }
 
-pub fn encode_chat(_ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
+pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     let mut system = Vec::new();
     let mut contents: Vec<GContent<'_>> = Vec::with_capacity(r.messages.len());
     // tool_call_id → function name, from the assistant messages seen so far.
@@ -287,6 +298,9 @@ pub fn encode_chat(_ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
             response_json_schema: schema,
             response_logprobs: r.logprobs.filter(|l| *l),
             logprobs: r.top_logprobs,
+            thinking_config: ReasoningEffort::budget_of(r)
+                .filter(|_| ctx.reasoning)
+                .map(|b| ThinkingConfig { thinking_budget: b, include_thoughts: b > 0 }),
         },
     };
     crate::providers::to_json(&body, r.text_len())
@@ -398,19 +412,24 @@ fn embedded_error(v: &Value) -> Option<AxError> {
     Some(classify(status.unwrap_or_else(|| s.map_or(500, status_of_error_type)), s))
 }
 
-/// One candidate, flattened: text (thought parts skipped) and function calls as (name, args JSON).
+/// One candidate, flattened: text, thought text and function calls as (name, args JSON).
 struct CandidateParts {
     index: u32,
     text: Option<String>,
+    thought: Option<String>,
     calls: Vec<(String, String)>,
     finish: Option<String>,
 }
 
 fn candidate_parts(c: GCandidate) -> CandidateParts {
     let mut text: Option<String> = None;
+    let mut thought: Option<String> = None;
     let mut calls = Vec::new();
     for p in c.content.map(|c| c.parts).unwrap_or_default() {
         if p.thought == Some(true) {
+            if let Some(t) = p.text.filter(|t| !t.is_empty()) {
+                thought.get_or_insert_with(String::new).push_str(&t);
+            }
             continue;
         }
         if let Some(t) = p.text {
@@ -421,7 +440,7 @@ fn candidate_parts(c: GCandidate) -> CandidateParts {
             calls.push((fc.name, args.to_string()));
         }
     }
-    CandidateParts { index: c.index.unwrap_or(0), text, calls, finish: c.finish_reason }
+    CandidateParts { index: c.index.unwrap_or(0), text, thought, calls, finish: c.finish_reason }
 }
 
 pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
@@ -440,7 +459,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
         .candidates
         .into_iter()
         .map(|c| {
-            let CandidateParts { index, text: content, calls, finish } = candidate_parts(c);
+            let CandidateParts { index, text: content, thought, calls, finish } = candidate_parts(c);
             let called = !calls.is_empty();
             Choice {
                 index,
@@ -456,6 +475,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
                     .collect(),
                 finish_reason: finish.as_deref().map(|f| finish_reason(f, called)),
                 logprobs: None,
+                reasoning: thought,
             }
         })
         .collect();
@@ -496,7 +516,7 @@ impl StreamState {
         }
         let mut choices = Vec::with_capacity(r.candidates.len());
         for c in r.candidates {
-            let CandidateParts { index, text: content, calls, finish } = candidate_parts(c);
+            let CandidateParts { index, text: content, thought, calls, finish } = candidate_parts(c);
             let slot = index as usize;
             if self.tools_seen.len() <= slot {
                 self.tools_seen.resize(slot + 1, 0);
@@ -513,7 +533,7 @@ impl StreamState {
             }
             let finish_reason = finish.as_deref().map(|f| finish_reason(f, self.tools_seen[slot] > 0));
             self.finished |= finish_reason.is_some();
-            let ch = ChunkChoice { index, content, refusal: None, tool_calls, finish_reason };
+            let ch = ChunkChoice { index, content, refusal: None, tool_calls, finish_reason, reasoning: thought };
             if !ch.is_empty() {
                 choices.push(ch);
             }

@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::{classify, error_body, status_of_error_type, Ctx, IsError};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, FinishReason,
-    Message, RawEvent, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice,
-    Usage,
+    Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta,
+    ToolChoice, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -60,6 +60,8 @@ struct OpenAiRequest<'a> {
     logprobs: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_logprobs: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<ReasoningEffort>,
 }
 
 pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
@@ -86,6 +88,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         logit_bias: r.logit_bias.as_ref(),
         logprobs: r.logprobs,
         top_logprobs: r.top_logprobs,
+        reasoning_effort: r.reasoning_effort.filter(|_| ctx.reasoning),
     };
     super::to_json(&body, r.text_len())
 }
@@ -128,10 +131,36 @@ struct OpenAiChoice {
 struct OpenAiMessage {
     #[serde(default)]
     content: Option<String>,
+    /// DeepSeek, Qwen, vLLM and most OpenAI-compatible reasoning servers; some write
+    /// `reasoning` instead, newer vLLM both.
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<Reasoning>,
     #[serde(default)]
     refusal: Option<String>,
     #[serde(default)]
     tool_calls: Option<Vec<ToolCall>>,
+}
+
+/// A `reasoning` field: text (vLLM, OpenRouter) or an object some servers send (ignored).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Reasoning {
+    Text(String),
+    Other(serde::de::IgnoredAny),
+}
+
+impl Reasoning {
+    /// The reasoning text of a message or delta: `reasoning_content`, else a text `reasoning`.
+    fn text(content: Option<String>, reasoning: Option<Reasoning>) -> Option<String> {
+        content
+            .or(match reasoning {
+                Some(Reasoning::Text(t)) => Some(t),
+                _ => None,
+            })
+            .filter(|t| !t.is_empty())
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -228,6 +257,7 @@ pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
                 tool_calls: c.message.tool_calls.unwrap_or_default(),
                 finish_reason: c.finish_reason.as_deref().map(finish_reason),
                 logprobs: c.logprobs.filter(|l| !l.is_null()),
+                reasoning: Reasoning::text(c.message.reasoning_content, c.message.reasoning),
             })
             .collect(),
         usage: r.usage.map(Usage::from),
@@ -270,6 +300,10 @@ struct OpenAiChunkChoice {
 struct OpenAiDelta {
     #[serde(default)]
     content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<Reasoning>,
     #[serde(default)]
     refusal: Option<String>,
     #[serde(default)]
@@ -322,6 +356,7 @@ impl StreamState {
                 ChunkChoice {
                     index: ch.index,
                     content: d.content,
+                    reasoning: Reasoning::text(d.reasoning_content, d.reasoning),
                     refusal: d.refusal,
                     tool_calls: d
                         .tool_calls

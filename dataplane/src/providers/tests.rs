@@ -22,10 +22,14 @@ fn anthropic_block_indexes_map_to_tool_indexes() {
     let start = s.on_event(&ev(json!({ "type": "message_start", "message": { "usage": {
         "input_tokens": 5, "cache_read_input_tokens": 7, "cache_creation_input_tokens": 3 } } })));
     assert_eq!(chunk(start.unwrap()).usage.unwrap().prompt_tokens, 15);
-    // Block 0 thinking (ignored), block 1 text, blocks 2 and 3 tool_use.
+    // Block 0 thinking (its text is reasoning; its signature no other protocol carries), block 1
+    // text, blocks 2 and 3 tool_use.
+    let thought = s.on_event(&ev(
+        json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "thinking_delta", "thinking": "hmm" } }),
+    ));
+    assert_eq!(chunk(thought.unwrap()).choices[0].reasoning.as_deref(), Some("hmm"));
     let events = [
         json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "thinking", "thinking": "" } }),
-        json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "thinking_delta", "thinking": "hmm" } }),
         json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "signature_delta", "signature": "x" } }),
         json!({ "type": "content_block_start", "index": 1, "content_block": { "type": "text", "text": "" } }),
         json!({ "type": "some_future_event", "index": 1 }),

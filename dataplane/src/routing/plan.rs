@@ -158,7 +158,7 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
             AxError::ContextLengthExceeded { alias: route.alias.clone(), estimated: needs.prompt_estimate }
         } else {
             let reason = match missing_cap {
-                Some(cap) => format!("no candidate has the capability '{}'", cap_name(cap)),
+                Some(cap) => format!("no candidate has the capability '{}'", cap.as_str()),
                 None => "every candidate is disabled".to_owned(),
             };
             AxError::NoCapableUpstream { alias: route.alias.clone(), reason }
@@ -236,17 +236,6 @@ fn weighted_order(mut rest: Vec<Candidate>, weight: impl Fn(&Candidate) -> f64, 
         out.push(rest.swap_remove(idx));
     }
     out
-}
-
-fn cap_name(c: Capability) -> &'static str {
-    match c {
-        Capability::Chat => "chat",
-        Capability::Tools => "tools",
-        Capability::Streaming => "streaming",
-        Capability::Vision => "vision",
-        Capability::Json => "json",
-        Capability::Embeddings => "embeddings",
-    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::providers::{self, Ctx, StreamDecoder};
 use crate::sse::SseDecoder;
 use crate::transport::{self, Client, Response};
 use crate::upstream::mock;
-use ax_protocol::config::ProviderKind;
+use ax_protocol::config::{Capability, ProviderKind};
 
 /// Upstream error bodies are logged up to this many bytes.
 const LOGGED_BODY_BYTES: usize = 2048;
@@ -94,8 +94,12 @@ pub async fn chat(
             };
         }
     };
-    let ctx =
-        Ctx { kind: up.kind, model: &model.name, max_tokens: model.max_output_tokens.unwrap_or(default_max_tokens) };
+    let ctx = Ctx {
+        kind: up.kind,
+        model: &model.name,
+        max_tokens: model.max_output_tokens.unwrap_or(default_max_tokens),
+        reasoning: model.caps.has(Capability::Reasoning),
+    };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
     let resp = send(client, up, url.as_ref(), body.into(), &[], request_id, deadlines).await?;
@@ -189,7 +193,7 @@ pub async fn embeddings(
         Backend::Http(client) => client,
         Backend::Mock(_) => return mock::embeddings(model, req),
     };
-    let ctx = Ctx { kind: up.kind, model: &model.name, max_tokens: 0 };
+    let ctx = Ctx { kind: up.kind, model: &model.name, max_tokens: 0, reasoning: false };
     let body = providers::encode_embeddings(ctx, req)?;
     let resp = send(client, up, model.embed_url.as_ref(), body.into(), &[], request_id, deadlines).await?;
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;

@@ -143,6 +143,7 @@ pub async fn chat(mock: &MockUpstream, model: &Model, req: &ChatRequest) -> Resu
             tool_calls: plan.tool_call.into_iter().collect(),
             finish_reason: Some(finish),
             logprobs: None,
+            reasoning: None,
         }],
         usage: Some(plan.usage),
         system_fingerprint: None,

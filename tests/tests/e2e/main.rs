@@ -12,6 +12,7 @@ mod hardening;
 mod ingress;
 mod layering;
 mod passthrough;
+mod reasoning;
 mod reload;
 mod sdk;
 mod translation;

@@ -46,7 +46,7 @@ pub fn Upstreams() -> impl IntoView {
 }
 
 const PROVIDERS: [&str; 5] = ["openai", "azure_openai", "anthropic", "gemini", "mock"];
-const CAPABILITIES: [&str; 6] = ["chat", "tools", "streaming", "vision", "json", "embeddings"];
+const CAPABILITIES: [&str; 7] = ["chat", "tools", "streaming", "vision", "json", "embeddings", "reasoning"];
 
 /// One model as edited.
 #[derive(Clone, Copy)]
