@@ -635,6 +635,8 @@ pub struct Usage {
     pub cached_tokens: u64,
     /// Prompt tokens written to the provider's cache (Anthropic cache creation).
     pub cache_write_tokens: u64,
+    /// The part of `cache_write_tokens` kept an hour (Anthropic `ephemeral_1h_input_tokens`).
+    pub cache_write_1h_tokens: u64,
     pub reasoning_tokens: u64,
 }
 
@@ -645,6 +647,7 @@ impl Usage {
             prompt: self.prompt_tokens,
             cached: self.cached_tokens,
             cache_write: self.cache_write_tokens,
+            cache_write_1h: self.cache_write_1h_tokens,
             completion: self.completion_tokens,
         }
     }

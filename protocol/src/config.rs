@@ -360,6 +360,10 @@ pub struct PriceSpec {
     pub cached_input: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write: Option<f64>,
+    /// Cache writes kept an hour (Anthropic's `ephemeral_1h_input_tokens`, twice the input
+    /// price where `cache_write`'s five-minute writes are 1.25 times); `cache_write` when not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<f64>,
 }
 
 /// Behaviour of the built-in mock upstream. Every reply is a pure function of the request and

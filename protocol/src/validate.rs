@@ -255,9 +255,15 @@ fn tenant<'s>(
     let mut budget_limits = Vec::with_capacity(t.budgets.len());
     for (j, b) in t.budgets.iter().enumerate() {
         let path = format!("tenants[{i}].budgets[{j}]");
-        let limit = Prices::from_spec(&PriceSpec { input: b.usd, output: 0.0, cached_input: None, cache_write: None })
-            .map_err(|_| err(format!("{path}.usd"), "a USD amount with at most 6 decimals"))?
-            .input;
+        let limit = Prices::from_spec(&PriceSpec {
+            input: b.usd,
+            output: 0.0,
+            cached_input: None,
+            cache_write: None,
+            cache_write_1h: None,
+        })
+        .map_err(|_| err(format!("{path}.usd"), "a USD amount with at most 6 decimals"))?
+        .input;
         if limit == 0 || !(b.warn_at > 0.0 && b.warn_at <= 1.0) {
             return Err(err(path, "usd must be > 0 and warn_at in (0, 1]"));
         }

@@ -740,22 +740,35 @@ fn stop_reason(f: Option<&FinishReason>) -> (&str, Option<&str>) {
     }
 }
 
-/// Usage as Anthropic reports it: `input_tokens` without either cache count.
-#[derive(Serialize, Clone, Copy)]
-struct UsageOut {
-    input_tokens: u64,
-    output_tokens: u64,
-    cache_creation_input_tokens: u64,
-    cache_read_input_tokens: u64,
+/// Usage as Anthropic reports it: `input_tokens` without either cache count, the cache writes
+/// split by how long they are kept.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsageOut {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cache_creation: CacheCreationOut,
+}
+
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheCreationOut {
+    pub ephemeral_5m_input_tokens: u64,
+    pub ephemeral_1h_input_tokens: u64,
 }
 
 impl From<&Usage> for UsageOut {
     fn from(u: &Usage) -> Self {
+        let hour = u.cache_write_1h_tokens.min(u.cache_write_tokens);
         Self {
             input_tokens: u.prompt_tokens.saturating_sub(u.cached_tokens + u.cache_write_tokens),
             output_tokens: u.completion_tokens,
             cache_creation_input_tokens: u.cache_write_tokens,
             cache_read_input_tokens: u.cached_tokens,
+            cache_creation: CacheCreationOut {
+                ephemeral_5m_input_tokens: u.cache_write_tokens - hour,
+                ephemeral_1h_input_tokens: hour,
+            },
         }
     }
 }
@@ -1071,4 +1084,158 @@ pub fn encode_models(aliases: &[String]) -> Vec<u8> {
 pub fn encode_count(input_tokens: u64) -> Vec<u8> {
     let body: BTreeMap<&str, u64> = [("input_tokens", input_tokens)].into();
     serde_json::to_vec(&body).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use ax_protocol::config::ProviderKind;
+    use ax_protocol::price::Prices;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::providers::{self, StreamDecoder};
+    use crate::sse::SseEvent;
+
+    /// One call's tokens as a provider counts them: uncached prompt, cache reads, cache writes
+    /// (`hour` of them kept an hour), output (`thinking` of it reasoning).
+    #[derive(Debug, Clone, Copy)]
+    struct Counts {
+        uncached: u64,
+        read: u64,
+        write: u64,
+        hour: u64,
+        output: u64,
+        thinking: u64,
+    }
+
+    fn counts() -> impl Strategy<Value = Counts> {
+        (0..2_000_000u64, 0..2_000_000u64, 0..200_000u64, 0..=100u64, 0..100_000u64, 0..=100u64).prop_map(
+            |(uncached, read, write, hour_pct, output, think_pct)| Counts {
+                uncached,
+                read,
+                write,
+                hour: write * hour_pct / 100,
+                output,
+                thinking: output * think_pct / 100,
+            },
+        )
+    }
+
+    fn event(data: Value) -> SseEvent {
+        SseEvent { event: None, data: data.to_string() }
+    }
+
+    /// The usage of a whole stream, as its decoder reports it last.
+    fn stream_usage(mut d: StreamDecoder, events: &[Value]) -> Usage {
+        let mut last = None;
+        for e in events {
+            match d.on_event(&event(e.clone())).unwrap() {
+                Some(crate::canonical::StreamItem::Chunk(c)) => last = c.usage.or(last),
+                Some(crate::canonical::StreamItem::Raw(r)) => last = r.usage.or(last),
+                _ => {}
+            }
+        }
+        last.expect("the stream reported usage")
+    }
+
+    /// Every provider's way of writing `c` (those that cannot say a part get it zeroed), decoded
+    /// as ax decodes it: (what the provider could say, the usage ax read).
+    fn decoded(c: Counts) -> Vec<(&'static str, Counts, Usage)> {
+        let mut out = Vec::new();
+        let anthropic_usage = json!({ "input_tokens": c.uncached, "output_tokens": c.output,
+            "cache_read_input_tokens": c.read, "cache_creation_input_tokens": c.write,
+            "cache_creation": { "ephemeral_5m_input_tokens": c.write - c.hour, "ephemeral_1h_input_tokens": c.hour } });
+        let message = json!({ "type": "message", "id": "m", "model": "x", "role": "assistant", "stop_reason": "end_turn",
+            "content": [{ "type": "text", "text": "a" }], "usage": anthropic_usage });
+        let whole = providers::decode_chat(ProviderKind::Anthropic, message.to_string().as_bytes()).unwrap();
+        let no_think = Counts { thinking: 0, ..c };
+        out.push(("anthropic", no_think, whole.usage.unwrap()));
+        // A stream: the prompt's counts at message_start, the output at message_delta.
+        let mut start_usage = anthropic_usage.clone();
+        start_usage["output_tokens"] = json!(1);
+        let events = [
+            json!({ "type": "message_start", "message": { "id": "m", "type": "message", "role": "assistant",
+                "content": [], "model": "x", "usage": start_usage } }),
+            json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } }),
+            json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": "a" } }),
+            json!({ "type": "content_block_stop", "index": 0 }),
+            json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn" }, "usage": { "output_tokens": c.output } }),
+            json!({ "type": "message_stop" }),
+        ];
+        let translated = StreamDecoder::new(ProviderKind::Anthropic).unwrap();
+        out.push(("anthropic stream", no_think, stream_usage(translated, &events)));
+        let forwarded = StreamDecoder::forwarding(ProviderKind::Anthropic).unwrap();
+        out.push(("anthropic stream forwarded", no_think, stream_usage(forwarded, &events)));
+
+        // OpenAI: the prompt includes cached tokens; OpenRouter-style cache writes in the details.
+        let openai = |usage: Value| {
+            json!({ "id": "c", "object": "chat.completion", "created": 1, "model": "x", "usage": usage,
+                "choices": [{ "index": 0, "finish_reason": "stop", "message": { "role": "assistant", "content": "a" } }] })
+        };
+        let body = openai(json!({ "prompt_tokens": c.uncached + c.read + c.write, "completion_tokens": c.output,
+            "prompt_tokens_details": { "cached_tokens": c.read, "cache_write_tokens": c.write },
+            "completion_tokens_details": { "reasoning_tokens": c.thinking } }));
+        let r = providers::decode_chat(ProviderKind::Openai, body.to_string().as_bytes()).unwrap();
+        out.push(("openai", Counts { hour: 0, ..c }, r.usage.unwrap()));
+        // DeepSeek: cache hits and misses at the top level.
+        let body = openai(json!({ "prompt_tokens": c.uncached + c.read, "completion_tokens": c.output,
+            "prompt_cache_hit_tokens": c.read, "prompt_cache_miss_tokens": c.uncached }));
+        let r = providers::decode_chat(ProviderKind::Openai, body.to_string().as_bytes()).unwrap();
+        out.push(("deepseek", Counts { write: 0, hour: 0, thinking: 0, ..c }, r.usage.unwrap()));
+        // Gemini: thoughts counted apart from the candidates.
+        let body = json!({ "candidates": [{ "index": 0, "finishReason": "STOP",
+                "content": { "role": "model", "parts": [{ "text": "a" }] } }],
+            "usageMetadata": { "promptTokenCount": c.uncached + c.read, "cachedContentTokenCount": c.read,
+                "candidatesTokenCount": c.output - c.thinking, "thoughtsTokenCount": c.thinking } });
+        let r = providers::decode_chat(ProviderKind::Gemini, body.to_string().as_bytes()).unwrap();
+        out.push(("gemini", Counts { write: 0, hour: 0, ..c }, r.usage.unwrap()));
+        out
+    }
+
+    proptest! {
+        /// Whatever provider reports a call's usage, and however (whole, streamed, forwarded),
+        /// the canonical usage holds the same counts; an Anthropic caller gets them in Anthropic's
+        /// convention (input without either cache count, writes split 5m/1h), an OpenAI caller in
+        /// OpenAI's (prompt with them), and the cost is each part at its own price, rounded once.
+        #[test]
+        fn every_providers_usage_is_reported_and_priced_exactly(
+            c in counts(),
+            prices in (0..20_000_000u64, 0..80_000_000u64, 0..2_000_000u64, 0..25_000_000u64, 0..40_000_000u64),
+        ) {
+            let (input, output, cached_input, cache_write, cache_write_1h) = prices;
+            let p = Prices { input, output, cached_input, cache_write, cache_write_1h };
+            for (shape, want, got) in decoded(c) {
+                prop_assert_eq!(got.prompt_tokens, want.uncached + want.read + want.write, "{}", shape);
+                prop_assert_eq!(got.cached_tokens, want.read, "{}", shape);
+                prop_assert_eq!(got.cache_write_tokens, want.write, "{}", shape);
+                prop_assert_eq!(got.cache_write_1h_tokens, want.hour, "{}", shape);
+                prop_assert_eq!(got.completion_tokens, want.output, "{}", shape);
+                prop_assert_eq!(got.reasoning_tokens, want.thinking, "{}", shape);
+
+                let out = UsageOut::from(&got);
+                prop_assert_eq!(out, UsageOut {
+                    input_tokens: want.uncached,
+                    output_tokens: want.output,
+                    cache_creation_input_tokens: want.write,
+                    cache_read_input_tokens: want.read,
+                    cache_creation: CacheCreationOut {
+                        ephemeral_5m_input_tokens: want.write - want.hour,
+                        ephemeral_1h_input_tokens: want.hour,
+                    },
+                }, "{}", shape);
+                let openai: Value = serde_json::to_value(got).unwrap();
+                prop_assert_eq!(&openai["prompt_tokens"], &json!(want.uncached + want.read + want.write));
+                prop_assert_eq!(&openai["prompt_tokens_details"]["cached_tokens"], &json!(want.read));
+
+                let by_hand = u128::from(want.uncached) * u128::from(input)
+                    + u128::from(want.read) * u128::from(cached_input)
+                    + u128::from(want.write - want.hour) * u128::from(cache_write)
+                    + u128::from(want.hour) * u128::from(cache_write_1h)
+                    + u128::from(want.output) * u128::from(output);
+                let by_hand = u64::try_from((by_hand + 500_000) / 1_000_000).unwrap();
+                prop_assert_eq!(p.cost_micro_usd(got.tokens()), by_hand, "{}", shape);
+            }
+        }
+    }
 }

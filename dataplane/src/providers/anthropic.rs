@@ -276,6 +276,15 @@ struct AnthropicUsage {
     cache_creation_input_tokens: Option<u64>,
     #[serde(default)]
     cache_read_input_tokens: Option<u64>,
+    /// The cache writes by how long they are kept.
+    #[serde(default)]
+    cache_creation: Option<CacheCreation>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+struct CacheCreation {
+    #[serde(default)]
+    ephemeral_1h_input_tokens: u64,
 }
 
 impl AnthropicUsage {
@@ -285,6 +294,7 @@ impl AnthropicUsage {
         self.output_tokens = later.output_tokens.or(self.output_tokens);
         self.cache_creation_input_tokens = later.cache_creation_input_tokens.or(self.cache_creation_input_tokens);
         self.cache_read_input_tokens = later.cache_read_input_tokens.or(self.cache_read_input_tokens);
+        self.cache_creation = later.cache_creation.or(self.cache_creation);
     }
 
     fn canonical(self) -> Usage {
@@ -296,6 +306,7 @@ impl AnthropicUsage {
             completion_tokens: self.output_tokens.unwrap_or(0),
             cached_tokens: read,
             cache_write_tokens: write,
+            cache_write_1h_tokens: self.cache_creation.map_or(0, |c| c.ephemeral_1h_input_tokens).min(write),
             reasoning_tokens: 0,
         }
     }

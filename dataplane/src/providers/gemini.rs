@@ -388,6 +388,7 @@ impl From<GUsage> for Usage {
             completion_tokens: u.candidates_token_count + u.thoughts_token_count,
             cached_tokens: u.cached_content_token_count,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
             reasoning_tokens: u.thoughts_token_count,
         }
     }

@@ -182,6 +182,9 @@ struct OpenAiUsage {
 struct PromptDetails {
     #[serde(default)]
     cached_tokens: Option<u64>,
+    /// OpenRouter's (and ax's own) count of prompt tokens written to a cache.
+    #[serde(default)]
+    cache_write_tokens: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -197,10 +200,12 @@ impl From<OpenAiUsage> for Usage {
             completion_tokens: u.completion_tokens,
             cached_tokens: u
                 .prompt_tokens_details
+                .as_ref()
                 .and_then(|d| d.cached_tokens)
                 .or(u.prompt_cache_hit_tokens)
                 .unwrap_or(0),
-            cache_write_tokens: 0,
+            cache_write_tokens: u.prompt_tokens_details.as_ref().and_then(|d| d.cache_write_tokens).unwrap_or(0),
+            cache_write_1h_tokens: 0,
             reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
         }
     }
