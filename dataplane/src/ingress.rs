@@ -268,21 +268,33 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
     .await
 }
 
-/// `POST /v1/messages/count_tokens`: the prompt's tokens, ax's estimate (`x-ax-token-count:
-/// estimate`). No upstream is called and no usage is recorded.
+/// `POST /v1/messages/count_tokens`: the prompt's tokens, counted by the upstream the route
+/// would choose when it is Anthropic (`x-ax-token-count: exact`), else ax's estimate
+/// (`x-ax-token-count: estimate`). No usage is recorded.
 async fn count_tokens(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     let rid = request_id(&headers);
     let snap = app.store.load();
     let counted = async {
         anthropic::check_version(&headers)?;
         let bytes = read_body(&headers, body, snap.max_body_bytes).await?;
-        let req = anthropic::to_canonical(anthropic::decode_messages(&bytes, snap.params)?, true)?;
-        ops::count_tokens(&app, anthropic::api_key(&headers), &req)
+        // Lenient whatever the mode: counting drops nothing a model would have acted on, and an
+        // Anthropic upstream counts the body as written.
+        let req = anthropic::to_canonical(
+            anthropic::decode_messages(&bytes, ax_protocol::config::ParamsMode::Lenient)?,
+            true,
+        )?;
+        let beta = anthropic::forwarded_headers(&headers);
+        let body = |model: &str| anthropic::with_model(bytes.clone(), model);
+        ops::count_tokens(&app, anthropic::api_key(&headers), &req, body, &beta, &rid).await
     };
     match counted.await {
         Ok(n) => {
+            let (n, how) = match n {
+                ops::TokenCount::Exact(n) => (n, "exact"),
+                ops::TokenCount::Estimate(n) => (n, "estimate"),
+            };
             let mut r = json_response(StatusCode::OK, anthropic::encode_count(n), &rid);
-            r.headers_mut().insert(HeaderName::from_static("x-ax-token-count"), HeaderValue::from_static("estimate"));
+            r.headers_mut().insert(HeaderName::from_static("x-ax-token-count"), HeaderValue::from_static(how));
             r
         }
         Err(e) => error_in(Dialect::Anthropic, &e, &rid),

@@ -126,6 +126,8 @@ pub struct Model {
     pub chat_url: Option<http::Uri>,
     pub stream_url: Option<http::Uri>,
     pub embed_url: Option<http::Uri>,
+    /// Where the upstream counts a request's tokens (Anthropic's `count_tokens`), if it does.
+    pub count_url: Option<http::Uri>,
 }
 
 /// The capability matrix row of one model, as a bit set.
@@ -442,6 +444,10 @@ fn compile_upstream(
         .iter()
         .zip(v.models)
         .map(|(m, vm)| Model {
+            count_url: match (u.provider, &vm.chat) {
+                (ProviderKind::Anthropic, Some(chat)) => format!("{chat}/count_tokens").parse().ok(),
+                _ => None,
+            },
             prices: vm.prices,
             health: prev_upstream
                 .and_then(|p| p.models.iter().find(|pm| pm.name == m.name))

@@ -220,6 +220,29 @@ pub fn skim_messages(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Ski
     }))
 }
 
+/// The caller's body with only `model` replaced, as slices (a `count_tokens` body for an
+/// Anthropic upstream). Called on a body that decoded, so its model is there.
+pub fn with_model(body: Bytes, model: &str) -> Vec<Bytes> {
+    match skim_fields(&body, &|_| true) {
+        Ok(Skimmed { model: Some((alias, model_span)), .. }) => RawChat {
+            model: alias,
+            model_span,
+            edits: Vec::new(),
+            stream: false,
+            include_usage: false,
+            max_output: None,
+            needs_tools: false,
+            needs_vision: false,
+            needs_json: false,
+            prompt_estimate: 0,
+            headers: Vec::new(),
+            body,
+        }
+        .body_for(model),
+        _ => vec![body],
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The canonical path: decoded for an upstream of another protocol
 

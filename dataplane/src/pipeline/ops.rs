@@ -4,6 +4,8 @@
 use sha2::Digest;
 
 use crate::error::AxError;
+use crate::routing::plan;
+use crate::upstream::call::{self, Deadlines};
 use crate::App;
 
 /// The aliases the key may use, sorted.
@@ -15,18 +17,53 @@ pub fn models(app: &App, key: Option<&str>) -> Result<Vec<String>, AxError> {
     Ok(aliases)
 }
 
-/// The prompt tokens of a request, by ax's estimate, for a key that may use its alias.
-pub fn count_tokens(app: &App, key: Option<&str>, req: &crate::canonical::ChatRequest) -> Result<u64, AxError> {
+/// A prompt's size in tokens, and who counted it.
+pub enum TokenCount {
+    /// The upstream the route would choose counted it (Anthropic's `count_tokens`).
+    Exact(u64),
+    /// ax's estimate: that upstream cannot count, or its count failed.
+    Estimate(u64),
+}
+
+/// The prompt tokens of a request for a key that may use its alias: counted by the upstream
+/// the route would choose, when it can count (`body` writes the request for its model), else
+/// ax's estimate. Not metered and not rate limited: no model runs.
+pub async fn count_tokens(
+    app: &App,
+    key: Option<&str>,
+    req: &crate::canonical::ChatRequest,
+    body: impl FnOnce(&str) -> Vec<bytes::Bytes>,
+    headers: &[(http::HeaderName, http::HeaderValue)],
+    request_id: &str,
+) -> Result<TokenCount, AxError> {
     let snap = app.store.load();
     let (tenant, _) = snap.authenticate(key.ok_or(AxError::MissingApiKey)?)?;
-    if !snap.routes.contains_key(&req.model) {
+    let Some(route) = snap.routes.get(&req.model) else {
         return Err(AxError::ModelNotFound(req.model.clone()));
-    }
+    };
     if !tenant.allowed.permits(&req.model) {
         return Err(AxError::ModelNotAllowed(req.model.clone()));
     }
-    Ok(crate::routing::plan::estimate_prompt(req))
+    let needs = plan::chat_needs(req, snap.default_max_tokens);
+    let chosen = plan::plan(&snap, route, &needs, &mut rand::rng()).ok().and_then(|p| p.into_iter().next());
+    if let Some(c) = chosen {
+        let up = &snap.upstreams[c.upstream];
+        let model = &up.models[c.model];
+        if model.count_url.is_some() {
+            let deadlines = Deadlines::new(up, route, tokio::time::Instant::now() + COUNT_TIMEOUT);
+            match call::count_tokens(up, model, body(&model.name), headers, request_id, deadlines).await {
+                Ok(n) => return Ok(TokenCount::Exact(n)),
+                Err(e) => {
+                    tracing::warn!(upstream = %up.name, code = e.code(), "count_tokens failed; answering ax's estimate")
+                }
+            }
+        }
+    }
+    Ok(TokenCount::Estimate(plan::estimate_prompt(req)))
 }
+
+/// The longest an upstream's count may take.
+const COUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The configuration version served, once there is one: version 0 is a control-plane node that
 /// has heard neither from its control plane nor from a last-known-good file.

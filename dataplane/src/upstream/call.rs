@@ -153,6 +153,26 @@ pub async fn chat_forward(
     }
 }
 
+/// An upstream's exact count of a request's prompt tokens (Anthropic's `count_tokens`, the
+/// caller's body with the model replaced).
+pub async fn count_tokens(
+    up: &Upstream,
+    model: &Model,
+    body: Vec<bytes::Bytes>,
+    headers: &[(http::HeaderName, http::HeaderValue)],
+    request_id: &str,
+    deadlines: Deadlines,
+) -> Result<u64, AxError> {
+    #[derive(serde::Deserialize)]
+    struct Count {
+        input_tokens: u64,
+    }
+    let Backend::Http(client) = &up.backend else { return Err(AxError::Internal) };
+    let resp = send(client, up, model.count_url.as_ref(), body.into(), headers, request_id, deadlines).await?;
+    let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
+    serde_json::from_slice::<Count>(&bytes).map(|c| c.input_tokens).map_err(|_| AxError::UpstreamInvalidResponse)
+}
+
 /// An answer to a stream request: the upstream stream with `decoder` (the provider's, or its
 /// forwarding one); a JSON body instead (some servers answer a stream request so, often with an
 /// error) is the upstream's error.

@@ -226,3 +226,49 @@ async fn an_anthropic_request_reaches_an_anthropic_upstream_as_written() {
     assert_eq!(seen.header("anthropic-beta"), Some("interleaved-thinking-2025-05-14,context-management-2025-06-27"));
     assert_eq!(seen.header("x-api-key"), Some("sk-ant"), "the upstream's key, not the caller's");
 }
+
+/// `count_tokens` on a route served by Anthropic asks Anthropic (the caller's body, the real
+/// model, the beta header); when that count fails, the caller still gets ax's estimate, marked.
+#[tokio::test]
+async fn count_tokens_asks_an_anthropic_upstream_and_falls_back_to_the_estimate() {
+    let up = FakeUpstream::start(|r: &ax_tests::Recorded| {
+        if r.body["messages"][0]["content"] == "fail" {
+            Reply::status(500, json!({ "type": "error", "error": { "type": "api_error", "message": "boom" } }))
+        } else {
+            Reply::json(json!({ "input_tokens": 77 }))
+        }
+    })
+    .await;
+    let gw = Gateway::start(&format!(
+        "upstreams:\n  - {{ name: an, provider: anthropic, base_url: \"{}\", api_key: sk-an, models: [{{ name: claude-real, context_window: 100000, capabilities: [chat] }}] }}\nroutes:\n  - {{ alias: c, candidates: [{{ upstream: an, model: claude-real }}] }}\ntenants:\n  - {{ id: t, keys: [{{ id: k, sha256: \"{}\" }}] }}\n",
+        up.url(),
+        key_digest(KEY)
+    ))
+    .await;
+    let count = |content: &str| {
+        reqwest::Client::new()
+            .post(format!("{}/v1/messages/count_tokens", gw.url))
+            .header("x-api-key", KEY)
+            .header("anthropic-version", "2023-06-01")
+            .header("anthropic-beta", "token-counting-2024-11-01")
+            .body(format!(r#"{{"model":"c","x_new":1,"messages":[{{"role":"user","content":"{content}"}}]}}"#))
+            .send()
+    };
+    let resp = count("hello").await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-ax-token-count"], "exact");
+    assert_eq!(resp.json::<Value>().await.unwrap(), json!({ "input_tokens": 77 }));
+    let r = up.last();
+    assert_eq!(r.path, "/v1/messages/count_tokens");
+    assert_eq!(
+        String::from_utf8_lossy(&r.raw),
+        r#"{"model":"claude-real","x_new":1,"messages":[{"role":"user","content":"hello"}]}"#
+    );
+    assert_eq!(r.header("x-api-key"), Some("sk-an"));
+    assert_eq!(r.header("anthropic-beta"), Some("token-counting-2024-11-01"));
+
+    let resp = count("fail").await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-ax-token-count"], "estimate");
+    assert!(resp.json::<Value>().await.unwrap()["input_tokens"].as_u64().unwrap() > 0);
+}

@@ -3,7 +3,7 @@
 
 use ax_tests::wire::{self, Framing};
 use ax_tests::{key_digest, temp_dir, Binary, FakeUpstream, Recorded, Reply, KEY};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// A small Anthropic: a tool call when tools are offered and no result is back yet; a reply
 /// quoting the tool result once it is.
@@ -111,6 +111,9 @@ fn words(text: &str) -> Vec<String> {
 }
 
 fn anthropic_agent(r: &Recorded) -> Reply {
+    if r.path.ends_with("/count_tokens") {
+        return Reply::json(json!({ "input_tokens": 4242 }));
+    }
     let last = r.body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or(Value::Null);
     let results: Vec<String> = last["content"]
         .as_array()
@@ -225,7 +228,10 @@ tenants:
             .env("AX_KEY", KEY)
             // The mock answers tools with one call of its own: its tool turn is checked in
             // `translation`; here it runs the other checks.
-            .env("AX_ALIASES", "claude,gpt,gem")
+            .env("AX_ALIASES", "claude,gpt,gem,mock")
+            .env("AX_TEXT_ONLY", "mock")
+            // Anthropic counts tokens itself; the others get ax's estimate.
+            .env("AX_EXACT_COUNT", "claude=4242")
             .env("AX_LIMITED", "limited")
             .output()
             .expect("run python")
@@ -243,6 +249,9 @@ tenants:
     // The Anthropic upstream got the caller's body with only the model replaced, and the beta
     // header the SDK sent (none here): its request names the real model.
     assert!(claude.requests().iter().all(|r| r.body["model"] == "claude-real"));
+    let counted = claude.requests().into_iter().find(|r| r.path == "/v1/messages/count_tokens").expect("a count");
+    assert_eq!(counted.header("x-api-key"), Some("sk-ant-test"));
+    assert_eq!(counted.body["messages"][0]["content"], "hello there");
     assert!(
         gpt.hits() >= 6 && gem.hits() >= 6 && claude.hits() >= 6,
         "{} {} {}",
