@@ -450,8 +450,7 @@ enum BlockIn {
         _transformations: Option<Known>,
     },
     Document {
-        #[serde(rename = "source")]
-        _source: Known,
+        source: Value,
         #[serde(default, rename = "cache_control")]
         _cache_control: Option<Known>,
         #[serde(default, rename = "title")]
@@ -653,6 +652,18 @@ fn text_message(role: Role, text: String) -> Message {
     Message { content: Some(Content::Text(text)), ..message(role) }
 }
 
+/// A text document's text (`source.type` `text`, or `content` given as a string or text blocks);
+/// `None` for PDFs, files and URLs, which only Anthropic reads.
+fn document_text(source: &Value) -> Option<String> {
+    match (source["type"].as_str()?, &source["data"], &source["content"]) {
+        ("text", Value::String(t), _) | ("content", _, Value::String(t)) => Some(t.clone()),
+        ("content", _, Value::Array(blocks)) => {
+            Some(blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"))
+        }
+        _ => None,
+    }
+}
+
 /// Text of a tool result's content (a string, or blocks whose text is joined); the tools its
 /// `tool_reference` blocks load are added to `loaded`.
 fn result_text(c: Option<ContentIn>, loaded: &mut Vec<String>) -> String {
@@ -703,12 +714,15 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
                 };
                 parts.push(ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } });
             }
-            BlockIn::Document { .. } => {
-                return Err(AxError::invalid_param(
-                    format!("messages[{i}].content[{j}]"),
-                    "document blocks need an Anthropic upstream",
-                ))
-            }
+            BlockIn::Document { source, .. } => match document_text(&source) {
+                Some(text) => parts.push(ContentPart::Text { text }),
+                None => {
+                    return Err(AxError::invalid_param(
+                        format!("messages[{i}].content[{j}].source"),
+                        "PDF and file documents need an Anthropic upstream (text documents are sent as text)",
+                    ))
+                }
+            },
             BlockIn::ToolUse { id, name, input, .. } => calls.push(ToolCall {
                 id,
                 kind: ToolKind::Function,
@@ -1214,6 +1228,28 @@ mod tests {
         let r = providers::decode_chat(ProviderKind::Gemini, body.to_string().as_bytes()).unwrap();
         out.push(("gemini", Counts { write: 0, hour: 0, ..c }, r.usage.unwrap()));
         out
+    }
+
+    #[test]
+    fn text_documents_are_text_and_pdfs_need_anthropic() {
+        let ask = |source: Value| {
+            let body = json!({ "model": "m", "max_tokens": 10, "messages": [{ "role": "user", "content": [
+                { "type": "document", "source": source, "title": "notes", "citations": { "enabled": true } },
+                { "type": "text", "text": "Summarize." } ] }] });
+            let r = decode_messages(body.to_string().as_bytes(), ax_protocol::config::ParamsMode::Strict)?;
+            to_canonical(r, false)
+        };
+        for source in [
+            json!({ "type": "text", "media_type": "text/plain", "data": "Ax is a gateway." }),
+            json!({ "type": "content", "content": "Ax is a gateway." }),
+            json!({ "type": "content", "content": [{ "type": "text", "text": "Ax is a gateway." }] }),
+        ] {
+            let req = ask(source).unwrap();
+            assert_eq!(req.messages[0].content.as_ref().unwrap().text(), "Ax is a gateway.Summarize.");
+        }
+        let e = ask(json!({ "type": "base64", "media_type": "application/pdf", "data": "JVBERi0=" })).unwrap_err();
+        assert_eq!(e.code(), "invalid_request");
+        assert_eq!(e.param(), Some("messages[0].content[0].source"));
     }
 
     proptest! {
