@@ -11,7 +11,9 @@
 # AX_CG_MESSAGES=60 sends a conversation of that many messages (~50 KB at 60) instead of one;
 # AX_CG_ALIAS=chat-an sends it to an Anthropic upstream (the translated path) instead of the
 # OpenAI one (the same-protocol fast path); AX_CG_CASES=false (or true) measures only non-stream
-# (or the stream); AX_CG_KEEP=<dir> keeps the dumps; AX_CG_DEBUG=1 shows the warm-up answers.
+# (or the stream); AX_CG_API=messages sends it as an Anthropic caller (POST /v1/messages with
+# anthropic-version; with AX_CG_ALIAS=chat-an, forwarded to the Anthropic upstream);
+# AX_CG_KEEP=<dir> keeps the dumps; AX_CG_DEBUG=1 shows the warm-up answers.
 # Loopback only; every run is bounded; everything started here is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +21,7 @@ DUR=${1:-10}
 MESSAGES=${AX_CG_MESSAGES:-1}
 ALIAS=${AX_CG_ALIAS:-chat}
 CASES=${AX_CG_CASES:-false true}
+API=${AX_CG_API:-chat}
 shift || true
 BINS=("$@")
 for tool in valgrind callgrind_control wrk curl; do
@@ -63,12 +66,14 @@ PY
 }
 for s in false true; do
   body "$s" > "$WORK/body-$s.json"
-  python3 - "$WORK/body-$s.json" "$KEY" > "$WORK/post-$s.lua" <<'PY'
+  python3 - "$WORK/body-$s.json" "$KEY" "$API" > "$WORK/post-$s.lua" <<'PY'
 import json, sys
 print('wrk.method = "POST"')
 print("wrk.body = " + json.dumps(open(sys.argv[1]).read()))
 print('wrk.headers["Content-Type"] = "application/json"')
 print('wrk.headers["Authorization"] = "Bearer %s"' % sys.argv[2])
+if sys.argv[3] == "messages":
+    print('wrk.headers["anthropic-version"] = "2023-06-01"')
 PY
 done
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -83,11 +88,12 @@ for bin in "${BINS[@]}"; do
     pid=$!
     PIDS+=($pid)
     url="http://127.0.0.1:$port/v1/chat/completions"
+    [ "$API" = messages ] && url="http://127.0.0.1:$port/v1/messages"
     for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
     for _ in 1 2 3; do
-      [ -n "${AX_CG_DEBUG:-}" ] && curl -s -i -H "Authorization: Bearer $KEY" -H "content-type: application/json" --data-binary "@$WORK/body-$s.json" "$url" | head -12 >&2
+      [ -n "${AX_CG_DEBUG:-}" ] && curl -s -i -H "Authorization: Bearer $KEY" -H "content-type: application/json" -H "anthropic-version: 2023-06-01" --data-binary "@$WORK/body-$s.json" "$url" | head -12 >&2
       curl -sf -o /dev/null -H "Authorization: Bearer $KEY" -H 'content-type: application/json' \
-        --data-binary "@$WORK/body-$s.json" "$url"
+        -H 'anthropic-version: 2023-06-01' --data-binary "@$WORK/body-$s.json" "$url"
     done
     callgrind_control -z "$pid" >/dev/null 2>&1
     conns=1; [ "$s" = true ] && conns=10
@@ -106,6 +112,7 @@ for bin in "${BINS[@]}"; do
     case=non-stream; [ "$s" = true ] && case="stream, 50 events"
     [ "$MESSAGES" != 1 ] && case="$case, $MESSAGES messages"
     [ "$ALIAS" != chat ] && case="$case, $ALIAS"
+    [ "$API" != chat ] && case="$case, /v1/$API"
     echo "| $bin | $case | $n | $(( total / n )) |"
   done
 done

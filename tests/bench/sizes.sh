@@ -12,6 +12,8 @@
 #   - ax at its defaults with the tenant's rate limits (rpm, tpm, concurrency, far above the load)
 #     and a day budget: the governed path;
 #   - ax at its defaults translating: the OpenAI caller's alias served by an Anthropic upstream;
+#   - ax at its defaults with an Anthropic caller (POST /v1/messages) and an Anthropic upstream, the
+#     same body: issue 21's measure (no more CPU than the OpenAI caller to an OpenAI upstream);
 #   - with a second binary, it at its defaults, plain and translated, in the same run.
 # The upstreams are nginx answering a fixed OpenAI or Anthropic body. CPU per request is the
 # proxy's utime + stime from /proc over the run, divided by the requests wrk counted. The table
@@ -99,18 +101,23 @@ start_ax() { # $1 = binary, $2 = AX_LOG ("" for the default); prints the address
   cat "$WORK/ax.addr"
 }
 stop_ax() { kill "$(cat "$WORK/ax.pid")"; wait "$(cat "$WORK/ax.pid")" 2>/dev/null || true; rm -f "$WORK/ax.pid"; }
-script() { # $1 = messages, $2 = key, $3 = alias; a wrk script posting a chat request of that many messages
-  local out="$WORK/post-$1-$2-$3.lua"
-  python3 - "$1" "$2" "$3" > "$out" <<'PY'
+script() { # $1 = messages, $2 = key, $3 = alias[, $4 = messages: an Anthropic caller]; a wrk script posting a request of that many messages
+  local out="$WORK/post-$1-$2-$3-${4:-chat}.lua"
+  python3 - "$1" "$2" "$3" "${4:-chat}" > "$out" <<'PY'
 import json, sys
-n, key, alias = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+n, key, alias, api = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 text = "The quick brown fox jumps over the lazy dog while the agent reads the repository. " * 10
 msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i in range(n)]
 body = json.dumps({"model": alias, "max_tokens": 100, "messages": msgs})
 print('wrk.method = "POST"')
 print("wrk.body = " + json.dumps(body))
 print('wrk.headers["Content-Type"] = "application/json"')
-print('wrk.headers["Authorization"] = "Bearer %s"' % key)
+if api == "messages":
+    print('wrk.path = "/v1/messages"')
+    print('wrk.headers["x-api-key"] = "%s"' % key)
+    print('wrk.headers["anthropic-version"] = "2023-06-01"')
+else:
+    print('wrk.headers["Authorization"] = "Bearer %s"' % key)
 PY
   echo "$out"
 }
@@ -129,13 +136,14 @@ run() { # $1 = url, $2 = script, $3 = pid whose CPU counts; prints "rps cpu_us_p
 # nginx works in its (one) worker process, not the master.
 worker() { pgrep -P "$(cat "$WORK/$1.pid")" | head -1; }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); runs of ${DUR}s, wrk -t1 -c64; req/s and CPU µs per request"
-HEAD='| body | nginx | nginx, access log | ax defaults | ax warn | ax governed | ax translated |'
+HEAD='| body | nginx | nginx, access log | ax defaults | ax warn | ax governed | ax translated | ax messages → Anthropic |'
 [ -n "$OTHER" ] && HEAD="$HEAD other defaults | other translated |"
 echo "$HEAD"
 echo "$HEAD" | awk -F'|' '{ s = "|---"; for (i = 3; i < NF; i++) s = s "|---:"; print s "|" }'
 RATIOS=()
 for n in 1 60 600; do
   plain=$(script "$n" "$KEY" chat); gov=$(script "$n" "$KEY-gov" chat); tr=$(script "$n" "$KEY" chat-an)
+  msg=$(script "$n" "$KEY" chat-an messages)
   size=$(( $(wc -c < "$plain") / 1024 ))
   read -r nr nc < <(run "http://127.0.0.1:$PROXY/v1/chat/completions" "$plain" "$(worker proxy)")
   read -r lr lc < <(run "http://127.0.0.1:$PROXY_LOG/v1/chat/completions" "$plain" "$(worker proxylog)")
@@ -143,11 +151,12 @@ for n in 1 60 600; do
   read -r dr dc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
   read -r gr gc < <(run "http://$addr/v1/chat/completions" "$gov" "$pid")
   read -r tr_ tc < <(run "http://$addr/v1/chat/completions" "$tr" "$pid")
+  read -r mr mc < <(run "http://$addr/v1/messages" "$msg" "$pid")
   stop_ax
   addr=$(start_ax "$AX" warn); pid=$(cat "$WORK/ax.pid")
   read -r wr wc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
   stop_ax
-  row="| ~${size} KB ($n msg) | $nr / $nc | $lr / $lc | $dr / $dc | $wr / $wc | $gr / $gc | $tr_ / $tc |"
+  row="| ~${size} KB ($n msg) | $nr / $nc | $lr / $lc | $dr / $dc | $wr / $wc | $gr / $gc | $tr_ / $tc | $mr / $mc |"
   if [ -n "$OTHER" ]; then
     addr=$(start_ax "$OTHER" ""); pid=$(cat "$WORK/ax.pid")
     read -r or oc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
@@ -157,10 +166,10 @@ for n in 1 60 600; do
   fi
   echo "$row"
   RATIOS+=("$(python3 -c "
-n,l,d,w,t=$nc,$lc,$dc,$wc,$tc; nr,dr=$nr,$dr
-print('| ~${size} KB | %.2f | %.2f | %.2f | %.2f |' % (w/n, d/l, t/n, dr/nr))")")
+n,l,d,w,t,m=$nc,$lc,$dc,$wc,$tc,$mc; nr,dr=$nr,$dr
+print('| ~${size} KB | %.2f | %.2f | %.2f | %.2f | %.2f |' % (w/n, d/l, t/n, dr/nr, m/d))")")
 done
 echo
-echo '| body | CPU: ax warn ÷ nginx | CPU: ax defaults ÷ nginx with access log | CPU: ax translated ÷ nginx | req/s: ax defaults ÷ nginx |'
-echo '|---|---:|---:|---:|---:|'
+echo '| body | CPU: ax warn ÷ nginx | CPU: ax defaults ÷ nginx with access log | CPU: ax translated ÷ nginx | req/s: ax defaults ÷ nginx | CPU: messages → Anthropic ÷ chat → OpenAI |'
+echo '|---|---:|---:|---:|---:|---:|'
 printf '%s\n' "${RATIOS[@]}"

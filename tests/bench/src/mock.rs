@@ -1,5 +1,5 @@
-//! The mock upstream: answers OpenAI chat completions (JSON, or a paced SSE stream when the body
-//! asks for `"stream":true`) and Anthropic messages, as cheaply as hyper allows: a prebuilt body,
+//! The mock upstream: answers OpenAI chat completions and Anthropic messages (JSON, or a paced SSE
+//! stream in the protocol's events when the body asks for `"stream":true`), as cheaply as hyper allows: a prebuilt body,
 //! TCP_NODELAY, one write per JSON response. It runs in its own process (`ax-bench mock`) so its
 //! CPU is not the load driver's.
 
@@ -35,15 +35,38 @@ fn json(body: &'static str) -> Response<Body> {
     r
 }
 
-fn stream(pace: Pace) -> Response<Body> {
+fn openai_stream(pace: Pace) -> Response<Body> {
     let chunk = Bytes::from_static(
         b"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1730000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok \"},\"finish_reason\":null}]}\n\n",
     );
     let end = Bytes::from_static(
         b"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1730000000,\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":50,\"total_tokens\":59}}\n\ndata: [DONE]\n\n",
     );
+    paced(pace, Bytes::new(), chunk, end)
+}
+
+/// Anthropic's events for the same reply: message_start and the text block's start, the paced
+/// text deltas, then the block's stop, message_delta with usage and message_stop.
+fn anthropic_stream(pace: Pace) -> Response<Body> {
+    let head = Bytes::from_static(
+        b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-real\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    );
+    let chunk = Bytes::from_static(
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"tok \"}}\n\n",
+    );
+    let end = Bytes::from_static(
+        b"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":50}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    paced(pace, head, chunk, end)
+}
+
+/// `head` at once, then `pace.events` copies of `chunk` `pace.gap` apart, then `end`.
+fn paced(pace: Pace, head: Bytes, chunk: Bytes, end: Bytes) -> Response<Body> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
     tokio::spawn(async move {
+        if !head.is_empty() && tx.send(Ok(Frame::data(head))).await.is_err() {
+            return;
+        }
         let mut tick = tokio::time::interval(pace.gap);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for _ in 0..pace.events {
@@ -77,13 +100,12 @@ fn asks_to_stream(body: &[u8]) -> bool {
 async fn handle(req: Request<Incoming>, pace: Pace) -> Result<Response<Body>, Infallible> {
     let anthropic = req.uri().path().ends_with("/messages");
     let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    if anthropic {
-        return Ok(json(ANTHROPIC_BODY));
-    }
-    if asks_to_stream(&body) {
-        return Ok(stream(pace));
-    }
-    Ok(json(OPENAI_BODY))
+    Ok(match (anthropic, asks_to_stream(&body)) {
+        (true, true) => anthropic_stream(pace),
+        (true, false) => json(ANTHROPIC_BODY),
+        (false, true) => openai_stream(pace),
+        (false, false) => json(OPENAI_BODY),
+    })
 }
 
 /// Serves on `listener` until the process ends.
