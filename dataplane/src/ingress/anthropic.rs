@@ -936,7 +936,7 @@ pub fn status(e: &AxError) -> u16 {
 // ---------------------------------------------------------------------------------------------
 // Streams
 
-/// The stream encoder of one Messages request: `message_start`, then reasoning as a thinking
+/// The stream encoder of one Messages request: `message_start` and a `ping`, then reasoning as a thinking
 /// block (`thinking_delta`), text as a text block (`text_delta`) and each tool call as a
 /// tool_use block (`input_json_delta`), each opened with `content_block_start` and closed with
 /// `content_block_stop` (indexes count every block), then `message_delta` (stop reason, usage)
@@ -1027,6 +1027,8 @@ impl StreamEncoder for Events {
             "stop_reason": null, "stop_sequence": null,
             "usage": { "input_tokens": 0, "output_tokens": 0 } } });
         Self::event(&mut out, "message_start", &start);
+        // Anthropic follows message_start with a ping; clients expect and ignore it.
+        out.extend_from_slice(b"event: ping\ndata: {\"type\":\"ping\"}\n\n");
         Bytes::from(out)
     }
 

@@ -128,6 +128,7 @@ async fn a_stream_carries_reasoning_as_a_thinking_block_before_the_text() {
         kinds,
         [
             "message_start",
+            "ping",
             "content_block_start",
             "content_block_delta",
             "content_block_delta",
@@ -141,14 +142,14 @@ async fn a_stream_carries_reasoning_as_a_thinking_block_before_the_text() {
         ],
         "{text}"
     );
-    assert_eq!(events[1]["content_block"]["type"], "thinking");
-    assert_eq!(events[1]["index"], 0);
-    assert_eq!(events[2]["delta"], json!({ "type": "thinking_delta", "thinking": "Rayleigh " }));
-    assert_eq!(events[3]["delta"]["thinking"], "scattering.");
-    assert_eq!(events[5]["content_block"]["type"], "text");
-    assert_eq!(events[5]["index"], 1);
-    assert_eq!(events[6]["delta"], json!({ "type": "text_delta", "text": "Short " }));
-    assert_eq!(events[9]["usage"]["output_tokens"], 30);
+    assert_eq!(events[2]["content_block"]["type"], "thinking");
+    assert_eq!(events[2]["index"], 0);
+    assert_eq!(events[3]["delta"], json!({ "type": "thinking_delta", "thinking": "Rayleigh " }));
+    assert_eq!(events[4]["delta"]["thinking"], "scattering.");
+    assert_eq!(events[6]["content_block"]["type"], "text");
+    assert_eq!(events[6]["index"], 1);
+    assert_eq!(events[7]["delta"], json!({ "type": "text_delta", "text": "Short " }));
+    assert_eq!(events[10]["usage"]["output_tokens"], 30);
 }
 
 #[tokio::test]
