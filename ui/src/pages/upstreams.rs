@@ -55,7 +55,7 @@ struct ModelRow {
     name: RwSignal<String>,
     context_window: RwSignal<String>,
     max_output_tokens: RwSignal<String>,
-    caps: [RwSignal<bool>; 6],
+    caps: [RwSignal<bool>; CAPABILITIES.len()],
     input: RwSignal<String>,
     output: RwSignal<String>,
     cached_input: RwSignal<String>,
