@@ -81,6 +81,29 @@ pub struct ChatRequest {
     /// otherwise providers that take a budget derive it from the effort.
     #[serde(skip)]
     pub thinking_budget: Option<u32>,
+    // OpenAI's controls without an equivalent elsewhere (but `safety_identifier`, which
+    // Anthropic takes as `metadata.user_id`): sent to OpenAI-compatible upstreams as given, under
+    // the parameter policy for the others. Their values are OpenAI's to judge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_identifier: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbosity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modalities: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_search_options: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio: Option<Value>,
 }
 
 /// OpenAI's `reasoning_effort` values, the canonical reasoning control.
@@ -196,6 +219,19 @@ impl ChatRequest {
             ("logit_bias", self.logit_bias.is_some()),
             ("logprobs", self.logprobs == Some(true)),
             ("top_logprobs", self.top_logprobs.is_some()),
+            // Not storing is what every other provider does anyway.
+            ("store", self.store == Some(true)),
+            ("metadata", self.metadata.is_some()),
+            // `auto` and `default` ask for nothing special.
+            ("service_tier", self.service_tier.as_deref().is_some_and(|t| t != "auto" && t != "default")),
+            ("prompt_cache_key", self.prompt_cache_key.is_some()),
+            ("safety_identifier", self.safety_identifier.is_some()),
+            ("verbosity", self.verbosity.is_some()),
+            // Text out is every provider's answer.
+            ("modalities", self.modalities.as_ref().is_some_and(|m| m.iter().any(|x| x != "text"))),
+            ("prediction", self.prediction.is_some()),
+            ("web_search_options", self.web_search_options.is_some()),
+            ("audio", self.audio.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -224,6 +260,16 @@ impl ChatRequest {
             "logit_bias" => self.logit_bias = None,
             "logprobs" => self.logprobs = None,
             "top_logprobs" => self.top_logprobs = None,
+            "store" => self.store = None,
+            "metadata" => self.metadata = None,
+            "service_tier" => self.service_tier = None,
+            "prompt_cache_key" => self.prompt_cache_key = None,
+            "safety_identifier" => self.safety_identifier = None,
+            "verbosity" => self.verbosity = None,
+            "modalities" => self.modalities = None,
+            "prediction" => self.prediction = None,
+            "web_search_options" => self.web_search_options = None,
+            "audio" => self.audio = None,
             _ => {}
         }
     }

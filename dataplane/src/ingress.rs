@@ -45,13 +45,20 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
         "/readyz" if get => readyz(&app),
         "/metrics" if get => metrics(&app),
         "/admin/health" if get => admin_health(&app, &parts.headers),
+        p if get && p.len() > MODEL_PREFIX.len() && p.starts_with(MODEL_PREFIX) => {
+            model(&app, &parts.headers, &p[MODEL_PREFIX.len()..])
+        }
         "/v1/chat/completions" | "/v1/embeddings" => method_not_allowed(&parts, "POST"),
         "/v1/messages" | "/v1/messages/count_tokens" => method_not_allowed(&parts, "POST"),
         "/v1/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => method_not_allowed(&parts, "GET, HEAD"),
+        p if p.len() > MODEL_PREFIX.len() && p.starts_with(MODEL_PREFIX) => method_not_allowed(&parts, "GET, HEAD"),
         _ => not_found(&parts),
     };
     Ok(r)
 }
+
+/// `GET /v1/models/{id}`: the rest of the path is the id (an alias may hold a `/`).
+const MODEL_PREFIX: &str = "/v1/models/";
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_AX_UPSTREAM: HeaderName = HeaderName::from_static("x-ax-upstream");
@@ -364,14 +371,30 @@ fn models(app: &App, headers: &HeaderMap) -> Response {
         Ok(a) => a,
         Err(e) => return error_in(dialect, &e, &rid),
     };
-    if dialect == Dialect::Anthropic {
-        return json_response(StatusCode::OK, anthropic::encode_models(&aliases), &rid);
-    }
-    let data: Vec<serde_json::Value> = aliases
-        .iter()
-        .map(|a| serde_json::json!({ "id": a, "object": "model", "created": 0, "owned_by": "ax" }))
-        .collect();
-    let body = serde_json::to_vec(&serde_json::json!({ "object": "list", "data": data })).unwrap_or_default();
+    let body = match dialect {
+        Dialect::Anthropic => anthropic::encode_models(&aliases),
+        Dialect::OpenAi => openai::encode_models(&aliases),
+    };
+    json_response(StatusCode::OK, body, &rid)
+}
+
+/// `GET /v1/models/{id}`: one alias the key may use, in the caller's dialect; any other id is
+/// `model_not_found` (another tenant's aliases are not revealed).
+fn model(app: &App, headers: &HeaderMap, raw_id: &str) -> Response {
+    let rid = request_id(headers);
+    let dialect = if headers.contains_key("anthropic-version") { Dialect::Anthropic } else { Dialect::OpenAi };
+    let id = percent_encoding::percent_decode_str(raw_id).decode_utf8_lossy();
+    let aliases = match ops::models(app, anthropic::api_key(headers)) {
+        Ok(a) => a,
+        Err(e) => return error_in(dialect, &e, &rid),
+    };
+    let Some(alias) = aliases.iter().find(|a| **a == id) else {
+        return error_in(dialect, &AxError::ModelNotFound(id.into_owned()), &rid);
+    };
+    let body = match dialect {
+        Dialect::Anthropic => anthropic::encode_model(alias),
+        Dialect::OpenAi => openai::encode_model(alias),
+    };
     json_response(StatusCode::OK, body, &rid)
 }
 

@@ -85,4 +85,21 @@ try:
 except openai.AuthenticationError as e:
     assert e.body["code"] == "invalid_api_key", e.body
 
+# 5. Models: listed and retrieved; an unknown id is the SDK's NotFoundError.
+assert "chat" in [m.id for m in client.models.list()]
+m = client.models.retrieve("chat")
+assert m.id == "chat" and m.object == "model", m
+try:
+    client.models.retrieve("no-such-alias")
+    raise AssertionError("expected NotFoundError")
+except openai.NotFoundError as e:
+    assert e.body["code"] == "model_not_found", e.body
+
+# 6. Today's Chat Completions parameters are accepted (this route is Anthropic: the neutral values
+# pass, `safety_identifier` becomes its user id; the translation test checks each one).
+r = client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}],
+                                   store=False, service_tier="auto", safety_identifier="user-1",
+                                   reasoning_effort="low")
+assert r.choices[0].message.content, r
+
 print("sdk: all checks passed")

@@ -1108,15 +1108,22 @@ impl StreamEncoder for Events {
 /// `GET /v1/models` as Anthropic lists models (`anthropic-version` sent): the aliases the key
 /// may use.
 pub fn encode_models(aliases: &[String]) -> Vec<u8> {
-    let data: Vec<Value> = aliases
-        .iter()
-        .map(|a| serde_json::json!({ "type": "model", "id": a, "display_name": a, "created_at": "1970-01-01T00:00:00Z" }))
-        .collect();
+    let data: Vec<Value> = aliases.iter().map(|a| model_object(a)).collect();
     let body = serde_json::json!({
         "data": data, "has_more": false,
         "first_id": aliases.first(), "last_id": aliases.last(),
     });
     serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// One alias as Anthropic describes a model.
+fn model_object(alias: &str) -> Value {
+    serde_json::json!({ "type": "model", "id": alias, "display_name": alias, "created_at": "1970-01-01T00:00:00Z" })
+}
+
+/// `GET /v1/models/{id}` for an Anthropic client.
+pub fn encode_model(alias: &str) -> Vec<u8> {
+    serde_json::to_vec(&model_object(alias)).unwrap_or_default()
 }
 
 /// `count_tokens`' answer.

@@ -27,6 +27,22 @@ pub fn decode_chat(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Resul
     super::decode::json(bytes, mode)
 }
 
+/// One alias as OpenAI describes a model.
+fn model_object(alias: &str) -> serde_json::Value {
+    serde_json::json!({ "id": alias, "object": "model", "created": 0, "owned_by": "ax" })
+}
+
+/// `GET /v1/models`: the aliases the key may use.
+pub fn encode_models(aliases: &[String]) -> Vec<u8> {
+    let data: Vec<serde_json::Value> = aliases.iter().map(|a| model_object(a)).collect();
+    serde_json::to_vec(&serde_json::json!({ "object": "list", "data": data })).unwrap_or_default()
+}
+
+/// `GET /v1/models/{id}`.
+pub fn encode_model(alias: &str) -> Vec<u8> {
+    serde_json::to_vec(&model_object(alias)).unwrap_or_default()
+}
+
 /// What `skim_chat` reads of a body.
 #[derive(Default)]
 struct Skimmed {

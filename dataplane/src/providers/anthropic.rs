@@ -20,7 +20,8 @@ use crate::error::AxError;
 use crate::sse::SseEvent;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
-pub const SUPPORTED: &[&str] = &["temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "user"];
+pub const SUPPORTED: &[&str] =
+    &["temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "user", "safety_identifier"];
 
 #[derive(Serialize)]
 struct AnthropicRequest<'a> {
@@ -221,7 +222,8 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         stream: r.stream,
         tools,
         tool_choice,
-        metadata: r.user.as_deref().map(|user_id| Metadata { user_id }),
+        // Both name the end user for abuse detection; `user` when a caller sends both.
+        metadata: r.user.as_deref().or(r.safety_identifier.as_deref()).map(|user_id| Metadata { user_id }),
         thinking,
     };
     crate::providers::to_json(&body, r.text_len())

@@ -62,6 +62,26 @@ struct OpenAiRequest<'a> {
     top_logprobs: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_effort: Option<ReasoningEffort>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_tier: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    safety_identifier: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verbosity: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    modalities: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prediction: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    web_search_options: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    audio: Option<&'a Value>,
 }
 
 pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
@@ -89,6 +109,16 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         logprobs: r.logprobs,
         top_logprobs: r.top_logprobs,
         reasoning_effort: r.reasoning_effort.filter(|_| ctx.reasoning),
+        store: r.store,
+        metadata: r.metadata.as_ref(),
+        service_tier: r.service_tier.as_deref(),
+        prompt_cache_key: r.prompt_cache_key.as_deref(),
+        safety_identifier: r.safety_identifier.as_deref(),
+        verbosity: r.verbosity.as_deref(),
+        modalities: r.modalities.as_deref(),
+        prediction: r.prediction.as_ref(),
+        web_search_options: r.web_search_options.as_ref(),
+        audio: r.audio.as_ref(),
     };
     super::to_json(&body, r.text_len())
 }

@@ -11,6 +11,7 @@ mod governance;
 mod hardening;
 mod ingress;
 mod layering;
+mod openai_surface;
 mod passthrough;
 mod reasoning;
 mod reload;

@@ -1,0 +1,163 @@
+//! The parts of OpenAI's surface callers hit first: `GET /v1/models/{id}`, and Chat Completions'
+//! current parameters (`store`, `metadata`, `service_tier`, `prompt_cache_key`,
+//! `safety_identifier`, `verbosity`, `modalities`, `prediction`, `web_search_options`, `audio`)
+//! sent to OpenAI-compatible upstreams as given on the translated path too, and under the
+//! parameter policy for upstreams without them, the error naming the parameter and the provider.
+
+use ax_tests::{key_digest, post, wire, FakeUpstream, Gateway, Reply, KEY};
+use serde_json::{json, Value};
+
+/// `mixed` (an OpenAI candidate first, then an Anthropic one: the translated path), `claude`
+/// (Anthropic only) and `team/gpt` (an alias with a slash); `secret` exists but the key's tenant
+/// may not use it.
+async fn gateway(oa: &FakeUpstream, an: &FakeUpstream, params: &str) -> Gateway {
+    let model = "{ name: real-model, context_window: 100000, capabilities: [chat, tools, streaming, vision, json] }";
+    Gateway::start(&format!(
+        r#"server: {{ params: {params} }}
+upstreams:
+  - {{ name: oa, provider: openai, base_url: "{}/v1", api_key: sk-oa, models: [{model}] }}
+  - {{ name: an, provider: anthropic, base_url: "{}", api_key: sk-an, models: [{model}] }}
+routes:
+  - {{ alias: mixed, strategy: priority, candidates: [{{ upstream: oa, model: real-model, priority: 0 }}, {{ upstream: an, model: real-model, priority: 1 }}] }}
+  - {{ alias: claude, candidates: [{{ upstream: an, model: real-model }}] }}
+  - {{ alias: team/gpt, candidates: [{{ upstream: oa, model: real-model }}] }}
+  - {{ alias: secret, candidates: [{{ upstream: oa, model: real-model }}] }}
+tenants:
+  - {{ id: t, allowed_aliases: [mixed, claude, team/gpt], keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        oa.url(),
+        an.url(),
+        key_digest(KEY)
+    ))
+    .await
+}
+
+async fn upstreams() -> (FakeUpstream, FakeUpstream) {
+    let oa = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (3, 2, 0)))).await;
+    let an =
+        FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (3, 2, 0, 0)))).await;
+    (oa, an)
+}
+
+async fn get(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut r = reqwest::Client::new().get(url).bearer_auth(KEY);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    r.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_model_is_retrieved_by_its_id_when_the_key_may_use_it() {
+    let (oa, an) = upstreams().await;
+    let gw = gateway(&oa, &an, "strict").await;
+    let resp = get(&format!("{}/v1/models/mixed", gw.url), &[]).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap(),
+        json!({ "id": "mixed", "object": "model", "created": 0, "owned_by": "ax" })
+    );
+    // An alias with a slash, written plainly or escaped.
+    for path in ["team/gpt", "team%2Fgpt"] {
+        let resp = get(&format!("{}/v1/models/{path}", gw.url), &[]).await;
+        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(resp.json::<Value>().await.unwrap()["id"], "team/gpt");
+    }
+    // Anthropic's shape for an Anthropic client.
+    let resp = get(&format!("{}/v1/models/claude", gw.url), &[("anthropic-version", "2023-06-01")]).await;
+    let m: Value = resp.json().await.unwrap();
+    assert_eq!((m["type"].as_str(), m["id"].as_str()), (Some("model"), Some("claude")), "{m}");
+    // An alias that does not exist, and one the tenant may not use, are the same 404.
+    for id in ["nope", "secret"] {
+        let resp = get(&format!("{}/v1/models/{id}", gw.url), &[]).await;
+        assert_eq!(resp.status(), 404, "{id}");
+        assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], "model_not_found");
+    }
+    let resp = reqwest::Client::new().get(format!("{}/v1/models/mixed", gw.url)).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp =
+        reqwest::Client::new().delete(format!("{}/v1/models/mixed", gw.url)).bearer_auth(KEY).send().await.unwrap();
+    assert_eq!(resp.status(), 405);
+}
+
+/// Every parameter, set to a value that asks for something only OpenAI does.
+fn openai_only() -> Vec<(&'static str, Value)> {
+    vec![
+        ("store", json!(true)),
+        ("metadata", json!({ "team": "search", "ticket": "AX-1" })),
+        ("service_tier", json!("flex")),
+        ("prompt_cache_key", json!("repo-42")),
+        ("verbosity", json!("low")),
+        ("modalities", json!(["text", "audio"])),
+        ("audio", json!({ "voice": "alloy", "format": "wav" })),
+        ("prediction", json!({ "type": "content", "content": "fn main() {}" })),
+        ("web_search_options", json!({ "search_context_size": "low" })),
+    ]
+}
+
+fn ask(model: &str, extra: &[(&str, Value)]) -> Value {
+    let mut body = json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] });
+    for (k, v) in extra {
+        body[*k] = v.clone();
+    }
+    body
+}
+
+#[tokio::test]
+async fn current_chat_parameters_reach_openai_and_the_policy_names_who_cannot_take_them() {
+    let (oa, an) = upstreams().await;
+    let gw = gateway(&oa, &an, "strict").await;
+
+    // The translated path (a mixed route): the OpenAI candidate gets each as given.
+    let mut all = openai_only();
+    all.push(("safety_identifier", json!("user-7f3a")));
+    all.push(("reasoning_effort", json!("low")));
+    let resp = post(&gw.url, "/v1/chat/completions", &ask("mixed", &all)).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let sent = oa.last().body;
+    for (k, v) in &all {
+        if *k != "reasoning_effort" {
+            assert_eq!(&sent[*k], v, "{k}: {sent}");
+        }
+    }
+
+    // To Anthropic, strict: each is refused naming itself and the provider.
+    for (k, v) in openai_only() {
+        let resp = post(&gw.url, "/v1/chat/completions", &ask("claude", &[(k, v)])).await;
+        assert_eq!(resp.status(), 400, "{k}");
+        let e: Value = resp.json().await.unwrap();
+        assert_eq!(e["error"]["code"], "unsupported_parameter", "{k}: {e}");
+        assert_eq!(e["error"]["param"], k);
+        assert_eq!(e["error"]["message"], format!("parameter '{k}' is not supported by anthropic"));
+    }
+    // Values that ask for nothing special pass; a safety identifier is Anthropic's user id.
+    let neutral = [
+        ("store", json!(false)),
+        ("service_tier", json!("auto")),
+        ("modalities", json!(["text"])),
+        ("safety_identifier", json!("user-7f3a")),
+    ];
+    let resp = post(&gw.url, "/v1/chat/completions", &ask("claude", &neutral)).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let sent = an.last().body;
+    assert_eq!(sent["metadata"], json!({ "user_id": "user-7f3a" }), "{sent}");
+    for (k, _) in &neutral[..3] {
+        assert!(sent.get(*k).is_none(), "{k}: {sent}");
+    }
+    // A field OpenAI does not have either is ax's to refuse in strict mode, said so.
+    let resp = post(&gw.url, "/v1/chat/completions", &ask("claude", &[("temprature", json!(1))])).await;
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["message"], "parameter 'temprature' is not supported by ax");
+}
+
+#[tokio::test]
+async fn lenient_mode_drops_what_the_upstream_cannot_take() {
+    let (oa, an) = upstreams().await;
+    let gw = gateway(&oa, &an, "lenient").await;
+    let resp = post(&gw.url, "/v1/chat/completions", &ask("claude", &openai_only())).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let sent = an.last().body;
+    for (k, _) in openai_only() {
+        assert!(sent.get(k).is_none(), "{k}: {sent}");
+    }
+}
