@@ -141,14 +141,45 @@ pub fn chat_request(data: &[u8]) {
     }
     for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
         let Ok(req) = crate::ingress::openai::decode_chat(data, mode) else { continue };
-        if req.validate().is_err() {
-            continue;
-        }
-        let _ = crate::routing::plan::chat_needs(&req, 4096);
-        for up in snapshot().map_or(&[][..], |s| &s.upstreams) {
-            let ctx = Ctx { kind: up.kind, model: &up.models[0].name, max_tokens: 4096, reasoning: true };
-            let _ = providers::encode_chat(ctx, &req);
-        }
+        translate(&req);
+    }
+}
+
+/// A caller's Anthropic Messages request: skimmed (and its forwarded body made), decoded as
+/// ingress decodes it, and translated for every provider.
+pub fn messages_request(data: &[u8]) {
+    let body = bytes::Bytes::copy_from_slice(data);
+    if let Ok(crate::canonical::Skim::Forward(raw)) = crate::ingress::anthropic::skim_messages(body.clone(), &|_| true)
+    {
+        let _ = crate::routing::plan::forward_needs(&raw, 4096);
+        let _ = raw.body_for("m").concat();
+    }
+    let _ = crate::ingress::anthropic::with_model(body, "m");
+    for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
+        let Ok(r) = crate::ingress::anthropic::decode_messages(data, mode) else { continue };
+        let Ok(req) = crate::ingress::anthropic::to_canonical(r, false) else { continue };
+        translate(&req);
+    }
+}
+
+/// A caller's OpenAI Responses request, decoded and translated for every provider.
+pub fn responses_request(data: &[u8]) {
+    for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
+        let Ok(r) = crate::ingress::responses::decode(data, mode) else { continue };
+        let Ok(req) = crate::ingress::responses::to_canonical(r, mode) else { continue };
+        translate(&req);
+    }
+}
+
+/// A decoded request, validated, estimated and encoded for every provider.
+fn translate(req: &crate::canonical::ChatRequest) {
+    if req.validate().is_err() {
+        return;
+    }
+    let _ = crate::routing::plan::chat_needs(req, 4096);
+    for up in snapshot().map_or(&[][..], |s| &s.upstreams) {
+        let ctx = Ctx { kind: up.kind, model: &up.models[0].name, max_tokens: 4096, reasoning: true };
+        let _ = providers::encode_chat(ctx, req);
     }
 }
 
@@ -186,6 +217,14 @@ pub mod samples {
     pub const SSE: &[&[u8]] = &[
         b"\x03: ping\r\n\r\nevent: a\r\ndata: one\r\ndata:two\r\n\r\ndata: x\n\ndata: y\r\rdata\n\n",
         "\x07data: {\"a\":\"\u{4f60}\u{597d}\u{1f642}\"}\r\n\r\ndata: [DONE]\n\n".as_bytes(),
+    ];
+    pub const MESSAGES_REQUEST: &[&[u8]] = &[
+        br#"{"model":"chat","max_tokens":100,"stream":true,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"thinking":{"type":"enabled","budget_tokens":2048},"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"}}]},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"x"},{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r"},{"type":"tool_reference","tool_name":"g"}],"is_error":true}]}],"tools":[{"name":"f","input_schema":{"type":"object"}},{"name":"g","defer_loading":true,"input_schema":{"type":"object"}}],"tool_choice":{"type":"any"},"stop_sequences":["x"],"metadata":{"user_id":"u"}}"#,
+        br#"{"model":"chat","max_tokens":10,"system":"s","output_config":{"effort":"low","format":{"type":"json_schema","schema":{"type":"object"}}},"thinking":{"type":"adaptive","display":"omitted"},"messages":[{"role":"user","content":"hi"},{"role":"system","content":"mid"}]}"#,
+    ];
+    pub const RESPONSES_REQUEST: &[&[u8]] = &[
+        br#"{"model":"chat","instructions":"i","stream":true,"max_output_tokens":100,"reasoning":{"effort":"low","summary":"auto"},"text":{"format":{"type":"json_schema","name":"n","schema":{"type":"object"}},"verbosity":"low"},"input":[{"role":"user","content":[{"type":"input_text","text":"hi"},{"type":"input_image","image_url":"data:image/png;base64,iVBORw0KGgo="}]},{"type":"reasoning","id":"rs_1","summary":[]},{"type":"function_call","call_id":"c","name":"f","arguments":"{\"a\":1}"},{"type":"function_call_output","call_id":"c","output":"r"}],"tools":[{"type":"function","name":"f","parameters":{"type":"object"}}],"tool_choice":{"type":"function","name":"f"},"store":false,"include":["reasoning.encrypted_content"]}"#,
+        br#"{"model":"chat","input":"hi","tools":[{"type":"web_search"}],"tool_choice":"auto","metadata":{"k":"v"}}"#,
     ];
     pub const UPSTREAM_HTTP: &[&[u8]] = &[
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n6\r\n world\r\n0\r\ntrailer: t\r\n\r\n",
@@ -265,6 +304,12 @@ mod tests {
         fn fuzz_chat_request(data in input(samples::CHAT_REQUEST)) { chat_request(&data) }
 
         #[test]
+        fn fuzz_messages_request(data in input(samples::MESSAGES_REQUEST)) { messages_request(&data) }
+
+        #[test]
+        fn fuzz_responses_request(data in input(samples::RESPONSES_REQUEST)) { responses_request(&data) }
+
+        #[test]
         fn fuzz_embeddings_request(data in input(samples::EMBEDDINGS_REQUEST)) { embeddings_request(&data) }
 
         #[test]
@@ -283,6 +328,8 @@ mod tests {
             ("upstream_answer", samples::UPSTREAM_ANSWER),
             ("upstream_stream", samples::UPSTREAM_STREAM),
             ("chat_request", samples::CHAT_REQUEST),
+            ("messages_request", samples::MESSAGES_REQUEST),
+            ("responses_request", samples::RESPONSES_REQUEST),
             ("embeddings_request", samples::EMBEDDINGS_REQUEST),
             ("config", samples::CONFIG),
         ] {
@@ -303,6 +350,14 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(s)
             );
+        }
+        for s in samples::MESSAGES_REQUEST {
+            let r = crate::ingress::anthropic::decode_messages(s, ParamsMode::Strict).unwrap();
+            crate::ingress::anthropic::to_canonical(r, false).unwrap().validate().unwrap();
+        }
+        for s in samples::RESPONSES_REQUEST {
+            let r = crate::ingress::responses::decode(s, ParamsMode::Lenient).unwrap();
+            crate::ingress::responses::to_canonical(r, ParamsMode::Lenient).unwrap().validate().unwrap();
         }
         for s in samples::EMBEDDINGS_REQUEST {
             assert!(crate::ingress::openai::decode_embeddings(s, ParamsMode::Strict).is_ok());

@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod decode;
 pub mod openai;
+pub mod responses;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,7 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
     let r = match parts.uri.path() {
         "/v1/chat/completions" if post => chat_completions(app, parts.headers, body).await,
         "/v1/messages" if post => messages(app, parts.headers, body).await,
+        "/v1/responses" if post => responses_api(app, parts.headers, body).await,
         "/v1/messages/count_tokens" if post => count_tokens(app, parts.headers, body).await,
         "/v1/embeddings" if post => embeddings(app, parts.headers, body).await,
         "/v1/models" if get => models(&app, &parts.headers),
@@ -48,7 +50,7 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
         p if get && p.len() > MODEL_PREFIX.len() && p.starts_with(MODEL_PREFIX) => {
             model(&app, &parts.headers, &p[MODEL_PREFIX.len()..])
         }
-        "/v1/chat/completions" | "/v1/embeddings" => method_not_allowed(&parts, "POST"),
+        "/v1/chat/completions" | "/v1/embeddings" | "/v1/responses" => method_not_allowed(&parts, "POST"),
         "/v1/messages" | "/v1/messages/count_tokens" => method_not_allowed(&parts, "POST"),
         "/v1/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => method_not_allowed(&parts, "GET, HEAD"),
         p if p.len() > MODEL_PREFIX.len() && p.starts_with(MODEL_PREFIX) => method_not_allowed(&parts, "GET, HEAD"),
@@ -207,6 +209,30 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
         let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
         answer(ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => json_response(StatusCode::OK, openai::encode_chat(r, &rid, served.model), &rid),
+            ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
+            ChatReply::Stream(s) => event_stream(s.into_body(), &rid),
+        })
+    })
+    .await
+}
+
+/// `POST /v1/responses`: the Responses API, translated for every upstream (not stored yet).
+async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
+    model_call(app, headers, "/v1/responses", |app, rid, headers, start| async move {
+        let snap = app.store.load();
+        let inbound = pipeline::Inbound {
+            request_id: &rid,
+            start,
+            key: openai::api_key(&headers),
+            body: |limit| read_body(&headers, body, limit),
+            decode: |bytes: &[u8], mode| responses::to_canonical(responses::decode(bytes, mode)?, mode),
+        };
+        let events = |_include_usage, model: &str| responses::Events::new(&rid, model);
+        let ended = pipeline::chat(&app, &snap, inbound, pipeline::NO_FORWARDING, events).await;
+        answer(ended, &rid, |reply, served| match reply {
+            ChatReply::Full(r) => {
+                json_response(StatusCode::OK, responses::encode_response(&r, &rid, served.model), &rid)
+            }
             ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
             ChatReply::Stream(s) => event_stream(s.into_body(), &rid),
         })

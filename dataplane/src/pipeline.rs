@@ -282,6 +282,12 @@ pub struct Forwarding<S> {
     pub skim: S,
 }
 
+/// A codec's skim as a plain function.
+pub type Skimmer = fn(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>;
+
+/// For a protocol no upstream speaks natively: every request is decoded.
+pub const NO_FORWARDING: Option<Forwarding<Skimmer>> = None;
+
 /// A chat request as the stages carry it: the caller's bytes with what the gateway read of them
 /// (every upstream of the caller's protocol is sent those), or decoded into the canonical model.
 #[expect(clippy::large_enum_variant, reason = "one per request, held in the request's own future")]

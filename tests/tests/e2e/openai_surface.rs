@@ -161,3 +161,94 @@ async fn lenient_mode_drops_what_the_upstream_cannot_take() {
         assert!(sent.get(k).is_none(), "{k}: {sent}");
     }
 }
+
+/// A Responses stream, event by event: `sequence_number` counts from 0; reasoning, text and a
+/// function call are each an output item with its own events; the final response holds all three
+/// and the usage. A stream cut short ends with `response.failed`.
+#[tokio::test]
+async fn a_responses_stream_carries_every_item_in_order() {
+    let ev = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({ "id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }] })
+        )
+    };
+    let mut s = ev(json!({ "role": "assistant", "reasoning_content": "Think." }), Value::Null);
+    s += &ev(json!({ "content": "Checking " }), Value::Null);
+    s += &ev(json!({ "content": "now." }), Value::Null);
+    s += &ev(
+        json!({ "tool_calls": [{ "index": 0, "id": "call_1", "type": "function",
+        "function": { "name": "get_weather", "arguments": "{\"city\":" } }] }),
+        Value::Null,
+    );
+    s += &ev(json!({ "tool_calls": [{ "index": 0, "function": { "arguments": "\"Paris\"}" } }] }), json!("tool_calls"));
+    s += &format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        json!({ "id": "c", "object": "chat.completion.chunk", "created": 1,
+        "model": "m", "choices": [], "usage": { "prompt_tokens": 7, "completion_tokens": 9 } })
+    );
+    let oa = FakeUpstream::fixed(Reply::sse(&s)).await;
+    let an =
+        FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (3, 2, 0, 0)))).await;
+    let gw = gateway(&oa, &an, "strict").await;
+    let body = json!({ "model": "team/gpt", "stream": true, "input": "Weather in Paris?",
+        "tools": [{ "type": "function", "name": "get_weather", "parameters": { "type": "object" } }] });
+    let text = post(&gw.url, "/v1/responses", &body).await.text().await.unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.reasoning_summary_part.added",
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_summary_text.done",
+            "response.reasoning_summary_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ],
+        "{text}"
+    );
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], i, "{e}");
+    }
+    let done = &events[20]["response"];
+    assert_eq!(done["status"], "completed");
+    let types: Vec<&str> = done["output"].as_array().unwrap().iter().map(|o| o["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["reasoning", "message", "function_call"]);
+    assert_eq!(done["output"][1]["content"][0]["text"], "Checking now.");
+    assert_eq!(done["output"][2]["arguments"], "{\"city\":\"Paris\"}");
+    assert_eq!(done["output"][2]["call_id"], "call_1");
+    assert_eq!(done["usage"]["total_tokens"], 16);
+
+    // Cut short after its first event: the stream ends failed, with ax's code.
+    let cut = FakeUpstream::fixed(Reply::sse(&ev(json!({ "content": "Hel" }), Value::Null))).await;
+    let gw = gateway(&cut, &an, "strict").await;
+    let text = post(&gw.url, "/v1/responses", &json!({ "model": "team/gpt", "stream": true, "input": "hi" }))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let last: Value = serde_json::from_str(text.trim_end().rsplit("data: ").next().unwrap()).unwrap();
+    assert_eq!(last["type"], "response.failed", "{text}");
+    assert_eq!(last["response"]["error"]["code"], "upstream_stream_truncated");
+}

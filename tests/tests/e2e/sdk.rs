@@ -261,3 +261,65 @@ tenants:
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The `openai` SDK's Responses API (`client.responses.create` / `.stream`, function tools with
+/// their outputs sent back as items) through the binary to an Anthropic, an OpenAI-compatible and
+/// a Gemini upstream, all translated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_api_against_every_upstream_kind() {
+    let claude = FakeUpstream::start(anthropic_agent).await;
+    let gpt = FakeUpstream::start(openai_agent).await;
+    let gem = FakeUpstream::start(gemini_agent).await;
+    let dir = temp_dir("responses-sdk");
+    let path = dir.join("ax.yaml");
+    let caps = "capabilities: [chat, tools, streaming, vision, json]";
+    std::fs::write(
+        &path,
+        format!(
+            r#"upstreams:
+  - {{ name: claude, provider: anthropic, base_url: "{}", api_key: sk-ant-test, models: [{{ name: claude-real, context_window: 200000, {caps} }}] }}
+  - {{ name: gpt, provider: openai, base_url: "{}/v1", api_key: sk-test, models: [{{ name: gpt-real, context_window: 128000, {caps} }}] }}
+  - {{ name: gem, provider: gemini, base_url: "{}", api_key: g-test, models: [{{ name: gemini-real, context_window: 1000000, {caps} }}] }}
+routes:
+  - {{ alias: claude, candidates: [{{ upstream: claude, model: claude-real }}] }}
+  - {{ alias: gpt, candidates: [{{ upstream: gpt, model: gpt-real }}] }}
+  - {{ alias: gem, candidates: [{{ upstream: gem, model: gemini-real }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+            claude.url(),
+            gpt.url(),
+            gem.url(),
+            key_digest(KEY)
+        ),
+    )
+    .unwrap();
+    let bin = Binary::start(&path, &dir);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/openai_responses.py");
+    let url = bin.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python())
+            .arg(script)
+            .env("AX_BASE_URL", format!("{url}/v1"))
+            .env("AX_KEY", KEY)
+            .output()
+            .expect("run python")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
+        bin.logs()
+    );
+    assert!(stdout.contains("responses sdk: all checks passed"), "{stdout}");
+    // The instructions reached each upstream as its system prompt.
+    assert!(claude.requests().iter().any(|r| r.body["system"] == "Be brief."));
+    assert!(gpt
+        .requests()
+        .iter()
+        .any(|r| r.body["messages"][0] == json!({ "role": "system", "content": "Be brief." })));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,647 @@
+//! The OpenAI Responses codec (`POST /v1/responses`, what the Codex CLI and the Agents SDK
+//! speak), translated through the canonical model to every upstream: `instructions` and `input`
+//! (a string, or message, `function_call`, `function_call_output` and `reasoning` items) become
+//! messages; function tools, `tool_choice`, `text.format`, `reasoning.effort` and
+//! `max_output_tokens` their canonical controls. Answers are a `response` with `reasoning`,
+//! `message` and `function_call` output items; streams are the Responses events, each with its
+//! `sequence_number`. Responses are not stored yet: `previous_response_id` is refused, and a
+//! response says `store: false`.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::decode::Known;
+use crate::canonical::{
+    unix_now, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, FunctionDef,
+    ImageUrl, JsonSchema, Message, ReasoningEffort, ResponseFormat, Role, Tool, ToolCall, ToolChoice, ToolKind, Usage,
+};
+use crate::error::AxError;
+use crate::pipeline::stream::StreamEncoder;
+
+/// A Responses request. Fields only OpenAI's own API acts on are named (so strict mode does not
+/// refuse them) and left out.
+#[derive(Deserialize)]
+pub struct ResponsesRequest {
+    model: String,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    max_output_tokens: Option<u32>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    tools: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    text: Option<TextIn>,
+    #[serde(default)]
+    reasoning: Option<ReasoningIn>,
+    #[serde(default, rename = "store")]
+    _store: Option<Known>,
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    #[serde(default)]
+    background: Option<bool>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    safety_identifier: Option<String>,
+    #[serde(default)]
+    prompt_cache_key: Option<String>,
+    #[serde(default)]
+    service_tier: Option<String>,
+    #[serde(default, rename = "include")]
+    _include: Option<Known>,
+    #[serde(default, rename = "truncation")]
+    _truncation: Option<Known>,
+    #[serde(default, rename = "max_tool_calls")]
+    _max_tool_calls: Option<Known>,
+    #[serde(default, rename = "stream_options")]
+    _stream_options: Option<Known>,
+}
+
+#[derive(Deserialize)]
+struct TextIn {
+    #[serde(default)]
+    format: Option<Value>,
+    #[serde(default)]
+    verbosity: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ReasoningIn {
+    #[serde(default)]
+    effort: Option<String>,
+    #[serde(default, rename = "summary")]
+    _summary: Option<Known>,
+    #[serde(default, rename = "generate_summary")]
+    _generate_summary: Option<Known>,
+}
+
+/// Decodes a Responses body (strict or lenient about fields ax does not know, as for chat).
+pub fn decode(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ResponsesRequest, AxError> {
+    super::decode::json(bytes, mode)
+}
+
+fn text_message(role: Role, text: String) -> Message {
+    Message {
+        role,
+        content: Some(Content::Text(text)),
+        name: None,
+        tool_calls: None,
+        tool_call_id: None,
+        refusal: None,
+    }
+}
+
+fn str_of<'a>(v: &'a Value, field: &str, at: &str) -> Result<&'a str, AxError> {
+    v[field]
+        .as_str()
+        .ok_or_else(|| AxError::invalid_param(format!("{at}.{field}"), format!("{at}: '{field}' must be a string")))
+}
+
+/// A message item's content: a string, or parts (`input_text`, `output_text`, `input_image`).
+fn content(v: &Value, at: &str) -> Result<Content, AxError> {
+    let parts = match v {
+        Value::String(s) => return Ok(Content::Text(s.clone())),
+        Value::Array(parts) => parts,
+        _ => return Err(AxError::invalid_param(at, format!("{at} must be a string or an array of parts"))),
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for (k, p) in parts.iter().enumerate() {
+        let at = format!("{at}[{k}]");
+        match p["type"].as_str() {
+            Some("input_text" | "output_text" | "text") => {
+                out.push(ContentPart::Text { text: str_of(p, "text", &at)?.to_owned() })
+            }
+            Some("refusal") => out.push(ContentPart::Text { text: str_of(p, "refusal", &at)?.to_owned() }),
+            Some("input_image") => match p["image_url"].as_str() {
+                Some(url) => out.push(ContentPart::ImageUrl {
+                    image_url: ImageUrl { url: url.to_owned(), detail: p["detail"].as_str().map(str::to_owned) },
+                }),
+                None => {
+                    return Err(AxError::invalid_param(
+                        at,
+                        "an input_image needs 'image_url' (uploaded files need an OpenAI upstream)",
+                    ))
+                }
+            },
+            Some(other) => {
+                return Err(AxError::invalid_param(
+                    format!("{at}.type"),
+                    format!("content parts of type '{other}' need an OpenAI upstream"),
+                ))
+            }
+            None => return Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'"))),
+        }
+    }
+    Ok(Content::Parts(out))
+}
+
+/// The request in the canonical model; `mode` decides what becomes of tools only OpenAI runs.
+pub fn to_canonical(r: ResponsesRequest, mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, AxError> {
+    if r.previous_response_id.is_some() {
+        return Err(AxError::invalid_param(
+            "previous_response_id",
+            "this gateway does not store responses yet: send the whole conversation in 'input'",
+        ));
+    }
+    if r.background == Some(true) {
+        return Err(AxError::UnsupportedParameter { param: "background".into(), provider: "ax" });
+    }
+    let mut messages = Vec::new();
+    if let Some(i) = r.instructions.filter(|i| !i.is_empty()) {
+        messages.push(text_message(Role::System, i));
+    }
+    match r.input {
+        None => {}
+        Some(Value::String(s)) => messages.push(text_message(Role::User, s)),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                push_item(&mut messages, item, &format!("input[{i}]"))?;
+            }
+        }
+        Some(_) => return Err(AxError::invalid_param("input", "'input' must be a string or an array of items")),
+    }
+    let mut tools = Vec::new();
+    for (i, t) in r.tools.iter().flatten().enumerate() {
+        match t["type"].as_str() {
+            Some("function") => tools.push(Tool {
+                kind: ToolKind::Function,
+                function: FunctionDef {
+                    name: str_of(t, "name", &format!("tools[{i}]"))?.to_owned(),
+                    description: t["description"].as_str().map(str::to_owned),
+                    parameters: t.get("parameters").filter(|p| !p.is_null()).cloned(),
+                    strict: t["strict"].as_bool(),
+                },
+            }),
+            other => {
+                let kind = other.unwrap_or("?");
+                if mode == ax_protocol::config::ParamsMode::Strict {
+                    return Err(AxError::invalid_param(
+                        format!("tools[{i}]"),
+                        format!("tools[{i}] is a built-in '{kind}' tool only OpenAI runs"),
+                    ));
+                }
+                tracing::warn!(tool = kind, "dropped a built-in tool only OpenAI runs");
+            }
+        }
+    }
+    let tool_choice = match r.tool_choice {
+        None => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => return Err(AxError::invalid_param("tool_choice", format!("unknown tool_choice '{other}'"))),
+        }),
+        Some(v) if v["type"] == "function" => Some(ToolChoice::Function(str_of(&v, "name", "tool_choice")?.to_owned())),
+        Some(v) => {
+            return Err(AxError::invalid_param(
+                "tool_choice",
+                format!("tool_choice of type '{}' needs an OpenAI upstream", v["type"].as_str().unwrap_or("?")),
+            ))
+        }
+    };
+    let (response_format, verbosity) = match r.text {
+        None => (None, None),
+        Some(t) => (t.format.as_ref().map(format).transpose()?.flatten(), t.verbosity),
+    };
+    let reasoning_effort = match r.reasoning.and_then(|x| x.effort) {
+        None => None,
+        Some(e) => Some(match e.as_str() {
+            "none" => ReasoningEffort::None,
+            "minimal" => ReasoningEffort::Minimal,
+            "low" => ReasoningEffort::Low,
+            "medium" => ReasoningEffort::Medium,
+            "high" => ReasoningEffort::High,
+            "xhigh" | "max" => ReasoningEffort::Xhigh,
+            other => {
+                return Err(AxError::invalid_param("reasoning.effort", format!("unknown reasoning effort '{other}'")))
+            }
+        }),
+    };
+    Ok(ChatRequest {
+        model: r.model,
+        messages,
+        temperature: r.temperature,
+        top_p: r.top_p,
+        max_completion_tokens: r.max_output_tokens,
+        stream: r.stream,
+        tools: (!tools.is_empty()).then_some(tools),
+        tool_choice,
+        parallel_tool_calls: r.parallel_tool_calls,
+        response_format,
+        user: r.user,
+        reasoning_effort,
+        metadata: r.metadata,
+        service_tier: r.service_tier,
+        prompt_cache_key: r.prompt_cache_key,
+        safety_identifier: r.safety_identifier,
+        verbosity,
+        ..ChatRequest::default()
+    })
+}
+
+/// `text.format`: `text` (none), `json_object`, or a flat `json_schema`.
+fn format(f: &Value) -> Result<Option<ResponseFormat>, AxError> {
+    match f["type"].as_str() {
+        Some("text") | None => Ok(None),
+        Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
+        Some("json_schema") => Ok(Some(ResponseFormat::JsonSchema {
+            json_schema: JsonSchema {
+                name: f["name"].as_str().unwrap_or("output").to_owned(),
+                description: f["description"].as_str().map(str::to_owned),
+                schema: f.get("schema").cloned(),
+                strict: f["strict"].as_bool(),
+            },
+        })),
+        Some(other) => Err(AxError::invalid_param("text.format.type", format!("unknown text format '{other}'"))),
+    }
+}
+
+/// One input item as canonical messages: a message; a function call (joining the assistant turn
+/// before it); a function call's output (a tool message); reasoning (left out: no other provider
+/// takes it back).
+fn push_item(out: &mut Vec<Message>, item: &Value, at: &str) -> Result<(), AxError> {
+    let kind = item["type"].as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
+    match kind {
+        "message" => {
+            let role = match item["role"].as_str() {
+                Some("user") => Role::User,
+                Some("assistant") => Role::Assistant,
+                Some("system") => Role::System,
+                Some("developer") => Role::Developer,
+                _ => {
+                    return Err(AxError::invalid_param(
+                        format!("{at}.role"),
+                        format!("{at}: 'role' must be user, assistant, system or developer"),
+                    ))
+                }
+            };
+            let content = content(&item["content"], &format!("{at}.content"))?;
+            out.push(Message { content: Some(content), ..text_message(role, String::new()) });
+        }
+        "function_call" => {
+            let call = ToolCall {
+                id: str_of(item, "call_id", at)?.to_owned(),
+                kind: ToolKind::Function,
+                function: FunctionCall {
+                    name: str_of(item, "name", at)?.to_owned(),
+                    arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
+                },
+            };
+            match out.last_mut() {
+                Some(m) if m.role == Role::Assistant => m.tool_calls.get_or_insert_with(Vec::new).push(call),
+                _ => out.push(Message {
+                    content: None,
+                    tool_calls: Some(vec![call]),
+                    ..text_message(Role::Assistant, String::new())
+                }),
+            }
+        }
+        "function_call_output" => {
+            let text = match &item["output"] {
+                Value::String(s) => s.clone(),
+                parts @ Value::Array(_) => content(parts, &format!("{at}.output"))?.text().into_owned(),
+                _ => {
+                    return Err(AxError::invalid_param(
+                        format!("{at}.output"),
+                        format!("{at}: 'output' must be a string or parts"),
+                    ))
+                }
+            };
+            out.push(Message {
+                tool_call_id: Some(str_of(item, "call_id", at)?.to_owned()),
+                ..text_message(Role::Tool, text)
+            });
+        }
+        "reasoning" => {}
+        "item_reference" => {
+            return Err(AxError::invalid_param(
+                at,
+                "item references need stored responses, which this gateway does not keep yet",
+            ))
+        }
+        "" => return Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'"))),
+        other => {
+            return Err(AxError::invalid_param(
+                format!("{at}.type"),
+                format!("input items of type '{other}' need an OpenAI upstream"),
+            ))
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers
+
+fn response_id(request_id: &str) -> String {
+    format!("resp_{}", request_id.strip_prefix("req_").unwrap_or(request_id))
+}
+
+/// `completed`, or `incomplete` with its reason.
+fn status(f: Option<&FinishReason>) -> (&'static str, Value) {
+    match f {
+        Some(FinishReason::Length) => ("incomplete", json!({ "reason": "max_output_tokens" })),
+        Some(FinishReason::ContentFilter) => ("incomplete", json!({ "reason": "content_filter" })),
+        _ => ("completed", Value::Null),
+    }
+}
+
+fn usage(u: &Usage) -> Value {
+    json!({ "input_tokens": u.prompt_tokens, "input_tokens_details": { "cached_tokens": u.cached_tokens },
+        "output_tokens": u.completion_tokens, "output_tokens_details": { "reasoning_tokens": u.reasoning_tokens },
+        "total_tokens": u.total() })
+}
+
+/// A `response` object around `output`.
+fn response(id: &str, model: &str, created_at: u64, status: &str, output: Vec<Value>, extra: Value) -> Value {
+    let mut r = json!({ "id": id, "object": "response", "created_at": created_at, "status": status, "model": model,
+        "output": output, "error": null, "incomplete_details": null, "instructions": null, "metadata": {},
+        "parallel_tool_calls": true, "temperature": null, "top_p": null, "tool_choice": "auto", "tools": [],
+        "store": false, "text": { "format": { "type": "text" } }, "usage": null });
+    if let (Value::Object(r), Value::Object(extra)) = (&mut r, extra) {
+        r.extend(extra);
+    }
+    r
+}
+
+fn reasoning_item(id: &str, text: &str) -> Value {
+    json!({ "type": "reasoning", "id": id, "summary": [{ "type": "summary_text", "text": text }] })
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({ "type": "message", "id": id, "role": "assistant", "status": status,
+        "content": [{ "type": "output_text", "text": text, "annotations": [] }] })
+}
+
+fn call_item(call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    json!({ "type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id, "name": name,
+        "arguments": arguments, "status": status })
+}
+
+/// A whole canonical answer as a `response`.
+pub fn encode_response(r: &ChatResponse, request_id: &str, model: &str) -> Vec<u8> {
+    let id = response_id(request_id);
+    let rid = id.trim_start_matches("resp_");
+    let choice = r.choices.first();
+    let mut output = Vec::new();
+    if let Some(c) = choice {
+        if let Some(t) = c.reasoning.as_deref() {
+            output.push(reasoning_item(&format!("rs_{rid}"), t));
+        }
+        let text = c.content.as_deref().filter(|t| !t.is_empty()).or(c.refusal.as_deref());
+        if let Some(t) = text {
+            output.push(message_item(&format!("msg_{rid}"), t, "completed"));
+        }
+        for t in &c.tool_calls {
+            output.push(call_item(&t.id, &t.function.name, &t.function.arguments, "completed"));
+        }
+    }
+    let (status, incomplete) = status(choice.and_then(|c| c.finish_reason.as_ref()));
+    let u = r.usage.unwrap_or_default();
+    let model = if r.model.is_empty() { model } else { &r.model };
+    let created = if r.created == 0 { unix_now() } else { r.created };
+    let body =
+        response(&id, model, created, status, output, json!({ "incomplete_details": incomplete, "usage": usage(&u) }));
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams
+
+/// The output item being streamed.
+enum Open {
+    Reasoning {
+        text: String,
+    },
+    Message {
+        text: String,
+    },
+    /// A function call: its index among the choice's tool calls, call id, name and arguments.
+    Call {
+        tool: u32,
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+/// The stream encoder of one Responses request: `response.created` and `response.in_progress`,
+/// then each output item between `response.output_item.added` and `.done` (reasoning summary
+/// text, output text with its content part, function call arguments, each with their deltas
+/// and `.done`), then `response.completed` (or `response.incomplete`) with the whole response
+/// and its usage. An upstream failure after the first event is `response.failed`.
+pub struct Events {
+    id: String,
+    model: String,
+    created_at: u64,
+    seq: u64,
+    /// The open item and its output index.
+    open: Option<(usize, String, Open)>,
+    /// The finished items, for the final response.
+    output: Vec<Value>,
+    finish: Option<FinishReason>,
+}
+
+impl Events {
+    pub fn new(request_id: &str, model: &str) -> Self {
+        Self {
+            id: response_id(request_id),
+            model: model.to_owned(),
+            created_at: unix_now(),
+            seq: 0,
+            open: None,
+            output: Vec::new(),
+            finish: None,
+        }
+    }
+
+    fn event(&mut self, out: &mut Vec<u8>, kind: &str, mut data: Value) {
+        data["type"] = Value::from(kind);
+        data["sequence_number"] = Value::from(self.seq);
+        self.seq += 1;
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        let _ = serde_json::to_writer(&mut *out, &data);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn skeleton(&self, status: &str) -> Value {
+        response(&self.id, &self.model, self.created_at, status, self.output.clone(), json!({}))
+    }
+
+    fn close(&mut self, out: &mut Vec<u8>) {
+        let Some((index, item_id, open)) = self.open.take() else { return };
+        let item = match open {
+            Open::Reasoning { text } => {
+                let part = json!({ "type": "summary_text", "text": text });
+                self.event(
+                    out,
+                    "response.reasoning_summary_text.done",
+                    json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "text": text }),
+                );
+                self.event(
+                    out,
+                    "response.reasoning_summary_part.done",
+                    json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "part": part }),
+                );
+                reasoning_item(&item_id, &text)
+            }
+            Open::Message { text } => {
+                self.event(out, "response.output_text.done",
+                    json!({ "item_id": item_id, "output_index": index, "content_index": 0, "text": text, "logprobs": [] }));
+                self.event(
+                    out,
+                    "response.content_part.done",
+                    json!({ "item_id": item_id, "output_index": index,
+                    "content_index": 0, "part": { "type": "output_text", "text": text, "annotations": [] } }),
+                );
+                message_item(&item_id, &text, "completed")
+            }
+            Open::Call { call_id, name, arguments, .. } => {
+                self.event(
+                    out,
+                    "response.function_call_arguments.done",
+                    json!({ "item_id": item_id, "output_index": index, "name": name, "arguments": arguments }),
+                );
+                call_item(&call_id, &name, &arguments, "completed")
+            }
+        };
+        self.event(out, "response.output_item.done", json!({ "output_index": index, "item": item }));
+        self.output.push(item);
+    }
+
+    /// Opens the next output item (closing the one open): `added` with the item as it starts.
+    fn open(&mut self, out: &mut Vec<u8>, item_id: String, open: Open) -> usize {
+        self.close(out);
+        let index = self.output.len();
+        let item = match &open {
+            Open::Reasoning { .. } => json!({ "type": "reasoning", "id": item_id, "summary": [] }),
+            Open::Message { .. } => {
+                json!({ "type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": [] })
+            }
+            Open::Call { call_id, name, .. } => call_item(call_id, name, "", "in_progress"),
+        };
+        self.event(out, "response.output_item.added", json!({ "output_index": index, "item": item }));
+        match &open {
+            Open::Reasoning { .. } => self.event(out, "response.reasoning_summary_part.added", json!({ "item_id": item_id,
+                "output_index": index, "summary_index": 0, "part": { "type": "summary_text", "text": "" } })),
+            Open::Message { .. } => self.event(out, "response.content_part.added", json!({ "item_id": item_id,
+                "output_index": index, "content_index": 0, "part": { "type": "output_text", "text": "", "annotations": [] } })),
+            Open::Call { .. } => {}
+        }
+        self.open = Some((index, item_id, open));
+        index
+    }
+}
+
+impl StreamEncoder for Events {
+    fn start(&mut self, _n: u32) -> Bytes {
+        let mut out = Vec::with_capacity(1024);
+        let r = self.skeleton("in_progress");
+        self.event(&mut out, "response.created", json!({ "response": r }));
+        self.event(&mut out, "response.in_progress", json!({ "response": r }));
+        Bytes::from(out)
+    }
+
+    fn chunk(&mut self, choices: &[ChunkChoice]) -> Bytes {
+        let mut out = Vec::with_capacity(256);
+        let rid = self.id.trim_start_matches("resp_").to_owned();
+        // One choice: the Responses API has no `n`.
+        for c in choices.iter().filter(|c| c.index == 0) {
+            if let Some(delta) = c.reasoning.as_deref().filter(|t| !t.is_empty()) {
+                if !matches!(self.open, Some((_, _, Open::Reasoning { .. }))) {
+                    self.open(
+                        &mut out,
+                        format!("rs_{rid}_{}", self.output.len()),
+                        Open::Reasoning { text: String::new() },
+                    );
+                }
+                if let Some((index, item_id, Open::Reasoning { text })) = &mut self.open {
+                    text.push_str(delta);
+                    let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "delta": delta });
+                    self.event(&mut out, "response.reasoning_summary_text.delta", data);
+                }
+            }
+            if let Some(delta) = c.content.as_deref().filter(|t| !t.is_empty()) {
+                if !matches!(self.open, Some((_, _, Open::Message { .. }))) {
+                    self.open(
+                        &mut out,
+                        format!("msg_{rid}_{}", self.output.len()),
+                        Open::Message { text: String::new() },
+                    );
+                }
+                if let Some((index, item_id, Open::Message { text })) = &mut self.open {
+                    text.push_str(delta);
+                    let data = json!({ "item_id": item_id, "output_index": index, "content_index": 0, "delta": delta, "logprobs": [] });
+                    self.event(&mut out, "response.output_text.delta", data);
+                }
+            }
+            for t in &c.tool_calls {
+                let same = matches!(&self.open, Some((_, _, Open::Call { tool, .. })) if *tool == t.index);
+                if !same {
+                    let call_id = t.id.clone().unwrap_or_else(|| format!("call_{rid}_{}", t.index));
+                    let name = t.name.clone().unwrap_or_default();
+                    let open = Open::Call { tool: t.index, call_id: call_id.clone(), name, arguments: String::new() };
+                    self.open(&mut out, format!("fc_{call_id}"), open);
+                }
+                if let Some((index, item_id, Open::Call { arguments, .. })) = &mut self.open {
+                    if !t.arguments.is_empty() {
+                        arguments.push_str(&t.arguments);
+                        let data = json!({ "item_id": item_id, "output_index": index, "delta": t.arguments });
+                        self.event(&mut out, "response.function_call_arguments.delta", data);
+                    }
+                }
+            }
+            if c.finish_reason.is_some() {
+                self.finish.clone_from(&c.finish_reason);
+            }
+        }
+        Bytes::from(out)
+    }
+
+    fn finish(&mut self, u: Option<&Usage>) -> Bytes {
+        let mut out = Vec::with_capacity(1024);
+        self.close(&mut out);
+        let (status, incomplete) = status(self.finish.as_ref());
+        let mut r = self.skeleton(status);
+        r["incomplete_details"] = incomplete;
+        r["usage"] = usage(&u.copied().unwrap_or_default());
+        let kind = if status == "completed" { "response.completed" } else { "response.incomplete" };
+        self.event(&mut out, kind, json!({ "response": r }));
+        Bytes::from(out)
+    }
+
+    fn fail(&mut self, e: &AxError) -> Bytes {
+        let mut out = Vec::with_capacity(512);
+        let mut r = self.skeleton("failed");
+        r["error"] = json!({ "code": e.code(), "message": e.to_string() });
+        self.event(&mut out, "response.failed", json!({ "response": r }));
+        Bytes::from(out)
+    }
+
+    /// Never forwarded: every upstream is translated.
+    fn end_forwarded(&mut self) -> Bytes {
+        Bytes::new()
+    }
+
+    fn wants_usage_event(&self) -> bool {
+        false
+    }
+}
