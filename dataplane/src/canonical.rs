@@ -219,19 +219,17 @@ impl ChatRequest {
             ("logit_bias", self.logit_bias.is_some()),
             ("logprobs", self.logprobs == Some(true)),
             ("top_logprobs", self.top_logprobs.is_some()),
-            // Not storing is what every other provider does anyway.
-            ("store", self.store == Some(true)),
-            ("metadata", self.metadata.is_some()),
             // `auto` and `default` ask for nothing special.
             ("service_tier", self.service_tier.as_deref().is_some_and(|t| t != "auto" && t != "default")),
-            ("prompt_cache_key", self.prompt_cache_key.is_some()),
-            ("safety_identifier", self.safety_identifier.is_some()),
             ("verbosity", self.verbosity.is_some()),
             // Text out is every provider's answer.
             ("modalities", self.modalities.as_ref().is_some_and(|m| m.iter().any(|x| x != "text"))),
-            ("prediction", self.prediction.is_some()),
             ("web_search_options", self.web_search_options.is_some()),
             ("audio", self.audio.is_some()),
+            // Not here: `store`, `metadata`, `prompt_cache_key`, `safety_identifier` and
+            // `prediction` are hints for OpenAI's own bookkeeping, caching, abuse detection and
+            // latency that never change an answer: an upstream without them serves the request
+            // without them, in either mode.
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))

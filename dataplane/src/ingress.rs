@@ -220,18 +220,26 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
 async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     model_call(app, headers, "/v1/responses", |app, rid, headers, start| async move {
         let snap = app.store.load();
+        // Set when the request is decoded, for the answer's function calls.
+        let namespaces = std::sync::OnceLock::new();
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
             key: openai::api_key(&headers),
             body: |limit| read_body(&headers, body, limit),
-            decode: |bytes: &[u8], mode| responses::to_canonical(responses::decode(bytes, mode)?, mode),
+            decode: |bytes: &[u8], mode| {
+                let mut ns = Vec::new();
+                let req = responses::to_canonical(responses::decode(bytes, mode)?, &mut ns)?;
+                let _ = namespaces.set(ns);
+                Ok(req)
+            },
         };
-        let events = |_include_usage, model: &str| responses::Events::new(&rid, model);
+        let ns = || namespaces.get().cloned().unwrap_or_default();
+        let events = |_include_usage, model: &str| responses::Events::new(&rid, model, ns());
         let ended = pipeline::chat(&app, &snap, inbound, pipeline::NO_FORWARDING, events).await;
         answer(ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => {
-                json_response(StatusCode::OK, responses::encode_response(&r, &rid, served.model), &rid)
+                json_response(StatusCode::OK, responses::encode_response(&r, &rid, served.model, &ns()), &rid)
             }
             ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
             ChatReply::Stream(s) => event_stream(s.into_body(), &rid),

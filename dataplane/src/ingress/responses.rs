@@ -68,6 +68,9 @@ pub struct ResponsesRequest {
     _truncation: Option<Known>,
     #[serde(default, rename = "max_tool_calls")]
     _max_tool_calls: Option<Known>,
+    /// Codex's session and turn ids, for OpenAI's own analytics.
+    #[serde(default, rename = "client_metadata")]
+    _client_metadata: Option<Known>,
     #[serde(default, rename = "stream_options")]
     _stream_options: Option<Known>,
 }
@@ -150,8 +153,41 @@ fn content(v: &Value, at: &str) -> Result<Content, AxError> {
     Ok(Content::Parts(out))
 }
 
-/// The request in the canonical model; `mode` decides what becomes of tools only OpenAI runs.
-pub fn to_canonical(r: ResponsesRequest, mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, AxError> {
+/// The separator between a namespace and a tool's name in the function name other providers
+/// see (`[a-zA-Z0-9_-]` only, as OpenAI's Chat Completions requires).
+const NS_SEP: &str = "__";
+
+/// A flat function tool, its name prefixed with its namespace.
+fn function_tool(t: &Value, at: &str, namespace: Option<&str>) -> Result<Tool, AxError> {
+    let name = str_of(t, "name", at)?;
+    Ok(Tool {
+        kind: ToolKind::Function,
+        function: FunctionDef {
+            name: match namespace {
+                Some(ns) => format!("{ns}{NS_SEP}{name}"),
+                None => name.to_owned(),
+            },
+            description: t["description"].as_str().map(str::to_owned),
+            parameters: t.get("parameters").filter(|p| !p.is_null()).cloned(),
+            strict: t["strict"].as_bool(),
+        },
+    })
+}
+
+/// A called function's name as the caller knows it: the name, and its namespace when the name
+/// is one of `namespaces`' prefixed names.
+fn split_name<'a>(name: &'a str, namespaces: &'a [String]) -> (&'a str, Option<&'a str>) {
+    for ns in namespaces {
+        if let Some(rest) = name.strip_prefix(ns.as_str()).and_then(|r| r.strip_prefix(NS_SEP)) {
+            return (rest, Some(ns));
+        }
+    }
+    (name, None)
+}
+
+/// The request in the canonical model; the namespaces of its grouped tools go to `namespaces`.
+/// Built-in tools only OpenAI runs are left out (logged); forcing one is a 400.
+pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>) -> Result<ChatRequest, AxError> {
     if r.previous_response_id.is_some() {
         return Err(AxError::invalid_param(
             "previous_response_id",
@@ -177,26 +213,29 @@ pub fn to_canonical(r: ResponsesRequest, mode: ax_protocol::config::ParamsMode) 
     }
     let mut tools = Vec::new();
     for (i, t) in r.tools.iter().flatten().enumerate() {
+        let at = format!("tools[{i}]");
         match t["type"].as_str() {
-            Some("function") => tools.push(Tool {
-                kind: ToolKind::Function,
-                function: FunctionDef {
-                    name: str_of(t, "name", &format!("tools[{i}]"))?.to_owned(),
-                    description: t["description"].as_str().map(str::to_owned),
-                    parameters: t.get("parameters").filter(|p| !p.is_null()).cloned(),
-                    strict: t["strict"].as_bool(),
-                },
-            }),
-            other => {
-                let kind = other.unwrap_or("?");
-                if mode == ax_protocol::config::ParamsMode::Strict {
-                    return Err(AxError::invalid_param(
-                        format!("tools[{i}]"),
-                        format!("tools[{i}] is a built-in '{kind}' tool only OpenAI runs"),
-                    ));
+            Some("function") => tools.push(function_tool(t, &at, None)?),
+            // A group of tools (Codex's sub-agent tools): each a function named `<namespace>__<name>`,
+            // its calls answered with the namespace apart again.
+            Some("namespace") => {
+                let ns = str_of(t, "name", &at)?;
+                for (j, inner) in t["tools"].as_array().into_iter().flatten().enumerate() {
+                    match inner["type"].as_str() {
+                        Some("function") => tools.push(function_tool(inner, &format!("{at}.tools[{j}]"), Some(ns))?),
+                        other => tracing::warn!(
+                            tool = other.unwrap_or("?"),
+                            namespace = ns,
+                            "dropped a tool only OpenAI runs"
+                        ),
+                    }
                 }
-                tracing::warn!(tool = kind, "dropped a built-in tool only OpenAI runs");
+                namespaces.push(ns.to_owned());
             }
+            // A tool the model may use, not one it must (a forced one is refused with
+            // `tool_choice` below): without it the model answers without it, as Codex's
+            // `web_search` is meant to be optional. Logged.
+            other => tracing::warn!(tool = other.unwrap_or("?"), "dropped a built-in tool only OpenAI runs"),
         }
     }
     let tool_choice = match r.tool_choice {
@@ -295,11 +334,15 @@ fn push_item(out: &mut Vec<Message>, item: &Value, at: &str) -> Result<(), AxErr
             out.push(Message { content: Some(content), ..text_message(role, String::new()) });
         }
         "function_call" => {
+            let name = str_of(item, "name", at)?;
             let call = ToolCall {
                 id: str_of(item, "call_id", at)?.to_owned(),
                 kind: ToolKind::Function,
                 function: FunctionCall {
-                    name: str_of(item, "name", at)?.to_owned(),
+                    name: match item["namespace"].as_str() {
+                        Some(ns) => format!("{ns}{NS_SEP}{name}"),
+                        None => name.to_owned(),
+                    },
                     arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
                 },
             };
@@ -389,13 +432,17 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
         "content": [{ "type": "output_text", "text": text, "annotations": [] }] })
 }
 
-fn call_item(call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
-    json!({ "type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id, "name": name,
-        "arguments": arguments, "status": status })
+fn call_item(call_id: &str, (name, namespace): (&str, Option<&str>), arguments: &str, status: &str) -> Value {
+    let mut item = json!({ "type": "function_call", "id": format!("fc_{call_id}"), "call_id": call_id, "name": name,
+        "arguments": arguments, "status": status });
+    if let Some(ns) = namespace {
+        item["namespace"] = Value::from(ns);
+    }
+    item
 }
 
-/// A whole canonical answer as a `response`.
-pub fn encode_response(r: &ChatResponse, request_id: &str, model: &str) -> Vec<u8> {
+/// A whole canonical answer as a `response`; calls of namespaced tools name their namespace.
+pub fn encode_response(r: &ChatResponse, request_id: &str, model: &str, namespaces: &[String]) -> Vec<u8> {
     let id = response_id(request_id);
     let rid = id.trim_start_matches("resp_");
     let choice = r.choices.first();
@@ -409,7 +456,7 @@ pub fn encode_response(r: &ChatResponse, request_id: &str, model: &str) -> Vec<u
             output.push(message_item(&format!("msg_{rid}"), t, "completed"));
         }
         for t in &c.tool_calls {
-            output.push(call_item(&t.id, &t.function.name, &t.function.arguments, "completed"));
+            output.push(call_item(&t.id, split_name(&t.function.name, namespaces), &t.function.arguments, "completed"));
         }
     }
     let (status, incomplete) = status(choice.and_then(|c| c.finish_reason.as_ref()));
@@ -456,10 +503,12 @@ pub struct Events {
     /// The finished items, for the final response.
     output: Vec<Value>,
     finish: Option<FinishReason>,
+    /// The request's tool namespaces (see `split_name`).
+    namespaces: Vec<String>,
 }
 
 impl Events {
-    pub fn new(request_id: &str, model: &str) -> Self {
+    pub fn new(request_id: &str, model: &str, namespaces: Vec<String>) -> Self {
         Self {
             id: response_id(request_id),
             model: model.to_owned(),
@@ -468,6 +517,7 @@ impl Events {
             open: None,
             output: Vec::new(),
             finish: None,
+            namespaces,
         }
     }
 
@@ -520,7 +570,7 @@ impl Events {
                     "response.function_call_arguments.done",
                     json!({ "item_id": item_id, "output_index": index, "name": name, "arguments": arguments }),
                 );
-                call_item(&call_id, &name, &arguments, "completed")
+                call_item(&call_id, split_name(&name, &self.namespaces), &arguments, "completed")
             }
         };
         self.event(out, "response.output_item.done", json!({ "output_index": index, "item": item }));
@@ -536,7 +586,9 @@ impl Events {
             Open::Message { .. } => {
                 json!({ "type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": [] })
             }
-            Open::Call { call_id, name, .. } => call_item(call_id, name, "", "in_progress"),
+            Open::Call { call_id, name, .. } => {
+                call_item(call_id, split_name(name, &self.namespaces), "", "in_progress")
+            }
         };
         self.event(out, "response.output_item.added", json!({ "output_index": index, "item": item }));
         match &open {

@@ -20,8 +20,7 @@ use crate::error::AxError;
 use crate::sse::SseEvent;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
-pub const SUPPORTED: &[&str] =
-    &["temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "user", "safety_identifier"];
+pub const SUPPORTED: &[&str] = &["temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "user"];
 
 #[derive(Serialize)]
 struct AnthropicRequest<'a> {

@@ -1,8 +1,10 @@
-//! The real Claude Code CLI (npm `@anthropic-ai/claude-code`, pinned in `tests/agents`) through
-//! the ax binary, headless and offline, to an OpenAI-protocol upstream (translated) and to an
-//! Anthropic one (forwarded): a one-shot prompt returns the upstream's text, and a turn in which
-//! the upstream asks for Claude Code's own `Read` tool completes the loop: Claude Code reads the
-//! file, sends the result back, and its final answer is what the upstream made of it.
+//! The real agent CLIs (npm, pinned in `tests/agents`) through the ax binary, headless and
+//! offline: Claude Code (`/v1/messages`) to an OpenAI-protocol upstream (translated) and to an
+//! Anthropic one (forwarded), and Codex (`/v1/responses`) to an OpenAI-protocol and an Anthropic
+//! upstream (both translated). A one-shot prompt returns the upstream's text, and a turn in which
+//! the upstream asks for the agent's own tool (Claude Code's `Read`, Codex's `exec_command`)
+//! completes the loop: the agent runs it, sends the result back, and its final answer is what the
+//! upstream made of it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,29 +16,35 @@ use serde_json::{json, Value};
 /// What the file Claude Code is asked to read says.
 const SECRET: &str = "The secret word is MANGO-7.";
 
-/// Claude Code, from `tests/agents/node_modules` (`.ci/run` installs it) or `AX_CLAUDE`.
-fn claude_bin() -> String {
-    if let Ok(p) = std::env::var("AX_CLAUDE") {
-        return p;
-    }
-    let path = format!("{}/agents/node_modules/.bin/claude", env!("CARGO_MANIFEST_DIR"));
+/// An agent CLI from `tests/agents/node_modules` (`.ci/run` installs them).
+fn agent_bin(name: &str) -> String {
+    let path = format!("{}/agents/node_modules/.bin/{name}", env!("CARGO_MANIFEST_DIR"));
     assert!(
         Path::new(&path).exists(),
-        "the Claude Code test needs {path}: run `bash .ci/run` once (or `npm ci --prefix tests/agents`)"
+        "the agent test needs {path}: run `bash .ci/run` once (or `npm ci --prefix tests/agents`)"
     );
     path
 }
 
 /// The upstream's turn: a path ending in `notes.txt` in the caller's latest text asks for the
-/// `Read` tool (when offered); a tool result is answered by quoting it; anything else (Claude
-/// Code's own side calls included) gets a greeting naming the upstream.
-fn turn(latest_text: &str, result: Option<&str>, offers_read: bool, who: &str) -> (String, Option<String>) {
+/// agent's file tool (Claude Code's `Read`, Codex's `exec_command` with `cat`) when offered; a
+/// tool result is answered by quoting it; anything else (the agents' own side calls included)
+/// gets a greeting naming the upstream.
+fn turn(
+    latest_text: &str,
+    result: Option<&str>,
+    tool: Option<&str>,
+    who: &str,
+) -> (String, Option<(&'static str, String)>) {
     if let Some(r) = result {
         return (format!("From {who}: the file reads \"{}\"", r.trim()), None);
     }
     let path = latest_text.split_whitespace().find(|w| w.ends_with("notes.txt"));
-    match path {
-        Some(p) if offers_read => (String::new(), Some(json!({ "file_path": p }).to_string())),
+    match (path, tool) {
+        (Some(p), Some("Read")) => (String::new(), Some(("Read", json!({ "file_path": p }).to_string()))),
+        (Some(p), Some("exec_command")) => {
+            (String::new(), Some(("exec_command", json!({ "cmd": format!("cat {p}") }).to_string())))
+        }
         _ => (format!("Hello from the {who} upstream"), None),
     }
 }
@@ -45,8 +53,15 @@ fn pieces(text: &str) -> Vec<&str> {
     text.split_inclusive(' ').collect()
 }
 
-fn offers_read(body: &Value) -> bool {
-    body["tools"].as_array().into_iter().flatten().any(|t| t["name"] == "Read" || t["function"]["name"] == "Read")
+/// The agent's file tool, when the request offers it.
+fn file_tool(body: &Value) -> Option<&'static str> {
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().or(t["function"]["name"].as_str()))
+        .collect();
+    ["Read", "exec_command"].into_iter().find(|n| names.contains(n))
 }
 
 /// The newest message that is not a system one: Claude Code appends a `system` message after the
@@ -68,8 +83,8 @@ fn anthropic_upstream(r: &Recorded) -> Reply {
         Value::String(s) => s.clone(),
         _ => blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join(" "),
     };
-    let (text, read) = turn(&latest, result.as_deref(), offers_read(&r.body), "Anthropic");
-    let calls: Vec<wire::Call<'_>> = read.as_deref().map(|a| ("toolu_read1", "Read", a)).into_iter().collect();
+    let (text, call) = turn(&latest, result.as_deref(), file_tool(&r.body), "Anthropic");
+    let calls: Vec<wire::Call<'_>> = call.as_ref().map(|(n, a)| ("toolu_read1", *n, a.as_str())).into_iter().collect();
     let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
     let text = (!text.is_empty()).then_some(text);
     if r.body["stream"] == true {
@@ -88,8 +103,8 @@ fn openai_upstream(r: &Recorded) -> Reply {
         Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(" "),
         _ => String::new(),
     };
-    let (text, read) = turn(&latest, result.as_deref(), offers_read(&r.body), "OpenAI");
-    let calls: Vec<wire::Call<'_>> = read.as_deref().map(|a| ("call_read1", "Read", a)).into_iter().collect();
+    let (text, call) = turn(&latest, result.as_deref(), file_tool(&r.body), "OpenAI");
+    let calls: Vec<wire::Call<'_>> = call.as_ref().map(|(n, a)| ("call_read1", *n, a.as_str())).into_iter().collect();
     let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
     let text = (!text.is_empty()).then_some(text);
     if r.body["stream"] == true {
@@ -104,7 +119,7 @@ fn openai_upstream(r: &Recorded) -> Reply {
 /// model it uses; its parsed result object. Bounded: `timeout` stops a stuck client.
 fn claude(url: &str, alias: &str, work: &Path, home: &Path, prompt: &str) -> Value {
     let out = Command::new("timeout")
-        .args(["120", &claude_bin(), "-p", prompt, "--output-format", "json"])
+        .args(["120", &agent_bin("claude"), "-p", prompt, "--output-format", "json"])
         .current_dir(work)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -123,6 +138,38 @@ fn claude(url: &str, alias: &str, work: &Path, home: &Path, prompt: &str) -> Val
     assert!(out.status.success(), "claude failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
     let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or_default();
     serde_json::from_str(line).unwrap_or_else(|e| panic!("claude's output is not JSON ({e}):\n{stdout}\n{stderr}"))
+}
+
+/// Runs `codex exec <prompt>` in `work` against ax (a custom model provider speaking the
+/// Responses API) with `alias` as its model, in its own sandbox; its last message.
+fn codex(url: &str, alias: &str, work: &Path, home: &Path, prompt: &str) -> String {
+    let codex_home = home.join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model_provider = \"ax\"\n[model_providers.ax]\nname = \"ax\"\nbase_url = \"{url}/v1\"\nenv_key = \"AX_API_KEY\"\nwire_api = \"responses\"\n"
+        ),
+    )
+    .unwrap();
+    let last = home.join(format!("last-{alias}.txt"));
+    let _ = std::fs::remove_file(&last);
+    let out = Command::new("timeout")
+        .args(["120", &agent_bin("codex"), "exec", "--skip-git-repo-check", "--ephemeral", "-m", alias, "-o"])
+        .arg(&last)
+        .arg(prompt)
+        .current_dir(work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("CODEX_HOME", &codex_home)
+        .env("AX_API_KEY", KEY)
+        .output()
+        .expect("run codex");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "codex failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    std::fs::read_to_string(&last).unwrap_or_else(|e| panic!("codex wrote no last message ({e}):\n{stdout}\n{stderr}"))
 }
 
 fn fresh_dirs(name: &str) -> (PathBuf, PathBuf, PathBuf) {
@@ -213,6 +260,63 @@ tenants:
         .collect();
     assert_eq!(records.len(), calls, "{logs}");
     assert!(records.iter().all(|r| r["fields"]["status"] == 200), "{logs}");
+    drop(bin);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
+    let oa = FakeUpstream::start(openai_upstream).await;
+    let an = FakeUpstream::start(anthropic_upstream).await;
+    let (dir, work, home) = fresh_dirs("codex");
+    let caps = "capabilities: [chat, tools, streaming, vision, json]";
+    let path = dir.join("ax.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"upstreams:
+  - {{ name: oa, provider: openai, base_url: "{}/v1", api_key: sk-test, models: [{{ name: gpt-real, context_window: 400000, {caps} }}] }}
+  - {{ name: an, provider: anthropic, base_url: "{}", api_key: sk-ant-test, models: [{{ name: claude-real, context_window: 200000, {caps} }}] }}
+routes:
+  - {{ alias: agent-gpt, candidates: [{{ upstream: oa, model: gpt-real }}] }}
+  - {{ alias: agent-claude, candidates: [{{ upstream: an, model: claude-real }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+            oa.url(),
+            an.url(),
+            key_digest(KEY)
+        ),
+    )
+    .unwrap();
+    let bin = Binary::start(&path, &dir);
+    let url = bin.url.clone();
+    let (w, h) = (work.clone(), home.clone());
+    let results = tokio::task::spawn_blocking(move || {
+        ["agent-gpt", "agent-claude"].map(|alias| {
+            (
+                codex(&url, alias, &w, &h, "Say hello."),
+                codex(&url, alias, &w, &h, "Read notes.txt and tell me the secret word."),
+            )
+        })
+    })
+    .await
+    .unwrap();
+    for ((hello, read), who) in results.iter().zip(["OpenAI", "Anthropic"]) {
+        assert_eq!(hello.trim(), format!("Hello from the {who} upstream"), "{}", bin.logs());
+        assert!(read.starts_with(&format!("From {who}: the file reads")) && read.contains("MANGO-7"), "{read}");
+    }
+    // Codex ran the command and sent its output back: a tool message, a tool_result.
+    let oa_saw = oa.requests().iter().any(|r| {
+        r.body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["role"] == "tool" && m["content"].as_str().is_some_and(|c| c.contains("MANGO-7")))
+    });
+    assert!(oa_saw, "the OpenAI upstream got the command's output as a tool message");
+    assert!(an.requests().iter().any(|r| String::from_utf8_lossy(&r.raw).contains("tool_result")));
+    assert!(an.requests().iter().all(|r| r.body["model"] == "claude-real"));
     drop(bin);
     let _ = std::fs::remove_dir_all(dir);
 }

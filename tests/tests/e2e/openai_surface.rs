@@ -80,18 +80,25 @@ async fn a_model_is_retrieved_by_its_id_when_the_key_may_use_it() {
     assert_eq!(resp.status(), 405);
 }
 
-/// Every parameter, set to a value that asks for something only OpenAI does.
+/// Every parameter that changes what OpenAI answers, set to a value only OpenAI honours.
 fn openai_only() -> Vec<(&'static str, Value)> {
     vec![
-        ("store", json!(true)),
-        ("metadata", json!({ "team": "search", "ticket": "AX-1" })),
         ("service_tier", json!("flex")),
-        ("prompt_cache_key", json!("repo-42")),
         ("verbosity", json!("low")),
         ("modalities", json!(["text", "audio"])),
         ("audio", json!({ "voice": "alloy", "format": "wav" })),
-        ("prediction", json!({ "type": "content", "content": "fn main() {}" })),
         ("web_search_options", json!({ "search_context_size": "low" })),
+    ]
+}
+
+/// OpenAI's hints for its own bookkeeping, caching, abuse detection and latency: they never
+/// change an answer, so an upstream without them serves the request without them.
+fn hints() -> Vec<(&'static str, Value)> {
+    vec![
+        ("store", json!(true)),
+        ("metadata", json!({ "team": "search", "ticket": "AX-1" })),
+        ("prompt_cache_key", json!("repo-42")),
+        ("prediction", json!({ "type": "content", "content": "fn main() {}" })),
     ]
 }
 
@@ -110,6 +117,7 @@ async fn current_chat_parameters_reach_openai_and_the_policy_names_who_cannot_ta
 
     // The translated path (a mixed route): the OpenAI candidate gets each as given.
     let mut all = openai_only();
+    all.extend(hints());
     all.push(("safety_identifier", json!("user-7f3a")));
     all.push(("reasoning_effort", json!("low")));
     let resp = post(&gw.url, "/v1/chat/completions", &ask("mixed", &all)).await;
@@ -130,18 +138,16 @@ async fn current_chat_parameters_reach_openai_and_the_policy_names_who_cannot_ta
         assert_eq!(e["error"]["param"], k);
         assert_eq!(e["error"]["message"], format!("parameter '{k}' is not supported by anthropic"));
     }
-    // Values that ask for nothing special pass; a safety identifier is Anthropic's user id.
-    let neutral = [
-        ("store", json!(false)),
-        ("service_tier", json!("auto")),
-        ("modalities", json!(["text"])),
-        ("safety_identifier", json!("user-7f3a")),
-    ];
+    // Values that ask for nothing special and the hints pass, left out; a safety identifier is
+    // Anthropic's user id.
+    let mut neutral = vec![("service_tier", json!("auto")), ("modalities", json!(["text"]))];
+    neutral.extend(hints());
+    neutral.push(("safety_identifier", json!("user-7f3a")));
     let resp = post(&gw.url, "/v1/chat/completions", &ask("claude", &neutral)).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
     let sent = an.last().body;
     assert_eq!(sent["metadata"], json!({ "user_id": "user-7f3a" }), "{sent}");
-    for (k, _) in &neutral[..3] {
+    for (k, _) in neutral.iter().filter(|(k, _)| *k != "metadata" && *k != "safety_identifier") {
         assert!(sent.get(*k).is_none(), "{k}: {sent}");
     }
     // A field OpenAI does not have either is ax's to refuse in strict mode, said so.
@@ -251,4 +257,45 @@ async fn a_responses_stream_carries_every_item_in_order() {
     let last: Value = serde_json::from_str(text.trim_end().rsplit("data: ").next().unwrap()).unwrap();
     assert_eq!(last["type"], "response.failed", "{text}");
     assert_eq!(last["response"]["error"]["code"], "upstream_stream_truncated");
+}
+
+/// Namespaced tools (Codex's sub-agent tools) reach another protocol as `<namespace>__<name>`
+/// functions and come back apart; built-in tools the model may use are left out.
+#[tokio::test]
+async fn namespaced_tools_go_flat_and_come_back_apart() {
+    let oa = FakeUpstream::fixed(Reply::json(wire::openai_response(
+        None,
+        &[("call_9", "agents__spawn", r#"{"task":"x"}"#)],
+        "tool_calls",
+        (3, 2, 0),
+    )))
+    .await;
+    let (_, an) = upstreams().await;
+    let gw = gateway(&oa, &an, "strict").await;
+    let body = json!({ "model": "team/gpt", "input": [
+            { "role": "user", "content": "go" },
+            { "type": "function_call", "call_id": "call_1", "name": "spawn", "namespace": "agents", "arguments": "{}" },
+            { "type": "function_call_output", "call_id": "call_1", "output": "ok" } ],
+        "tools": [
+            { "type": "namespace", "name": "agents", "description": "Sub-agents", "tools": [
+                { "type": "function", "name": "spawn", "parameters": { "type": "object" } } ] },
+            { "type": "web_search", "external_web_access": false } ] });
+    let resp = post(&gw.url, "/v1/responses", &body).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let sent = oa.last().body;
+    let names: Vec<&str> =
+        sent["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["agents__spawn"], "{sent}");
+    assert_eq!(sent["messages"][1]["tool_calls"][0]["function"]["name"], "agents__spawn");
+    let r: Value = resp.json().await.unwrap();
+    let call = &r["output"][0];
+    assert_eq!((call["name"].as_str(), call["namespace"].as_str()), (Some("spawn"), Some("agents")), "{r}");
+    assert_eq!(call["call_id"], "call_9");
+
+    // Forcing a built-in tool is refused: no other provider runs it.
+    let mut forced = body.clone();
+    forced["tool_choice"] = json!({ "type": "web_search" });
+    let resp = post(&gw.url, "/v1/responses", &forced).await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["param"], "tool_choice");
 }
