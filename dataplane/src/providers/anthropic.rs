@@ -14,13 +14,24 @@ use serde_json::Value;
 use super::{classify, error_body, status_of_error_type, tool_arguments, Ctx, IsError};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, RawEvent,
-    ReasoningEffort, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
+    ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
-pub const SUPPORTED: &[&str] = &["temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls", "user"];
+pub const SUPPORTED: &[&str] = &[
+    "temperature",
+    "top_p",
+    "stop",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "user",
+    // Strict tool use and JSON outputs (`output_config.format`): Anthropic's structured outputs.
+    "tools.function.strict",
+    "response_format.json_schema",
+];
 
 #[derive(Serialize)]
 struct AnthropicRequest<'a> {
@@ -45,6 +56,8 @@ struct AnthropicRequest<'a> {
     metadata: Option<Metadata<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<Thinking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -102,6 +115,9 @@ struct AnthropicTool<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
     input_schema: Cow<'a, Value>,
+    /// Strict tool use: the input is constrained to the schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
 }
 
 fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
@@ -188,6 +204,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                 Some(p) => Cow::Borrowed(p),
                 None => Cow::Owned(serde_json::json!({ "type": "object", "properties": {} })),
             },
+            strict: t.function.strict.filter(|s| *s),
         })
         .collect();
     let disable_parallel = r.parallel_tool_calls == Some(false);
@@ -224,6 +241,12 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         // Both name the end user for abuse detection; `user` when a caller sends both.
         metadata: r.user.as_deref().or(r.safety_identifier.as_deref()).map(|user_id| Metadata { user_id }),
         thinking,
+        output_config: match &r.response_format {
+            Some(ResponseFormat::JsonSchema { json_schema }) => {
+                Some(serde_json::json!({ "format": { "type": "json_schema", "schema": json_schema.schema } }))
+            }
+            _ => None,
+        },
     };
     crate::providers::to_json(&body, r.text_len())
 }

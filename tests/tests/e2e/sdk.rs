@@ -264,7 +264,8 @@ tenants:
 
 /// The `openai` SDK's Responses API (`client.responses.create` / `.stream`, function tools with
 /// their outputs sent back as items) through the binary to an Anthropic, an OpenAI-compatible and
-/// a Gemini upstream, all translated.
+/// a Gemini upstream, all translated; then the OpenAI Agents SDK runs a tool agent (strict tools,
+/// its default) against the Anthropic one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_responses_api_against_every_upstream_kind() {
     let claude = FakeUpstream::start(anthropic_agent).await;
@@ -315,6 +316,34 @@ tenants:
         bin.logs()
     );
     assert!(stdout.contains("responses sdk: all checks passed"), "{stdout}");
+    // The OpenAI Agents SDK (its Responses model) runs a tool agent through the same binary.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/agents_sdk.py");
+    let url = bin.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python())
+            .arg(script)
+            .env("AX_BASE_URL", format!("{url}/v1"))
+            .env("AX_KEY", KEY)
+            // Its tools are strict: Anthropic takes strict tool use, Gemini cannot promise it.
+            .env("AX_ALIASES", "claude")
+            .output()
+            .expect("run python")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "Agents SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
+        bin.logs()
+    );
+    assert!(stdout.contains("agents sdk: all checks passed"), "{stdout}");
+    // Its strict tools reached Anthropic as strict tool use.
+    assert!(claude
+        .requests()
+        .iter()
+        .any(|r| r.body["tools"][0]["strict"] == true && r.body["tools"][0]["name"] == "get_weather"));
     // The instructions reached each upstream as its system prompt.
     assert!(claude.requests().iter().any(|r| r.body["system"] == "Be brief."));
     assert!(gpt
