@@ -172,21 +172,9 @@ fn codex(url: &str, alias: &str, work: &Path, home: &Path, prompt: &str) -> Stri
     std::fs::read_to_string(&last).unwrap_or_else(|e| panic!("codex wrote no last message ({e}):\n{stdout}\n{stderr}"))
 }
 
-fn fresh_dirs(name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let dir = temp_dir(name);
-    let (work, home) = (dir.join("work"), dir.join("home"));
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(work.join("notes.txt"), format!("{SECRET}\n")).unwrap();
-    (dir, work, home)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
-    let oa = FakeUpstream::start(openai_upstream).await;
-    let an = FakeUpstream::start(anthropic_upstream).await;
-    let (dir, work, home) = fresh_dirs("claude-code");
-    let caps = "capabilities: [chat, tools, streaming, vision]";
+/// ax in front of the two fakes: `agent-gpt` (OpenAI protocol) and `agent-claude` (Anthropic).
+fn agent_config(oa: &FakeUpstream, an: &FakeUpstream, dir: &Path) -> PathBuf {
+    let caps = "capabilities: [chat, tools, streaming, vision, json]";
     let path = dir.join("ax.yaml");
     std::fs::write(
         &path,
@@ -206,6 +194,24 @@ tenants:
         ),
     )
     .unwrap();
+    path
+}
+
+fn fresh_dirs(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = temp_dir(name);
+    let (work, home) = (dir.join("work"), dir.join("home"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(work.join("notes.txt"), format!("{SECRET}\n")).unwrap();
+    (dir, work, home)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
+    let oa = FakeUpstream::start(openai_upstream).await;
+    let an = FakeUpstream::start(anthropic_upstream).await;
+    let (dir, work, home) = fresh_dirs("claude-code");
+    let path = agent_config(&oa, &an, &dir);
     let bin = Binary::start(&path, &dir);
     let url = bin.url.clone();
     let notes = work.join("notes.txt");
@@ -269,26 +275,7 @@ async fn codex_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
     let oa = FakeUpstream::start(openai_upstream).await;
     let an = FakeUpstream::start(anthropic_upstream).await;
     let (dir, work, home) = fresh_dirs("codex");
-    let caps = "capabilities: [chat, tools, streaming, vision, json]";
-    let path = dir.join("ax.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"upstreams:
-  - {{ name: oa, provider: openai, base_url: "{}/v1", api_key: sk-test, models: [{{ name: gpt-real, context_window: 400000, {caps} }}] }}
-  - {{ name: an, provider: anthropic, base_url: "{}", api_key: sk-ant-test, models: [{{ name: claude-real, context_window: 200000, {caps} }}] }}
-routes:
-  - {{ alias: agent-gpt, candidates: [{{ upstream: oa, model: gpt-real }}] }}
-  - {{ alias: agent-claude, candidates: [{{ upstream: an, model: claude-real }}] }}
-tenants:
-  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
-"#,
-            oa.url(),
-            an.url(),
-            key_digest(KEY)
-        ),
-    )
-    .unwrap();
+    let path = agent_config(&oa, &an, &dir);
     let bin = Binary::start(&path, &dir);
     let url = bin.url.clone();
     let (w, h) = (work.clone(), home.clone());

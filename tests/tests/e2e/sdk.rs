@@ -34,6 +34,28 @@ fn anthropic(r: &Recorded) -> Reply {
     }
 }
 
+/// Runs `tests/sdk/<script>` with `envs` against the running binary `bin`; its stdout, or a
+/// failure with both outputs and the gateway's log.
+async fn run_script(bin: &Binary, script: &'static str, envs: Vec<(&'static str, String)>) -> String {
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python())
+            .arg(format!("{}/sdk/{script}", env!("CARGO_MANIFEST_DIR")))
+            .envs(envs)
+            .output()
+            .expect("run python")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
+        bin.logs()
+    );
+    stdout
+}
+
 fn python() -> String {
     if let Ok(p) = std::env::var("AX_PYTHON") {
         return p;
@@ -68,25 +90,9 @@ tenants:
     )
     .unwrap();
     let bin = Binary::start(&path, &dir);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/openai_sdk.py");
     let url = bin.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python())
-            .arg(script)
-            .env("AX_BASE_URL", format!("{url}/v1"))
-            .env("AX_KEY", KEY)
-            .output()
-            .expect("run python")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
-        bin.logs()
-    );
+    let stdout =
+        run_script(&bin, "openai_sdk.py", vec![("AX_BASE_URL", format!("{url}/v1")), ("AX_KEY", KEY.to_owned())]).await;
     assert!(stdout.contains("sdk: all checks passed"), "{stdout}");
     // Non-stream + stream + 2 round trips of 2 calls each + error checks that never reach it.
     assert!(up.hits() >= 6, "hits = {}", up.hits());
@@ -219,32 +225,23 @@ tenants:
     )
     .unwrap();
     let bin = Binary::start(&path, &dir);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/anthropic_sdk.py");
     let url = bin.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python())
-            .arg(script)
-            .env("AX_BASE_URL", url)
-            .env("AX_KEY", KEY)
-            // The mock answers tools with one call of its own: its tool turn is checked in
-            // `translation`; here it runs the other checks.
-            .env("AX_ALIASES", "claude,gpt,gem,mock")
-            .env("AX_TEXT_ONLY", "mock")
-            // Anthropic counts tokens itself; the others get ax's estimate.
-            .env("AX_EXACT_COUNT", "claude=4242")
-            .env("AX_LIMITED", "limited")
-            .output()
-            .expect("run python")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
-        bin.logs()
-    );
+    // The mock answers tools with one call of its own: its tool turn is checked in
+    // `translation`; here it runs the other checks.
+    // Anthropic counts tokens itself; the others get ax's estimate.
+    let stdout = run_script(
+        &bin,
+        "anthropic_sdk.py",
+        vec![
+            ("AX_BASE_URL", url.clone()),
+            ("AX_KEY", KEY.to_owned()),
+            ("AX_ALIASES", "claude,gpt,gem,mock".to_owned()),
+            ("AX_TEXT_ONLY", "mock".to_owned()),
+            ("AX_EXACT_COUNT", "claude=4242".to_owned()),
+            ("AX_LIMITED", "limited".to_owned()),
+        ],
+    )
+    .await;
     assert!(stdout.contains("anthropic sdk: all checks passed"), "{stdout}");
     // The Anthropic upstream got the caller's body with only the model replaced, and the beta
     // header the SDK sent (none here): its request names the real model.
@@ -296,48 +293,19 @@ tenants:
     )
     .unwrap();
     let bin = Binary::start(&path, &dir);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/openai_responses.py");
     let url = bin.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python())
-            .arg(script)
-            .env("AX_BASE_URL", format!("{url}/v1"))
-            .env("AX_KEY", KEY)
-            .output()
-            .expect("run python")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
-        bin.logs()
-    );
+    let stdout =
+        run_script(&bin, "openai_responses.py", vec![("AX_BASE_URL", format!("{url}/v1")), ("AX_KEY", KEY.to_owned())])
+            .await;
     assert!(stdout.contains("responses sdk: all checks passed"), "{stdout}");
     // The OpenAI Agents SDK (its Responses model) runs a tool agent through the same binary.
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/agents_sdk.py");
-    let url = bin.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python())
-            .arg(script)
-            .env("AX_BASE_URL", format!("{url}/v1"))
-            .env("AX_KEY", KEY)
-            // Its tools are strict: Anthropic takes strict tool use, Gemini cannot promise it.
-            .env("AX_ALIASES", "claude")
-            .output()
-            .expect("run python")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "Agents SDK script failed\nstdout:\n{stdout}\nstderr:\n{stderr}\ngateway log:\n{}",
-        bin.logs()
-    );
+    // Its tools are strict: Anthropic takes strict tool use, Gemini cannot promise it.
+    let stdout = run_script(
+        &bin,
+        "agents_sdk.py",
+        vec![("AX_BASE_URL", format!("{url}/v1")), ("AX_KEY", KEY.to_owned()), ("AX_ALIASES", "claude".to_owned())],
+    )
+    .await;
     assert!(stdout.contains("agents sdk: all checks passed"), "{stdout}");
     // Its strict tools reached Anthropic as strict tool use.
     assert!(claude
