@@ -375,6 +375,18 @@ pub struct Message {
 }
 
 /// Message content: a plain string or a list of typed parts.
+impl Message {
+    /// A message of `role` with nothing in it yet.
+    pub fn new(role: Role) -> Self {
+        Self { role, content: None, name: None, tool_calls: None, tool_call_id: None, refusal: None }
+    }
+
+    /// A message of `role` with `text` as its content.
+    pub fn text(role: Role, text: String) -> Self {
+        Self { content: Some(Content::Text(text)), ..Self::new(role) }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Content {
     Text(String),

@@ -47,20 +47,20 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
         "/readyz" if get => readyz(&app),
         "/metrics" if get => metrics(&app),
         "/admin/health" if get => admin_health(&app, &parts.headers),
-        p if get && p.len() > MODEL_PREFIX.len() && p.starts_with(MODEL_PREFIX) => {
-            model(&app, &parts.headers, &p[MODEL_PREFIX.len()..])
-        }
+        p if get && model_id(p).is_some() => model(&app, &parts.headers, model_id(p).unwrap_or_default()),
         "/v1/chat/completions" | "/v1/embeddings" | "/v1/responses" => method_not_allowed(&parts, "POST"),
         "/v1/messages" | "/v1/messages/count_tokens" => method_not_allowed(&parts, "POST"),
         "/v1/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => method_not_allowed(&parts, "GET, HEAD"),
-        p if p.len() > MODEL_PREFIX.len() && p.starts_with(MODEL_PREFIX) => method_not_allowed(&parts, "GET, HEAD"),
+        p if model_id(p).is_some() => method_not_allowed(&parts, "GET, HEAD"),
         _ => not_found(&parts),
     };
     Ok(r)
 }
 
-/// `GET /v1/models/{id}`: the rest of the path is the id (an alias may hold a `/`).
-const MODEL_PREFIX: &str = "/v1/models/";
+/// The id of a `/v1/models/{id}` path: the rest of the path (an alias may hold a `/`).
+fn model_id(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
+}
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_AX_UPSTREAM: HeaderName = HeaderName::from_static("x-ax-upstream");
@@ -397,10 +397,18 @@ fn answer_in<R>(
     }
 }
 
+/// An Anthropic client (it sends `anthropic-version`) is answered in Anthropic's shapes.
+fn dialect_of(headers: &HeaderMap) -> Dialect {
+    if headers.contains_key("anthropic-version") {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenAi
+    }
+}
+
 fn models(app: &App, headers: &HeaderMap) -> Response {
     let rid = request_id(headers);
-    // An Anthropic client (it sends `anthropic-version`) gets Anthropic's list.
-    let dialect = if headers.contains_key("anthropic-version") { Dialect::Anthropic } else { Dialect::OpenAi };
+    let dialect = dialect_of(headers);
     let aliases = match ops::models(app, anthropic::api_key(headers)) {
         Ok(a) => a,
         Err(e) => return error_in(dialect, &e, &rid),
@@ -412,22 +420,17 @@ fn models(app: &App, headers: &HeaderMap) -> Response {
     json_response(StatusCode::OK, body, &rid)
 }
 
-/// `GET /v1/models/{id}`: one alias the key may use, in the caller's dialect; any other id is
-/// `model_not_found` (another tenant's aliases are not revealed).
+/// `GET /v1/models/{id}`: one alias the key may use, in the caller's dialect.
 fn model(app: &App, headers: &HeaderMap, raw_id: &str) -> Response {
     let rid = request_id(headers);
-    let dialect = if headers.contains_key("anthropic-version") { Dialect::Anthropic } else { Dialect::OpenAi };
+    let dialect = dialect_of(headers);
     let id = percent_encoding::percent_decode_str(raw_id).decode_utf8_lossy();
-    let aliases = match ops::models(app, anthropic::api_key(headers)) {
-        Ok(a) => a,
-        Err(e) => return error_in(dialect, &e, &rid),
-    };
-    let Some(alias) = aliases.iter().find(|a| **a == id) else {
-        return error_in(dialect, &AxError::ModelNotFound(id.into_owned()), &rid);
-    };
+    if let Err(e) = ops::model(app, anthropic::api_key(headers), &id) {
+        return error_in(dialect, &e, &rid);
+    }
     let body = match dialect {
-        Dialect::Anthropic => anthropic::encode_model(alias),
-        Dialect::OpenAi => openai::encode_model(alias),
+        Dialect::Anthropic => anthropic::encode_model(&id),
+        Dialect::OpenAi => openai::encode_model(&id),
     };
     json_response(StatusCode::OK, body, &rid)
 }

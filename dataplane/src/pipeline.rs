@@ -225,12 +225,7 @@ where
 /// Stage 4's check: the alias exists and the key may use it.
 #[expect(clippy::result_large_err, reason = "a refusal is the rare path, and returned once")]
 fn route_of<'s>(snap: &'s Snapshot, caller: &Caller<'_>, alias: &str) -> Result<&'s Route, Rejection> {
-    let allowed = match snap.routes.get(alias) {
-        None => Err(AxError::ModelNotFound(alias.to_owned())),
-        Some(_) if !caller.tenant.allowed.permits(alias) => Err(AxError::ModelNotAllowed(alias.to_owned())),
-        Some(route) => Ok(route),
-    };
-    let route = allowed.map_err(|e| {
+    let route = snap.route_for(caller.tenant, alias).map_err(|e| {
         // A name the caller made up is never a metric label or a report group: its record counts
         // under one fixed alias, and the raw name is only in the log line.
         let alias = if matches!(e, AxError::ModelNotFound(_)) { UNKNOWN_ALIAS } else { alias };

@@ -248,6 +248,16 @@ impl Snapshot {
         Ok((&self.tenants[k.tenant], k))
     }
 
+    /// The route of `alias` for `tenant`: `model_not_found` when the alias does not exist,
+    /// `model_not_allowed` when the tenant may not use it.
+    pub fn route_for(&self, tenant: &Tenant, alias: &str) -> Result<&Route, crate::AxError> {
+        match self.routes.get(alias) {
+            None => Err(crate::AxError::ModelNotFound(alias.to_owned())),
+            Some(_) if !tenant.allowed.permits(alias) => Err(crate::AxError::ModelNotAllowed(alias.to_owned())),
+            Some(route) => Ok(route),
+        }
+    }
+
     /// `self`, if it may replace `current`: a configuration with no upstreams, routes or tenants
     /// never replaces one that has routes or tenants. Both reload paths (file and control plane)
     /// apply this rule. An empty configuration is far more often a file read between its

@@ -569,10 +569,10 @@ pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatReques
     let response_format = r.response_format()?;
     let mut messages = Vec::with_capacity(r.messages.len() + 1);
     match r.system {
-        Some(SystemIn::Text(t)) => messages.push(text_message(Role::System, t)),
+        Some(SystemIn::Text(t)) => messages.push(Message::text(Role::System, t)),
         Some(SystemIn::Blocks(b)) => {
             let text: Vec<String> = b.into_iter().map(|b| b.text).collect();
-            messages.push(text_message(Role::System, text.join("\n\n")));
+            messages.push(Message::text(Role::System, text.join("\n\n")));
         }
         None => {}
     }
@@ -644,14 +644,6 @@ pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatReques
     Ok(req)
 }
 
-fn message(role: Role) -> Message {
-    Message { role, content: None, name: None, tool_calls: None, tool_call_id: None, refusal: None }
-}
-
-fn text_message(role: Role, text: String) -> Message {
-    Message { content: Some(Content::Text(text)), ..message(role) }
-}
-
 /// A text document's text (`source.type` `text`, or `content` given as a string or text blocks);
 /// `None` for PDFs, files and URLs, which only Anthropic reads.
 fn document_text(source: &Value) -> Option<String> {
@@ -697,7 +689,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
                 RoleIn::Assistant => Role::Assistant,
                 RoleIn::System => Role::System,
             };
-            out.push(text_message(role, t));
+            out.push(Message::text(role, t));
             return Ok(());
         }
         ContentIn::Blocks(b) => b,
@@ -731,7 +723,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
             BlockIn::ToolResult { tool_use_id, content, is_error, .. } => {
                 let text = result_text(content, loaded);
                 let text = if is_error { format!("Error: {text}") } else { text };
-                out.push(Message { tool_call_id: Some(tool_use_id), ..text_message(Role::Tool, text) });
+                out.push(Message { tool_call_id: Some(tool_use_id), ..Message::text(Role::Tool, text) });
             }
             // Reasoning of earlier turns only Anthropic verifies and reads back.
             BlockIn::Thinking { .. } | BlockIn::RedactedThinking { .. } => {}
@@ -754,7 +746,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
             [ContentPart::Text { text }] => Some(Content::Text(text.clone())),
             _ => Some(Content::Parts(parts)),
         };
-        out.push(Message { content, tool_calls: (!calls.is_empty()).then_some(calls), ..message(role) });
+        out.push(Message { content, tool_calls: (!calls.is_empty()).then_some(calls), ..Message::new(role) });
     }
     Ok(())
 }

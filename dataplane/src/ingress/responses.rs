@@ -98,17 +98,6 @@ pub fn decode(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<Res
     super::decode::json(bytes, mode)
 }
 
-fn text_message(role: Role, text: String) -> Message {
-    Message {
-        role,
-        content: Some(Content::Text(text)),
-        name: None,
-        tool_calls: None,
-        tool_call_id: None,
-        refusal: None,
-    }
-}
-
 fn str_of<'a>(v: &'a Value, field: &str, at: &str) -> Result<&'a str, AxError> {
     v[field]
         .as_str()
@@ -199,11 +188,11 @@ pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>) -> Result
     }
     let mut messages = Vec::new();
     if let Some(i) = r.instructions.filter(|i| !i.is_empty()) {
-        messages.push(text_message(Role::System, i));
+        messages.push(Message::text(Role::System, i));
     }
     match r.input {
         None => {}
-        Some(Value::String(s)) => messages.push(text_message(Role::User, s)),
+        Some(Value::String(s)) => messages.push(Message::text(Role::User, s)),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
                 push_item(&mut messages, item, &format!("input[{i}]"))?;
@@ -331,7 +320,7 @@ fn push_item(out: &mut Vec<Message>, item: &Value, at: &str) -> Result<(), AxErr
                 }
             };
             let content = content(&item["content"], &format!("{at}.content"))?;
-            out.push(Message { content: Some(content), ..text_message(role, String::new()) });
+            out.push(Message { content: Some(content), ..Message::new(role) });
         }
         "function_call" => {
             let name = str_of(item, "name", at)?;
@@ -351,7 +340,7 @@ fn push_item(out: &mut Vec<Message>, item: &Value, at: &str) -> Result<(), AxErr
                 _ => out.push(Message {
                     content: None,
                     tool_calls: Some(vec![call]),
-                    ..text_message(Role::Assistant, String::new())
+                    ..Message::text(Role::Assistant, String::new())
                 }),
             }
         }
@@ -368,7 +357,7 @@ fn push_item(out: &mut Vec<Message>, item: &Value, at: &str) -> Result<(), AxErr
             };
             out.push(Message {
                 tool_call_id: Some(str_of(item, "call_id", at)?.to_owned()),
-                ..text_message(Role::Tool, text)
+                ..Message::text(Role::Tool, text)
             });
         }
         "reasoning" => {}
@@ -495,6 +484,8 @@ enum Open {
 /// and its usage. An upstream failure after the first event is `response.failed`.
 pub struct Events {
     id: String,
+    /// `id` without its `resp_` prefix: what item ids are made of.
+    rid: String,
     model: String,
     created_at: u64,
     seq: u64,
@@ -509,8 +500,10 @@ pub struct Events {
 
 impl Events {
     pub fn new(request_id: &str, model: &str, namespaces: Vec<String>) -> Self {
+        let id = response_id(request_id);
         Self {
-            id: response_id(request_id),
+            rid: id["resp_".len()..].to_owned(),
+            id,
             model: model.to_owned(),
             created_at: unix_now(),
             seq: 0,
@@ -530,6 +523,11 @@ impl Events {
         out.extend_from_slice(b"\ndata: ");
         let _ = serde_json::to_writer(&mut *out, &data);
         out.extend_from_slice(b"\n\n");
+    }
+
+    /// The id of the next output item: `<prefix>_<response>_<index>`.
+    fn item_id(&self, prefix: &str) -> String {
+        format!("{prefix}_{}_{}", self.rid, self.output.len())
     }
 
     fn skeleton(&self, status: &str) -> Value {
@@ -614,16 +612,11 @@ impl StreamEncoder for Events {
 
     fn chunk(&mut self, choices: &[ChunkChoice]) -> Bytes {
         let mut out = Vec::with_capacity(256);
-        let rid = self.id.trim_start_matches("resp_").to_owned();
         // One choice: the Responses API has no `n`.
         for c in choices.iter().filter(|c| c.index == 0) {
             if let Some(delta) = c.reasoning.as_deref().filter(|t| !t.is_empty()) {
                 if !matches!(self.open, Some((_, _, Open::Reasoning { .. }))) {
-                    self.open(
-                        &mut out,
-                        format!("rs_{rid}_{}", self.output.len()),
-                        Open::Reasoning { text: String::new() },
-                    );
+                    self.open(&mut out, self.item_id("rs"), Open::Reasoning { text: String::new() });
                 }
                 if let Some((index, item_id, Open::Reasoning { text })) = &mut self.open {
                     text.push_str(delta);
@@ -633,11 +626,7 @@ impl StreamEncoder for Events {
             }
             if let Some(delta) = c.content.as_deref().filter(|t| !t.is_empty()) {
                 if !matches!(self.open, Some((_, _, Open::Message { .. }))) {
-                    self.open(
-                        &mut out,
-                        format!("msg_{rid}_{}", self.output.len()),
-                        Open::Message { text: String::new() },
-                    );
+                    self.open(&mut out, self.item_id("msg"), Open::Message { text: String::new() });
                 }
                 if let Some((index, item_id, Open::Message { text })) = &mut self.open {
                     text.push_str(delta);
@@ -648,7 +637,7 @@ impl StreamEncoder for Events {
             for t in &c.tool_calls {
                 let same = matches!(&self.open, Some((_, _, Open::Call { tool, .. })) if *tool == t.index);
                 if !same {
-                    let call_id = t.id.clone().unwrap_or_else(|| format!("call_{rid}_{}", t.index));
+                    let call_id = t.id.clone().unwrap_or_else(|| format!("call_{}_{}", self.rid, t.index));
                     let name = t.name.clone().unwrap_or_default();
                     let open = Open::Call { tool: t.index, call_id: call_id.clone(), name, arguments: String::new() };
                     self.open(&mut out, format!("fc_{call_id}"), open);

@@ -17,6 +17,14 @@ pub fn models(app: &App, key: Option<&str>) -> Result<Vec<String>, AxError> {
     Ok(aliases)
 }
 
+/// `alias`, when the key may use it; `model_not_found` otherwise (whether it exists for another
+/// tenant is not revealed).
+pub fn model(app: &App, key: Option<&str>, alias: &str) -> Result<(), AxError> {
+    let snap = app.store.load();
+    let (tenant, _) = snap.authenticate(key.ok_or(AxError::MissingApiKey)?)?;
+    snap.route_for(tenant, alias).map(|_| ()).map_err(|_| AxError::ModelNotFound(alias.to_owned()))
+}
+
 /// A prompt's size in tokens, and who counted it.
 pub enum TokenCount {
     /// The upstream the route would choose counted it (Anthropic's `count_tokens`).
@@ -38,12 +46,7 @@ pub async fn count_tokens(
 ) -> Result<TokenCount, AxError> {
     let snap = app.store.load();
     let (tenant, _) = snap.authenticate(key.ok_or(AxError::MissingApiKey)?)?;
-    let Some(route) = snap.routes.get(&req.model) else {
-        return Err(AxError::ModelNotFound(req.model.clone()));
-    };
-    if !tenant.allowed.permits(&req.model) {
-        return Err(AxError::ModelNotAllowed(req.model.clone()));
-    }
+    let route = snap.route_for(tenant, &req.model)?;
     let needs = plan::chat_needs(req, snap.default_max_tokens);
     let chosen = plan::plan(&snap, route, &needs, &mut rand::rng()).ok().and_then(|p| p.into_iter().next());
     if let Some(c) = chosen {
