@@ -14,6 +14,8 @@
 #   - ax at its defaults translating: the OpenAI caller's alias served by an Anthropic upstream;
 #   - ax at its defaults with an Anthropic caller (POST /v1/messages) and an Anthropic upstream, the
 #     same body: issue 21's measure (no more CPU than the OpenAI caller to an OpenAI upstream);
+#   - ax at its defaults with a Responses caller (POST /v1/responses, the same messages as `input`)
+#     and the OpenAI upstream: translated, as every Responses request is today;
 #   - with a second binary, it at its defaults, plain and translated, in the same run.
 # The upstreams are nginx answering a fixed OpenAI or Anthropic body. CPU per request is the
 # proxy's utime + stime from /proc over the run, divided by the requests wrk counted. The table
@@ -108,10 +110,15 @@ import json, sys
 n, key, alias, api = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 text = "The quick brown fox jumps over the lazy dog while the agent reads the repository. " * 10
 msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i in range(n)]
-body = json.dumps({"model": alias, "max_tokens": 100, "messages": msgs})
+if api == "responses":
+    body = json.dumps({"model": alias, "max_output_tokens": 100, "input": msgs})
+else:
+    body = json.dumps({"model": alias, "max_tokens": 100, "messages": msgs})
 print('wrk.method = "POST"')
 print("wrk.body = " + json.dumps(body))
 print('wrk.headers["Content-Type"] = "application/json"')
+if api == "responses":
+    print('wrk.path = "/v1/responses"')
 if api == "messages":
     print('wrk.path = "/v1/messages"')
     print('wrk.headers["x-api-key"] = "%s"' % key)
@@ -136,14 +143,14 @@ run() { # $1 = url, $2 = script, $3 = pid whose CPU counts; prints "rps cpu_us_p
 # nginx works in its (one) worker process, not the master.
 worker() { pgrep -P "$(cat "$WORK/$1.pid")" | head -1; }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); runs of ${DUR}s, wrk -t1 -c64; req/s and CPU µs per request"
-HEAD='| body | nginx | nginx, access log | ax defaults | ax warn | ax governed | ax translated | ax messages → Anthropic |'
+HEAD='| body | nginx | nginx, access log | ax defaults | ax warn | ax governed | ax translated | ax messages → Anthropic | ax responses → OpenAI |'
 [ -n "$OTHER" ] && HEAD="$HEAD other defaults | other translated |"
 echo "$HEAD"
 echo "$HEAD" | awk -F'|' '{ s = "|---"; for (i = 3; i < NF; i++) s = s "|---:"; print s "|" }'
 RATIOS=()
 for n in 1 60 600; do
   plain=$(script "$n" "$KEY" chat); gov=$(script "$n" "$KEY-gov" chat); tr=$(script "$n" "$KEY" chat-an)
-  msg=$(script "$n" "$KEY" chat-an messages)
+  msg=$(script "$n" "$KEY" chat-an messages); rsp=$(script "$n" "$KEY" chat responses)
   size=$(( $(wc -c < "$plain") / 1024 ))
   read -r nr nc < <(run "http://127.0.0.1:$PROXY/v1/chat/completions" "$plain" "$(worker proxy)")
   read -r lr lc < <(run "http://127.0.0.1:$PROXY_LOG/v1/chat/completions" "$plain" "$(worker proxylog)")
@@ -152,11 +159,12 @@ for n in 1 60 600; do
   read -r gr gc < <(run "http://$addr/v1/chat/completions" "$gov" "$pid")
   read -r tr_ tc < <(run "http://$addr/v1/chat/completions" "$tr" "$pid")
   read -r mr mc < <(run "http://$addr/v1/messages" "$msg" "$pid")
+  read -r rr rc < <(run "http://$addr/v1/responses" "$rsp" "$pid")
   stop_ax
   addr=$(start_ax "$AX" warn); pid=$(cat "$WORK/ax.pid")
   read -r wr wc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
   stop_ax
-  row="| ~${size} KB ($n msg) | $nr / $nc | $lr / $lc | $dr / $dc | $wr / $wc | $gr / $gc | $tr_ / $tc | $mr / $mc |"
+  row="| ~${size} KB ($n msg) | $nr / $nc | $lr / $lc | $dr / $dc | $wr / $wc | $gr / $gc | $tr_ / $tc | $mr / $mc | $rr / $rc |"
   if [ -n "$OTHER" ]; then
     addr=$(start_ax "$OTHER" ""); pid=$(cat "$WORK/ax.pid")
     read -r or oc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
@@ -166,10 +174,10 @@ for n in 1 60 600; do
   fi
   echo "$row"
   RATIOS+=("$(python3 -c "
-n,l,d,w,t,m=$nc,$lc,$dc,$wc,$tc,$mc; nr,dr=$nr,$dr
-print('| ~${size} KB | %.2f | %.2f | %.2f | %.2f | %.2f |' % (w/n, d/l, t/n, dr/nr, m/d))")")
+n,l,d,w,t,m,r=$nc,$lc,$dc,$wc,$tc,$mc,$rc; nr,dr=$nr,$dr
+print('| ~${size} KB | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |' % (w/n, d/l, t/n, dr/nr, m/d, r/n))")")
 done
 echo
-echo '| body | CPU: ax warn ÷ nginx | CPU: ax defaults ÷ nginx with access log | CPU: ax translated ÷ nginx | req/s: ax defaults ÷ nginx | CPU: messages → Anthropic ÷ chat → OpenAI |'
-echo '|---|---:|---:|---:|---:|---:|'
+echo '| body | CPU: ax warn ÷ nginx | CPU: ax defaults ÷ nginx with access log | CPU: ax translated ÷ nginx | req/s: ax defaults ÷ nginx | CPU: messages → Anthropic ÷ chat → OpenAI | CPU: responses → OpenAI ÷ nginx |'
+echo '|---|---:|---:|---:|---:|---:|---:|'
 printf '%s\n' "${RATIOS[@]}"

@@ -98,46 +98,72 @@ pub fn decode(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<Res
     super::decode::json(bytes, mode)
 }
 
-fn str_of<'a>(v: &'a Value, field: &str, at: &str) -> Result<&'a str, AxError> {
-    v[field]
-        .as_str()
-        .ok_or_else(|| AxError::invalid_param(format!("{at}.{field}"), format!("{at}: '{field}' must be a string")))
+/// Where a value sits in the request (`input[3].content[0]`), written out only for an error.
+type At<'a> = &'a dyn Fn() -> String;
+
+fn not_a_string(field: &str, at: At<'_>) -> AxError {
+    let at = at();
+    AxError::invalid_param(format!("{at}.{field}"), format!("{at}: '{field}' must be a string"))
+}
+
+/// The value of `field`, moved out of `v` (the request is decoded once, and its text is not
+/// copied again).
+fn take(v: &mut Value, field: &str) -> Value {
+    v.get_mut(field).map(Value::take).unwrap_or(Value::Null)
+}
+
+/// The string `field` of `v`, moved out.
+fn take_str(v: &mut Value, field: &str, at: At<'_>) -> Result<String, AxError> {
+    take_opt_str(v, field).ok_or_else(|| not_a_string(field, at))
+}
+
+fn take_opt_str(v: &mut Value, field: &str) -> Option<String> {
+    match take(v, field) {
+        Value::String(s) => Some(s),
+        _ => None,
+    }
 }
 
 /// A message item's content: a string, or parts (`input_text`, `output_text`, `input_image`).
-fn content(v: &Value, at: &str) -> Result<Content, AxError> {
+fn content(v: Value, at: At<'_>) -> Result<Content, AxError> {
     let parts = match v {
-        Value::String(s) => return Ok(Content::Text(s.clone())),
+        Value::String(s) => return Ok(Content::Text(s)),
         Value::Array(parts) => parts,
-        _ => return Err(AxError::invalid_param(at, format!("{at} must be a string or an array of parts"))),
+        _ => {
+            let at = at();
+            return Err(AxError::invalid_param(&at, format!("{at} must be a string or an array of parts")));
+        }
     };
     let mut out = Vec::with_capacity(parts.len());
-    for (k, p) in parts.iter().enumerate() {
-        let at = format!("{at}[{k}]");
-        match p["type"].as_str() {
-            Some("input_text" | "output_text" | "text") => {
-                out.push(ContentPart::Text { text: str_of(p, "text", &at)?.to_owned() })
-            }
-            Some("refusal") => out.push(ContentPart::Text { text: str_of(p, "refusal", &at)?.to_owned() }),
-            Some("input_image") => match p["image_url"].as_str() {
-                Some(url) => out.push(ContentPart::ImageUrl {
-                    image_url: ImageUrl { url: url.to_owned(), detail: p["detail"].as_str().map(str::to_owned) },
-                }),
+    for (k, mut p) in parts.into_iter().enumerate() {
+        let at = || format!("{}[{k}]", at());
+        let kind = take(&mut p, "type");
+        let part = match kind.as_str() {
+            Some("input_text" | "output_text" | "text") => ContentPart::Text { text: take_str(&mut p, "text", &at)? },
+            Some("refusal") => ContentPart::Text { text: take_str(&mut p, "refusal", &at)? },
+            Some("input_image") => match take_opt_str(&mut p, "image_url") {
+                Some(url) => {
+                    ContentPart::ImageUrl { image_url: ImageUrl { url, detail: take_opt_str(&mut p, "detail") } }
+                }
                 None => {
                     return Err(AxError::invalid_param(
-                        at,
+                        at(),
                         "an input_image needs 'image_url' (uploaded files need an OpenAI upstream)",
                     ))
                 }
             },
             Some(other) => {
                 return Err(AxError::invalid_param(
-                    format!("{at}.type"),
+                    format!("{}.type", at()),
                     format!("content parts of type '{other}' need an OpenAI upstream"),
                 ))
             }
-            None => return Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'"))),
-        }
+            None => {
+                let at = at();
+                return Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")));
+            }
+        };
+        out.push(part);
     }
     Ok(Content::Parts(out))
 }
@@ -147,17 +173,17 @@ fn content(v: &Value, at: &str) -> Result<Content, AxError> {
 const NS_SEP: &str = "__";
 
 /// A flat function tool, its name prefixed with its namespace.
-fn function_tool(t: &Value, at: &str, namespace: Option<&str>) -> Result<Tool, AxError> {
-    let name = str_of(t, "name", at)?;
+fn function_tool(mut t: Value, at: At<'_>, namespace: Option<&str>) -> Result<Tool, AxError> {
+    let name = take_str(&mut t, "name", at)?;
     Ok(Tool {
         kind: ToolKind::Function,
         function: FunctionDef {
             name: match namespace {
                 Some(ns) => format!("{ns}{NS_SEP}{name}"),
-                None => name.to_owned(),
+                None => name,
             },
-            description: t["description"].as_str().map(str::to_owned),
-            parameters: t.get("parameters").filter(|p| !p.is_null()).cloned(),
+            description: take_opt_str(&mut t, "description"),
+            parameters: Some(take(&mut t, "parameters")).filter(|p| !p.is_null()),
             strict: t["strict"].as_bool(),
         },
     })
@@ -194,32 +220,37 @@ pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>) -> Result
         None => {}
         Some(Value::String(s)) => messages.push(Message::text(Role::User, s)),
         Some(Value::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
-                push_item(&mut messages, item, &format!("input[{i}]"))?;
+            for (i, item) in items.into_iter().enumerate() {
+                push_item(&mut messages, item, &|| format!("input[{i}]"))?;
             }
         }
         Some(_) => return Err(AxError::invalid_param("input", "'input' must be a string or an array of items")),
     }
     let mut tools = Vec::new();
-    for (i, t) in r.tools.iter().flatten().enumerate() {
-        let at = format!("tools[{i}]");
-        match t["type"].as_str() {
+    for (i, mut t) in r.tools.into_iter().flatten().enumerate() {
+        let at = || format!("tools[{i}]");
+        match take(&mut t, "type").as_str() {
             Some("function") => tools.push(function_tool(t, &at, None)?),
             // A group of tools (Codex's sub-agent tools): each a function named `<namespace>__<name>`,
             // its calls answered with the namespace apart again.
             Some("namespace") => {
-                let ns = str_of(t, "name", &at)?;
-                for (j, inner) in t["tools"].as_array().into_iter().flatten().enumerate() {
-                    match inner["type"].as_str() {
-                        Some("function") => tools.push(function_tool(inner, &format!("{at}.tools[{j}]"), Some(ns))?),
-                        other => tracing::warn!(
-                            tool = other.unwrap_or("?"),
-                            namespace = ns,
-                            "dropped a tool only OpenAI runs"
-                        ),
+                let ns = take_str(&mut t, "name", &at)?;
+                let Value::Array(inner) = take(&mut t, "tools") else { continue };
+                for (j, mut tool) in inner.into_iter().enumerate() {
+                    match take(&mut tool, "type").as_str() {
+                        Some("function") => {
+                            tools.push(function_tool(tool, &|| format!("{}.tools[{j}]", at()), Some(&ns))?)
+                        }
+                        other => {
+                            tracing::warn!(
+                                tool = other.unwrap_or("?"),
+                                namespace = ns,
+                                "dropped a tool only OpenAI runs"
+                            )
+                        }
                     }
                 }
-                namespaces.push(ns.to_owned());
+                namespaces.push(ns);
             }
             // A tool the model may use, not one it must (a forced one is refused with
             // `tool_choice` below): without it the model answers without it, as Codex's
@@ -235,7 +266,9 @@ pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>) -> Result
             "required" => ToolChoice::Required,
             other => return Err(AxError::invalid_param("tool_choice", format!("unknown tool_choice '{other}'"))),
         }),
-        Some(v) if v["type"] == "function" => Some(ToolChoice::Function(str_of(&v, "name", "tool_choice")?.to_owned())),
+        Some(mut v) if v["type"] == "function" => {
+            Some(ToolChoice::Function(take_str(&mut v, "name", &|| "tool_choice".to_owned())?))
+        }
         Some(v) => {
             return Err(AxError::invalid_param(
                 "tool_choice",
@@ -303,8 +336,9 @@ fn format(f: &Value) -> Result<Option<ResponseFormat>, AxError> {
 /// One input item as canonical messages: a message; a function call (joining the assistant turn
 /// before it); a function call's output (a tool message); reasoning (left out: no other provider
 /// takes it back).
-fn push_item(out: &mut Vec<Message>, item: &Value, at: &str) -> Result<(), AxError> {
-    let kind = item["type"].as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
+fn push_item(out: &mut Vec<Message>, mut item: Value, at: At<'_>) -> Result<(), AxError> {
+    let kind = take(&mut item, "type");
+    let kind = kind.as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
     match kind {
         "message" => {
             let role = match item["role"].as_str() {
@@ -313,64 +347,65 @@ fn push_item(out: &mut Vec<Message>, item: &Value, at: &str) -> Result<(), AxErr
                 Some("system") => Role::System,
                 Some("developer") => Role::Developer,
                 _ => {
+                    let at = at();
                     return Err(AxError::invalid_param(
                         format!("{at}.role"),
                         format!("{at}: 'role' must be user, assistant, system or developer"),
-                    ))
+                    ));
                 }
             };
-            let content = content(&item["content"], &format!("{at}.content"))?;
+            let content = content(take(&mut item, "content"), &|| format!("{}.content", at()))?;
             out.push(Message { content: Some(content), ..Message::new(role) });
         }
         "function_call" => {
-            let name = str_of(item, "name", at)?;
+            let name = take_str(&mut item, "name", at)?;
             let call = ToolCall {
-                id: str_of(item, "call_id", at)?.to_owned(),
+                id: take_str(&mut item, "call_id", at)?,
                 kind: ToolKind::Function,
                 function: FunctionCall {
                     name: match item["namespace"].as_str() {
                         Some(ns) => format!("{ns}{NS_SEP}{name}"),
-                        None => name.to_owned(),
+                        None => name,
                     },
-                    arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
+                    arguments: take_opt_str(&mut item, "arguments").unwrap_or_else(|| "{}".to_owned()),
                 },
             };
             match out.last_mut() {
                 Some(m) if m.role == Role::Assistant => m.tool_calls.get_or_insert_with(Vec::new).push(call),
-                _ => out.push(Message {
-                    content: None,
-                    tool_calls: Some(vec![call]),
-                    ..Message::text(Role::Assistant, String::new())
-                }),
+                _ => out.push(Message { tool_calls: Some(vec![call]), ..Message::new(Role::Assistant) }),
             }
         }
         "function_call_output" => {
-            let text = match &item["output"] {
-                Value::String(s) => s.clone(),
-                parts @ Value::Array(_) => content(parts, &format!("{at}.output"))?.text().into_owned(),
+            let text = match take(&mut item, "output") {
+                Value::String(s) => s,
+                parts @ Value::Array(_) => content(parts, &|| format!("{}.output", at()))?.text().into_owned(),
                 _ => {
+                    let at = at();
                     return Err(AxError::invalid_param(
                         format!("{at}.output"),
                         format!("{at}: 'output' must be a string or parts"),
-                    ))
+                    ));
                 }
             };
             out.push(Message {
-                tool_call_id: Some(str_of(item, "call_id", at)?.to_owned()),
+                tool_call_id: Some(take_str(&mut item, "call_id", at)?),
                 ..Message::text(Role::Tool, text)
             });
         }
         "reasoning" => {}
         "item_reference" => {
             return Err(AxError::invalid_param(
-                at,
+                at(),
                 "item references need stored responses, which this gateway does not keep yet",
             ))
         }
-        "" => return Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'"))),
+        "" => {
+            let at = at();
+            return Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")));
+        }
         other => {
             return Err(AxError::invalid_param(
-                format!("{at}.type"),
+                format!("{}.type", at()),
                 format!("input items of type '{other}' need an OpenAI upstream"),
             ))
         }
