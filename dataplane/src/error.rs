@@ -82,6 +82,14 @@ pub enum AxError {
     /// (`max_event_bytes`): refused rather than buffered.
     #[error("the upstream's answer is larger than the limit of {0} bytes")]
     UpstreamResponseTooLarge(usize),
+    /// A stored response that is not there (or is another tenant's); `param` names the request
+    /// field that named it.
+    #[error("{message}")]
+    ResponseNotFound { message: String, param: Option<&'static str> },
+    #[error(
+        "the response store cannot be reached; retry, or send the whole conversation in 'input' with store: false"
+    )]
+    ResponseStoreUnavailable,
     #[error("internal error")]
     Internal,
 }
@@ -110,7 +118,7 @@ impl AxError {
             }
             Self::PromptTooLong { .. } => StatusCode::BAD_REQUEST,
             Self::ModelNotAllowed(_) => StatusCode::FORBIDDEN,
-            Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::ModelNotFound(_) | Self::NotFound(_) | Self::ResponseNotFound { .. } => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UpstreamRateLimited(_) | Self::RateLimitExceeded { .. } | Self::BudgetExceeded { .. } => {
@@ -123,7 +131,9 @@ impl AxError {
             | Self::UpstreamInvalidResponse
             | Self::UpstreamStreamTruncated
             | Self::UpstreamResponseTooLarge(_) => StatusCode::BAD_GATEWAY,
-            Self::UpstreamUnavailable(_) | Self::NoHealthyUpstream { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UpstreamUnavailable(_) | Self::NoHealthyUpstream { .. } | Self::ResponseStoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::UpstreamConnectTimeout
             | Self::UpstreamFirstByteTimeout
             | Self::UpstreamIdleTimeout
@@ -146,6 +156,7 @@ impl AxError {
             | Self::PayloadTooLarge(_)
             | Self::ModelNotFound(_)
             | Self::NotFound(_)
+            | Self::ResponseNotFound { .. }
             | Self::MethodNotAllowed(_) => "invalid_request_error",
             Self::MissingApiKey | Self::InvalidApiKey | Self::ApiKeyRevoked | Self::ApiKeyExpired => {
                 "authentication_error"
@@ -167,7 +178,7 @@ impl AxError {
             | Self::UpstreamResponseTooLarge(_)
             | Self::UpstreamUnavailable(_)
             | Self::NoHealthyUpstream { .. } => "upstream_error",
-            Self::Internal => "server_error",
+            Self::Internal | Self::ResponseStoreUnavailable => "server_error",
         }
     }
 
@@ -208,6 +219,8 @@ impl AxError {
             Self::UpstreamInvalidResponse => "upstream_invalid_response",
             Self::UpstreamStreamTruncated => "upstream_stream_truncated",
             Self::UpstreamResponseTooLarge(_) => "upstream_response_too_large",
+            Self::ResponseNotFound { .. } => "response_not_found",
+            Self::ResponseStoreUnavailable => "response_store_unavailable",
             Self::Internal => "internal_error",
         }
     }
@@ -217,6 +230,7 @@ impl AxError {
             Self::InvalidRequest { param, .. } => param.as_deref(),
             Self::UnsupportedParameter { param, .. } => Some(param),
             Self::ModelNotAllowed(_) | Self::ModelNotFound(_) => Some("model"),
+            Self::ResponseNotFound { param, .. } => *param,
             _ => None,
         }
     }

@@ -166,7 +166,7 @@ pub fn messages_request(data: &[u8]) {
 pub fn responses_request(data: &[u8]) {
     for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
         let Ok(r) = crate::ingress::responses::decode(data, mode) else { continue };
-        let Ok(req) = crate::ingress::responses::to_canonical(r, &mut Vec::new()) else { continue };
+        let Ok(req) = crate::ingress::responses::to_canonical(r, &mut Vec::new(), &[]) else { continue };
         translate(&req);
     }
 }
@@ -357,7 +357,7 @@ mod tests {
         }
         for s in samples::RESPONSES_REQUEST {
             let r = crate::ingress::responses::decode(s, ParamsMode::Lenient).unwrap();
-            crate::ingress::responses::to_canonical(r, &mut Vec::new()).unwrap().validate().unwrap();
+            crate::ingress::responses::to_canonical(r, &mut Vec::new(), &[]).unwrap().validate().unwrap();
         }
         for s in samples::EMBEDDINGS_REQUEST {
             assert!(crate::ingress::openai::decode_embeddings(s, ParamsMode::Strict).is_ok());

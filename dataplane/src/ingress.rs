@@ -48,6 +48,7 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
         "/metrics" if get => metrics(&app),
         "/admin/health" if get => admin_health(&app, &parts.headers),
         p if get && model_id(p).is_some() => model(&app, &parts.headers, model_id(p).unwrap_or_default()),
+        p if p.starts_with("/v1/responses/") => stored_response(&app, &parts).await,
         "/v1/chat/completions" | "/v1/embeddings" | "/v1/responses" => method_not_allowed(&parts, "POST"),
         "/v1/messages" | "/v1/messages/count_tokens" => method_not_allowed(&parts, "POST"),
         "/v1/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => method_not_allowed(&parts, "GET, HEAD"),
@@ -216,36 +217,126 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
     .await
 }
 
-/// `POST /v1/responses`: the Responses API, translated for every upstream (not stored yet).
+/// What the Responses ingress learns as the body is read: the decoded request and the stored
+/// conversation it continues, then (for the answer) whether and where to keep it.
+struct ResponsesTurn {
+    req: Option<responses::ResponsesRequest>,
+    prior: Vec<ops::Link>,
+}
+
+/// What keeping a response needs, known once the body is read.
+#[derive(Clone)]
+struct Keep {
+    tenant: String,
+    previous: Option<String>,
+    input: Bytes,
+}
+
+/// `POST /v1/responses`: the Responses API, translated for every upstream. With `store` (the
+/// default) the response is kept before the caller sees its end (one round trip to the store);
+/// `previous_response_id` reads the conversation it continues (one more).
 async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     model_call(app, headers, "/v1/responses", |app, rid, headers, start| async move {
         let snap = app.store.load();
-        // Set when the request is decoded, for the answer's function calls.
+        let key = openai::api_key(&headers);
+        // Set as the body is read and decoded.
+        let turn = std::sync::Mutex::new(ResponsesTurn { req: None, prior: Vec::new() });
+        let keep: std::sync::OnceLock<Keep> = std::sync::OnceLock::new();
+        let echo: std::sync::OnceLock<responses::Echo> = std::sync::OnceLock::new();
         let namespaces = std::sync::OnceLock::new();
+        let previous_id = std::sync::OnceLock::new();
+        let (hdrs, snap_r, app_r, keep_r, echo_r, turn_r, id_r) =
+            (&headers, &snap, &app, &keep, &echo, &turn, &previous_id);
+        let read = move |limit| async move {
+            let (snap, app, keep, echo, turn, previous_id) = (snap_r, app_r, keep_r, echo_r, turn_r, id_r);
+            let bytes = read_body(hdrs, body, limit).await?;
+            let req = responses::decode(&bytes, snap.params)?;
+            let previous = req.previous_response_id().map(str::to_owned);
+            let store = req.store();
+            let mut prior = Vec::new();
+            if store || previous.is_some() {
+                // The pipeline has authenticated the key already: this names its tenant.
+                let (tenant, _) = snap.authenticate(key.unwrap_or_default())?;
+                if let Some(p) = &previous {
+                    prior =
+                        ops::stored_conversation(app, &tenant.id, p, snap.max_body_bytes, Some("previous_response_id"))
+                            .await?;
+                }
+                if store {
+                    let input = responses::raw_input(&bytes);
+                    let _ = keep.set(Keep { tenant: tenant.id.clone(), previous: previous.clone(), input });
+                }
+            }
+            let _ = previous_id.set(ops::new_response_id(previous.as_deref()));
+            let _ = echo.set(responses::Echo { store, previous_response_id: previous });
+            let mut t = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            t.req = Some(req);
+            t.prior = prior;
+            Ok(bytes)
+        };
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
-            key: openai::api_key(&headers),
-            body: |limit| read_body(&headers, body, limit),
-            decode: |bytes: &[u8], mode| {
+            key,
+            body: read,
+            decode: |_: &[u8], _| {
+                let (req, prior) = {
+                    let mut t = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    (t.req.take(), std::mem::take(&mut t.prior))
+                };
                 let mut ns = Vec::new();
-                let req = responses::to_canonical(responses::decode(bytes, mode)?, &mut ns)?;
+                let req = responses::to_canonical(req.ok_or(crate::AxError::Internal)?, &mut ns, &prior)?;
                 let _ = namespaces.set(ns);
                 Ok(req)
             },
         };
         let ns = || namespaces.get().cloned().unwrap_or_default();
-        let events = |_include_usage, model: &str| responses::Events::new(&rid, model, ns());
+        let id = || previous_id.get().cloned().unwrap_or_else(|| ops::new_response_id(None));
+        let echo = || echo.get().cloned().unwrap_or_default();
+        let saver = |id: String| -> Option<responses::Save> {
+            let k = keep.get()?.clone();
+            let app = app.clone();
+            Some(Box::new(move |response: Bytes| -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+                Box::pin(async move { save_response(&app, id, k, response).await })
+            }))
+        };
+        let events = |_include_usage, model: &str| {
+            let id = id();
+            let save = saver(id.clone());
+            responses::Events::new(&id, model, ns(), echo(), save)
+        };
         let ended = pipeline::chat(&app, &snap, inbound, pipeline::NO_FORWARDING, events).await;
+        // A whole answer is kept before it is sent.
+        let mut kept = None;
+        if let (pipeline::Ended::Answered(a), Some(k)) = (&ended, keep.get()) {
+            if let ChatReply::Full(r) = &a.reply {
+                let id = id();
+                let body = Bytes::from(responses::encode_response(r, &id, a.served.model, &ns(), &echo()));
+                save_response(&app, id, k.clone(), body.clone()).await;
+                kept = Some(body);
+            }
+        }
         answer(ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => {
-                json_response(StatusCode::OK, responses::encode_response(&r, &rid, served.model, &ns()), &rid)
+                let body = kept.unwrap_or_else(|| {
+                    Bytes::from(responses::encode_response(&r, &id(), served.model, &ns(), &echo()))
+                });
+                json_response(StatusCode::OK, body, &rid)
             }
             ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
             ChatReply::Stream(s) => event_stream(s.into_body(), &rid),
         })
     })
     .await
+}
+
+/// Keeps a response; a store that fails is logged and counted, and the caller still gets the
+/// answer it paid for (a later `previous_response_id` naming it is then a 404).
+async fn save_response(app: &App, id: String, k: Keep, response: Bytes) {
+    let r = ops::NewResponse { id, tenant: k.tenant, previous: k.previous, input: k.input, response };
+    if let Err(e) = ops::keep_response(app, r).await {
+        tracing::warn!(code = e.code(), "response answered but not stored");
+    }
 }
 
 async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
@@ -339,6 +430,44 @@ async fn count_tokens(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Resp
             r
         }
         Err(e) => error_in(Dialect::Anthropic, &e, &rid),
+    }
+}
+
+/// `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`: the caller's
+/// tenant's stored responses (another tenant's id is a 404, as an unknown one).
+async fn stored_response(app: &App, parts: &http::request::Parts) -> Response {
+    let rid = request_id(&parts.headers);
+    let rest = parts.uri.path().trim_start_matches("/v1/responses/");
+    let (id, items) = match rest.strip_suffix("/input_items") {
+        Some(id) => (id, true),
+        None => (rest, false),
+    };
+    let method = &parts.method;
+    let get = method == Method::GET || method == Method::HEAD;
+    if id.is_empty() || id.contains('/') {
+        return not_found(parts);
+    }
+    if !(get || (method == Method::DELETE && !items)) {
+        return method_not_allowed(parts, if items { "GET, HEAD" } else { "GET, HEAD, DELETE" });
+    }
+    let answered = async {
+        let tenant = ops::tenant_of(app, openai::api_key(&parts.headers))?;
+        if items {
+            let query = responses::ListQuery::parse(parts.uri.query().unwrap_or(""))?;
+            let max = app.store.load().max_body_bytes.saturating_mul(2);
+            let chain = ops::stored_conversation(app, &tenant, id, max, None).await?;
+            Ok(responses::encode_input_items(&chain, &query))
+        } else if get {
+            Ok(ops::stored_response(app, &tenant, id).await?.to_vec())
+        } else {
+            ops::delete_response(app, &tenant, id).await?;
+            Ok(serde_json::to_vec(&serde_json::json!({ "id": id, "object": "response", "deleted": true }))
+                .unwrap_or_default())
+        }
+    };
+    match answered.await {
+        Ok(body) => json_response(StatusCode::OK, body, &rid),
+        Err(e) => error_response(&e, &rid),
     }
 }
 

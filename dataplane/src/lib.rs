@@ -15,7 +15,8 @@
 //!    through `SnapshotStore`; nothing on the request path locks.
 //! 1. `providers` (pure translation between the canonical model and each provider's wire
 //!    format), `state` (live counters, spend, breakers and statistics, carried across snapshots)
-//!    and `transport` (the upstream HTTP/1 client and its per-thread pools).
+//!    `transport` (the upstream HTTP/1 client and its per-thread pools) and `response_store`
+//!    (the Responses API's stored responses: Redis, or bounded process memory).
 //! 0. `error`, `canonical` (the protocol-neutral request and answer), `sse` (event framing),
 //!    `body` and `worker`, used by all of them.
 
@@ -31,6 +32,7 @@ pub mod ingress;
 pub mod metering;
 pub mod pipeline;
 pub mod providers;
+pub mod response_store;
 pub mod routing;
 pub mod skim;
 pub mod sse;
@@ -54,6 +56,8 @@ pub struct App {
     pub metrics: Option<PrometheusHandle>,
     /// Fleet-wide limits through Redis, when `server.redis_url` was set at start.
     pub fleet: Option<Arc<governance::fleet::Fleet>>,
+    /// Responses kept for the Responses API: in Redis when `server.redis_url` is set, else here.
+    pub responses: response_store::ResponseStore,
 }
 
 impl AsRef<SnapshotStore> for App {
@@ -70,7 +74,14 @@ impl App {
                 .inspect_err(|e| tracing::error!(error = %e, "redis disabled"))
                 .ok()
         });
-        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics, fleet })
+        let spec = &snapshot.response_store;
+        let responses = match &snapshot.redis {
+            Some((url, prefix, _)) => response_store::ResponseStore::redis(url, prefix, spec)
+                .inspect_err(|e| tracing::error!(error = %e, "response store in process memory"))
+                .unwrap_or_else(|_| response_store::ResponseStore::local(spec)),
+            None => response_store::ResponseStore::local(spec),
+        };
+        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics, fleet, responses })
     }
 
     /// Background upkeep, once per process: Prometheus histograms need it to bound their memory,

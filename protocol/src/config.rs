@@ -71,6 +71,46 @@ pub struct ServerSpec {
     /// Replicas in the fleet: when Redis is unreachable, each enforces limit ÷ replicas locally.
     #[serde(default = "default_replicas")]
     pub replicas: u32,
+    /// Where the Responses API keeps responses (`store`, `previous_response_id`): the Redis of
+    /// `redis_url` when set, else a bounded store in this process (read at start).
+    #[serde(default)]
+    pub response_store: ResponseStoreSpec,
+}
+
+/// The response store's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseStoreSpec {
+    /// How long a stored response is kept, in days (1–400).
+    #[serde(default = "default_retention_days")]
+    pub retention_days: u32,
+    /// The largest response kept (its input and output, in bytes); a larger one is answered but
+    /// not kept, and a later `previous_response_id` naming it says so.
+    #[serde(default = "default_store_max_bytes")]
+    pub max_response_bytes: u64,
+    /// Without Redis: the most the process keeps in all (oldest evicted first).
+    #[serde(default = "default_local_max_bytes")]
+    pub local_max_bytes: u64,
+}
+
+fn default_retention_days() -> u32 {
+    30
+}
+fn default_store_max_bytes() -> u64 {
+    8 * 1024 * 1024
+}
+fn default_local_max_bytes() -> u64 {
+    256 * 1024 * 1024
+}
+
+impl Default for ResponseStoreSpec {
+    fn default() -> Self {
+        Self {
+            retention_days: default_retention_days(),
+            max_response_bytes: default_store_max_bytes(),
+            local_max_bytes: default_local_max_bytes(),
+        }
+    }
 }
 
 fn default_redis_prefix() -> String {
@@ -97,6 +137,7 @@ impl Default for ServerSpec {
             redis_url: None,
             redis_prefix: default_redis_prefix(),
             replicas: default_replicas(),
+            response_store: ResponseStoreSpec::default(),
         }
     }
 }

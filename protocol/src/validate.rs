@@ -118,6 +118,16 @@ fn check_limits(spec: &LimitsSpec, path: impl Fn() -> String) -> Result<(), Conf
 /// Checks `spec`; `env` resolves `${NAME}` references (the control plane, which resolves none,
 /// passes one that resolves every name).
 pub fn validate(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> Result<Valid, ConfigError> {
+    let rs = &spec.server.response_store;
+    if !(1..=400).contains(&rs.retention_days) {
+        return Err(err("server.response_store.retention_days", "must be between 1 and 400"));
+    }
+    if rs.max_response_bytes == 0 || rs.local_max_bytes < rs.max_response_bytes {
+        return Err(err(
+            "server.response_store.max_response_bytes",
+            "must be greater than 0 and at most local_max_bytes",
+        ));
+    }
     if spec.server.max_body_bytes == 0 {
         return Err(err("server.max_body_bytes", "must be greater than 0"));
     }

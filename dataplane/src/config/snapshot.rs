@@ -64,6 +64,8 @@ pub struct Snapshot {
     pub budget_tz: jiff::tz::TimeZone,
     /// (redis_url, key prefix, replicas): used once, at start, by `App::new`.
     pub redis: Option<(String, String, u32)>,
+    /// The response store's limits: used once, at start, by `App::new`.
+    pub response_store: ax_protocol::config::ResponseStoreSpec,
     /// The protocols some route forwards (`Route::protocol`): without one, callers of a protocol
     /// are decoded at once (no skim first).
     pub forwarded: Vec<crate::canonical::Protocol>,
@@ -401,6 +403,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
             p
         },
         redis: valid.redis_url.map(|u| (u, spec.server.redis_prefix.clone(), spec.server.replicas.max(1))),
+        response_store: spec.server.response_store,
         budget_tz: valid.budget_tz,
         admin_token: valid.admin_token,
         version,

@@ -4,8 +4,10 @@
 //! messages; function tools, `tool_choice`, `text.format`, `reasoning.effort` and
 //! `max_output_tokens` their canonical controls. Answers are a `response` with `reasoning`,
 //! `message` and `function_call` output items; streams are the Responses events, each with its
-//! `sequence_number`. Responses are not stored yet: `previous_response_id` is refused, and a
-//! response says `store: false`.
+//! `sequence_number`. With `store` (the default) the response is kept in the response store
+//! (`crate::response_store`) with its turn's input, and `previous_response_id` puts the stored
+//! conversation (every earlier turn's input and output items, as the caller's protocol) before
+//! this turn's input, to be translated for whichever upstream serves it.
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -17,6 +19,7 @@ use crate::canonical::{
     ImageUrl, JsonSchema, Message, ReasoningEffort, ResponseFormat, Role, Tool, ToolCall, ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
+use crate::pipeline::ops::Link;
 use crate::pipeline::stream::StreamEncoder;
 
 /// A Responses request. Fields only OpenAI's own API acts on are named (so strict mode does not
@@ -46,8 +49,8 @@ pub struct ResponsesRequest {
     text: Option<TextIn>,
     #[serde(default)]
     reasoning: Option<ReasoningIn>,
-    #[serde(default, rename = "store")]
-    _store: Option<Known>,
+    #[serde(default)]
+    store: Option<bool>,
     #[serde(default)]
     previous_response_id: Option<String>,
     #[serde(default)]
@@ -91,6 +94,35 @@ struct ReasoningIn {
     _summary: Option<Known>,
     #[serde(default, rename = "generate_summary")]
     _generate_summary: Option<Known>,
+}
+
+impl ResponsesRequest {
+    /// Whether the response is to be kept (OpenAI's default: yes).
+    pub fn store(&self) -> bool {
+        self.store.unwrap_or(true)
+    }
+
+    pub fn previous_response_id(&self) -> Option<&str> {
+        self.previous_response_id.as_deref()
+    }
+}
+
+/// The request's `input` as the caller wrote it (a string or an array of items), for the store;
+/// empty without one.
+pub fn raw_input(body: &Bytes) -> Bytes {
+    let mut s = crate::skim::Skim::new(body);
+    let mut span = None;
+    let walked = s.object(|k, _, s| {
+        let v = s.value()?;
+        if k == b"input" {
+            span = Some(v);
+        }
+        Ok(())
+    });
+    match (walked, span) {
+        (Ok(()), Some(span)) => body.slice(span),
+        _ => Bytes::new(),
+    }
 }
 
 /// Decodes a Responses body (strict or lenient about fields ax does not know, as for chat).
@@ -200,21 +232,51 @@ fn split_name<'a>(name: &'a str, namespaces: &'a [String]) -> (&'a str, Option<&
     (name, None)
 }
 
-/// The request in the canonical model; the namespaces of its grouped tools go to `namespaces`.
-/// Built-in tools only OpenAI runs are left out (logged); forcing one is a 400.
-pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>) -> Result<ChatRequest, AxError> {
-    if r.previous_response_id.is_some() {
-        return Err(AxError::invalid_param(
-            "previous_response_id",
-            "this gateway does not store responses yet: send the whole conversation in 'input'",
-        ));
+/// The items of a stored conversation, oldest first: each turn's input, then its output.
+fn stored_items(prior: &[Link]) -> Result<Vec<Value>, AxError> {
+    let broken = || AxError::ResponseNotFound {
+        message: "a stored response of this conversation cannot be read: send the whole conversation in 'input'".into(),
+        param: Some("previous_response_id"),
+    };
+    let mut items = Vec::new();
+    for l in prior {
+        match input_items(&l.input).map_err(|_| broken())? {
+            Value::Array(a) => items.extend(a),
+            _ => return Err(broken()),
+        }
+        let mut r: Value = serde_json::from_slice(&l.response).map_err(|_| broken())?;
+        if let Value::Array(out) = take(&mut r, "output") {
+            items.extend(out);
+        }
     }
+    Ok(items)
+}
+
+/// A stored `input` as items: a string is one user message.
+pub fn input_items(raw: &[u8]) -> Result<Value, serde_json::Error> {
+    if raw.is_empty() {
+        return Ok(Value::Array(Vec::new()));
+    }
+    Ok(match serde_json::from_slice(raw)? {
+        Value::String(text) => json!([{ "type": "message", "role": "user",
+            "content": [{ "type": "input_text", "text": text }] }]),
+        v => v,
+    })
+}
+
+/// The request in the canonical model, after the stored conversation `prior` (oldest first) it
+/// continues; the namespaces of its grouped tools go to `namespaces`. Built-in tools only OpenAI
+/// runs are left out (logged); forcing one is a 400.
+pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>, prior: &[Link]) -> Result<ChatRequest, AxError> {
     if r.background == Some(true) {
         return Err(AxError::UnsupportedParameter { param: "background".into(), provider: "ax" });
     }
     let mut messages = Vec::new();
     if let Some(i) = r.instructions.filter(|i| !i.is_empty()) {
         messages.push(Message::text(Role::System, i));
+    }
+    for (i, item) in stored_items(prior)?.into_iter().enumerate() {
+        push_item(&mut messages, item, &|| format!("previous_response_id (stored item {i})"))?;
     }
     match r.input {
         None => {}
@@ -396,7 +458,7 @@ fn push_item(out: &mut Vec<Message>, mut item: Value, at: At<'_>) -> Result<(), 
         "item_reference" => {
             return Err(AxError::invalid_param(
                 at(),
-                "item references need stored responses, which this gateway does not keep yet",
+                "item references are not supported: send the item itself, or continue with previous_response_id",
             ))
         }
         "" => {
@@ -416,8 +478,16 @@ fn push_item(out: &mut Vec<Message>, mut item: Value, at: At<'_>) -> Result<(), 
 // ---------------------------------------------------------------------------------------------
 // Answers
 
-fn response_id(request_id: &str) -> String {
-    format!("resp_{}", request_id.strip_prefix("req_").unwrap_or(request_id))
+/// What a response says of how it was asked for.
+#[derive(Clone, Default)]
+pub struct Echo {
+    pub store: bool,
+    pub previous_response_id: Option<String>,
+}
+
+/// The part of a response id item ids are made of.
+fn item_stem(id: &str) -> &str {
+    id.strip_prefix("resp_").unwrap_or(id)
 }
 
 /// `completed`, or `incomplete` with its reason.
@@ -436,11 +506,20 @@ fn usage(u: &Usage) -> Value {
 }
 
 /// A `response` object around `output`.
-fn response(id: &str, model: &str, created_at: u64, status: &str, output: Vec<Value>, extra: Value) -> Value {
+fn response(
+    id: &str,
+    model: &str,
+    created_at: u64,
+    status: &str,
+    output: Vec<Value>,
+    echo: &Echo,
+    extra: Value,
+) -> Value {
     let mut r = json!({ "id": id, "object": "response", "created_at": created_at, "status": status, "model": model,
         "output": output, "error": null, "incomplete_details": null, "instructions": null, "metadata": {},
         "parallel_tool_calls": true, "temperature": null, "top_p": null, "tool_choice": "auto", "tools": [],
-        "store": false, "text": { "format": { "type": "text" } }, "usage": null });
+        "store": echo.store, "previous_response_id": echo.previous_response_id,
+        "text": { "format": { "type": "text" } }, "usage": null });
     if let (Value::Object(r), Value::Object(extra)) = (&mut r, extra) {
         r.extend(extra);
     }
@@ -465,10 +544,9 @@ fn call_item(call_id: &str, (name, namespace): (&str, Option<&str>), arguments: 
     item
 }
 
-/// A whole canonical answer as a `response`; calls of namespaced tools name their namespace.
-pub fn encode_response(r: &ChatResponse, request_id: &str, model: &str, namespaces: &[String]) -> Vec<u8> {
-    let id = response_id(request_id);
-    let rid = id.trim_start_matches("resp_");
+/// A whole canonical answer as the `response` `id`; calls of namespaced tools name their namespace.
+pub fn encode_response(r: &ChatResponse, id: &str, model: &str, namespaces: &[String], echo: &Echo) -> Vec<u8> {
+    let rid = item_stem(id);
     let choice = r.choices.first();
     let mut output = Vec::new();
     if let Some(c) = choice {
@@ -487,9 +565,101 @@ pub fn encode_response(r: &ChatResponse, request_id: &str, model: &str, namespac
     let u = r.usage.unwrap_or_default();
     let model = if r.model.is_empty() { model } else { &r.model };
     let created = if r.created == 0 { unix_now() } else { r.created };
-    let body =
-        response(&id, model, created, status, output, json!({ "incomplete_details": incomplete, "usage": usage(&u) }));
+    let extra = json!({ "incomplete_details": incomplete, "usage": usage(&u) });
+    let body = response(id, model, created, status, output, echo, extra);
     serde_json::to_vec(&body).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stored responses
+
+/// `GET /v1/responses/{id}/input_items`'s query: `limit` (1–100, 20), `order` (`desc`), `after`.
+pub struct ListQuery {
+    limit: usize,
+    ascending: bool,
+    after: Option<String>,
+}
+
+impl ListQuery {
+    pub fn parse(query: &str) -> Result<Self, AxError> {
+        let mut q = Self { limit: 20, ascending: false, after: None };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = percent_encoding::percent_decode_str(v).decode_utf8_lossy();
+            match k {
+                "limit" => {
+                    q.limit = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=100).contains(n))
+                        .ok_or_else(|| AxError::invalid_param("limit", "'limit' must be between 1 and 100"))?;
+                }
+                "order" => {
+                    q.ascending = match &*v {
+                        "asc" => true,
+                        "desc" => false,
+                        _ => return Err(AxError::invalid_param("order", "'order' must be 'asc' or 'desc'")),
+                    }
+                }
+                "after" => q.after = Some(v.into_owned()),
+                // `include` asks for fields of items ax does not keep apart (they are kept whole).
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// Every item a stored response was made from, oldest first: the earlier turns' input and output
+/// items, then its own input. Items sent without an id are given one by their place.
+fn context_items(chain: &[Link]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (n, l) in chain.iter().enumerate() {
+        let stem = item_stem(&l.id);
+        if let Ok(Value::Array(items)) = input_items(&l.input) {
+            for (k, mut item) in items.into_iter().enumerate() {
+                if item.get("id").is_none() {
+                    let kind = item["type"].as_str().unwrap_or("message");
+                    let prefix = match kind {
+                        "function_call_output" => "fco",
+                        "function_call" => "fc",
+                        "reasoning" => "rs",
+                        _ => "msg",
+                    };
+                    if item.get("type").is_none() {
+                        item["type"] = Value::from("message");
+                    }
+                    item["id"] = Value::from(format!("{prefix}_{stem}_in{k}"));
+                }
+                out.push(item);
+            }
+        }
+        if n + 1 < chain.len() {
+            if let Ok(mut r) = serde_json::from_slice::<Value>(&l.response) {
+                if let Value::Array(items) = take(&mut r, "output") {
+                    out.extend(items);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `list` of a stored response's input items.
+pub fn encode_input_items(chain: &[Link], q: &ListQuery) -> Vec<u8> {
+    let mut items = context_items(chain);
+    if !q.ascending {
+        items.reverse();
+    }
+    let start = match &q.after {
+        Some(after) => items.iter().position(|i| i["id"].as_str() == Some(after)).map_or(items.len(), |p| p + 1),
+        None => 0,
+    };
+    let rest = items.len().saturating_sub(start);
+    let data: Vec<Value> = items.into_iter().skip(start).take(q.limit).collect();
+    let list = json!({ "object": "list", "first_id": data.first().map(|i| i["id"].clone()),
+        "last_id": data.last().map(|i| i["id"].clone()), "has_more": rest > data.len(), "data": data });
+    serde_json::to_vec(&list).unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -531,14 +701,24 @@ pub struct Events {
     finish: Option<FinishReason>,
     /// The request's tool namespaces (see `split_name`).
     namespaces: Vec<String>,
+    echo: Echo,
+    /// Keeps the completed response (its JSON), before the stream's last event goes out.
+    save: Option<Save>,
+    saving: Option<BoxFuture>,
 }
 
+type BoxFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// Given the completed response object, the work that stores it.
+pub type Save = Box<dyn FnOnce(Bytes) -> BoxFuture + Send>;
+
 impl Events {
-    pub fn new(request_id: &str, model: &str, namespaces: Vec<String>) -> Self {
-        let id = response_id(request_id);
+    pub fn new(id: &str, model: &str, namespaces: Vec<String>, echo: Echo, save: Option<Save>) -> Self {
         Self {
-            rid: id["resp_".len()..].to_owned(),
-            id,
+            rid: item_stem(id).to_owned(),
+            id: id.to_owned(),
+            echo,
+            save,
+            saving: None,
             model: model.to_owned(),
             created_at: unix_now(),
             seq: 0,
@@ -566,7 +746,7 @@ impl Events {
     }
 
     fn skeleton(&self, status: &str) -> Value {
-        response(&self.id, &self.model, self.created_at, status, self.output.clone(), json!({}))
+        response(&self.id, &self.model, self.created_at, status, self.output.clone(), &self.echo, json!({}))
     }
 
     fn close(&mut self, out: &mut Vec<u8>) {
@@ -700,8 +880,15 @@ impl StreamEncoder for Events {
         r["incomplete_details"] = incomplete;
         r["usage"] = usage(&u.copied().unwrap_or_default());
         let kind = if status == "completed" { "response.completed" } else { "response.incomplete" };
+        if let Some(save) = self.save.take() {
+            self.saving = Some(save(Bytes::from(serde_json::to_vec(&r).unwrap_or_default())));
+        }
         self.event(&mut out, kind, json!({ "response": r }));
         Bytes::from(out)
+    }
+
+    fn before_end(&mut self) -> Option<BoxFuture> {
+        self.saving.take()
     }
 
     fn fail(&mut self, e: &AxError) -> Bytes {

@@ -101,3 +101,36 @@ pub fn health(app: &App, bearer: Option<&str>) -> Result<ax_protocol::health::No
     }
     Ok(crate::metering::meter::health_table(&snap))
 }
+
+/// The tenant behind a key, for the endpoints that read what the tenant stored.
+pub fn tenant_of(app: &App, key: Option<&str>) -> Result<String, AxError> {
+    let snap = app.store.load();
+    let (tenant, _) = snap.authenticate(key.ok_or(AxError::MissingApiKey)?)?;
+    Ok(tenant.id.clone())
+}
+
+pub use crate::response_store::{new_id as new_response_id, Link, NewResponse};
+
+/// The stored conversation that ends with response `id` (oldest first), `tenant`'s only.
+pub async fn stored_conversation(
+    app: &App,
+    tenant: &str,
+    id: &str,
+    max_total: u64,
+    param: Option<&'static str>,
+) -> Result<Vec<Link>, AxError> {
+    app.responses.chain(tenant, id, max_total, param).await
+}
+
+/// A stored response object of `tenant`.
+pub async fn stored_response(app: &App, tenant: &str, id: &str) -> Result<bytes::Bytes, AxError> {
+    app.responses.get(tenant, id).await
+}
+
+pub async fn delete_response(app: &App, tenant: &str, id: &str) -> Result<(), AxError> {
+    app.responses.delete(tenant, id).await
+}
+
+pub async fn keep_response(app: &App, r: NewResponse) -> Result<(), AxError> {
+    app.responses.put(r).await
+}

@@ -35,6 +35,11 @@ pub trait StreamEncoder: Send + 'static {
     fn end_forwarded(&mut self) -> Bytes;
     /// Whether the caller gets a forwarded event that carries only usage.
     fn wants_usage_event(&self) -> bool;
+    /// Work that must be done before the end of a completed stream goes out (the Responses API
+    /// stores the response there, so a caller who has seen the end can continue from it).
+    fn before_end(&mut self) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
+        None
+    }
 }
 
 pub struct EgressStream<E> {
@@ -55,6 +60,8 @@ pub struct EgressStream<E> {
     /// The upstream's events are forwarded as they came (no opening event of ours, and our
     /// terminator alone at the end).
     forwarded: bool,
+    /// The encoder's `before_end`, awaited before the end goes out.
+    before_end: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
 }
 
 impl<E: StreamEncoder> EgressStream<E> {
@@ -136,6 +143,7 @@ impl<E: StreamEncoder> EgressStream<E> {
             end: None,
             deltas: 0,
             forwarded,
+            before_end: None,
         }
     }
 
@@ -155,6 +163,9 @@ impl<E: StreamEncoder> EgressStream<E> {
 
     async fn step(&mut self) -> Option<Bytes> {
         loop {
+            if let Some(work) = self.before_end.take() {
+                work.await;
+            }
             if let Some(b) = self.pending.pop_front() {
                 return Some(b);
             }
@@ -219,6 +230,7 @@ impl<E: StreamEncoder> EgressStream<E> {
 
     fn finish(&mut self) {
         let tail = if self.forwarded { self.enc.end_forwarded() } else { self.enc.finish(self.usage.as_ref()) };
+        self.before_end = self.enc.before_end();
         self.pending.push_back(tail);
         self.done = true;
         self.end = Some(None);

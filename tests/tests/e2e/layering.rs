@@ -140,7 +140,7 @@ fn mutual(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
 /// The data plane's layers, bottom first: a module imports only from layers below its own.
 const LAYERS: &[&[&str]] = &[
     &["error", "canonical", "body", "worker", "sse", "skim"],
-    &["providers", "state", "transport"],
+    &["providers", "state", "transport", "response_store"],
     &["config"],
     &["upstream", "metering", "governance"],
     &["routing"],

@@ -15,6 +15,7 @@ mod openai_surface;
 mod passthrough;
 mod reasoning;
 mod reload;
+mod responses_store;
 mod sdk;
 mod translation;
 mod ui;

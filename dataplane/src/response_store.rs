@@ -1,0 +1,609 @@
+//! The response store: what the Responses API keeps with `store: true`, so that a later request
+//! naming `previous_response_id` continues the conversation on any data plane of the fleet, and
+//! whatever upstream serves the next turn (the chain is kept in the caller's protocol and
+//! translated again for each attempt).
+//!
+//! Each response is kept once, with the input items of its own turn, its response object and the
+//! id of the response it continued; a conversation is the chain of those links. Ids carry their
+//! conversation (`resp_<16 hex conversation><32 hex own>`), so that in Redis every link of a chain
+//! sits under one hash tag (`{conversation}`, one slot of a Redis Cluster) and one Lua script walks
+//! the chain: reading a conversation is one round trip, however long it is, and storing a turn is
+//! one more (a `MULTI` of `HSET` and `PEXPIRE`). Links expire `retention_days` after they were
+//! written; a response over `max_response_bytes` is answered but not kept, and a marker says why
+//! for a later request that names it.
+//!
+//! Without Redis the store is this process's memory, bounded by `local_max_bytes` (oldest
+//! evicted first): a standalone data plane's conversations do not survive a restart and are not
+//! seen by another process.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use ax_protocol::config::ResponseStoreSpec;
+use bytes::Bytes;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::AxError;
+
+/// The longest one store operation may take before the request is refused with
+/// `response_store_unavailable`.
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// The most turns a conversation is walked back.
+pub const MAX_LINKS: usize = 2_000;
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+const CONV_LEN: usize = 16;
+const OWN_LEN: usize = 32;
+const PREFIX: &str = "resp_";
+
+/// One stored response: the input items of its turn (the request's `input` as sent: a string or an
+/// array of items) and its response object.
+#[derive(Clone, Debug)]
+pub struct Link {
+    pub id: String,
+    pub input: Bytes,
+    pub response: Bytes,
+}
+
+/// A response to keep.
+pub struct NewResponse {
+    pub id: String,
+    pub tenant: String,
+    pub previous: Option<String>,
+    pub input: Bytes,
+    pub response: Bytes,
+}
+
+fn hex(n: u128, digits: usize, out: &mut String) {
+    for shift in (0..digits).rev() {
+        out.push(char::from(HEX[((n >> (shift * 4)) & 0xf) as usize]));
+    }
+}
+
+/// A new response id: in the conversation of `previous` when it is one of ours, else a new one.
+pub fn new_id(previous: Option<&str>) -> String {
+    let mut id = String::with_capacity(PREFIX.len() + CONV_LEN + OWN_LEN);
+    id.push_str(PREFIX);
+    match previous.and_then(parse) {
+        Some((conv, _)) => id.push_str(conv),
+        None => hex(rand::random::<u64>().into(), CONV_LEN, &mut id),
+    }
+    hex(rand::random(), OWN_LEN, &mut id);
+    id
+}
+
+/// An id's conversation and own part, when it is one of ours.
+fn parse(id: &str) -> Option<(&str, &str)> {
+    let rest = id.strip_prefix(PREFIX)?;
+    if rest.len() != CONV_LEN + OWN_LEN || !rest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return None;
+    }
+    Some(rest.split_at(CONV_LEN))
+}
+
+fn not_found(id: &str, param: Option<&'static str>) -> AxError {
+    let what = if param.is_some() { "Previous response" } else { "Response" };
+    AxError::ResponseNotFound { message: format!("{what} with id '{}' not found", clip(id)), param }
+}
+
+/// An id as it may be echoed in a message: a caller's text, cut short.
+fn clip(id: &str) -> String {
+    id.chars().take(64).collect()
+}
+
+fn unavailable(op: &'static str, why: &dyn std::fmt::Display) -> AxError {
+    tracing::warn!(op, error = %why, "response store unavailable");
+    metrics::counter!("ax_response_store_errors_total", "op" => op).increment(1);
+    AxError::ResponseStoreUnavailable
+}
+
+pub struct ResponseStore {
+    backend: Backend,
+    retention: Duration,
+    max_bytes: u64,
+}
+
+enum Backend {
+    Redis(Box<RedisStore>),
+    Local(Mutex<Local>),
+}
+
+impl ResponseStore {
+    /// The store in this process's memory.
+    pub fn local(spec: &ResponseStoreSpec) -> Self {
+        Self {
+            backend: Backend::Local(Mutex::new(Local::new(spec.local_max_bytes))),
+            retention: retention(spec),
+            max_bytes: spec.max_response_bytes,
+        }
+    }
+
+    /// The store in Redis (the fleet's, under its key prefix).
+    pub fn redis(url: &str, prefix: &str, spec: &ResponseStoreSpec) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| format!("invalid redis_url: {e}"))?;
+        let store = RedisStore {
+            client,
+            conn: OnceLock::new(),
+            prefix: prefix.to_owned(),
+            walk: redis::Script::new(WALK),
+            delete: redis::Script::new(DELETE),
+        };
+        Ok(Self {
+            backend: Backend::Redis(Box::new(store)),
+            retention: retention(spec),
+            max_bytes: spec.max_response_bytes,
+        })
+    }
+
+    /// Whether the store is shared by the fleet (Redis) or this process's own.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Redis(_))
+    }
+
+    /// Keeps a response (one round trip to Redis). One over `max_response_bytes` is not kept: a
+    /// marker saying so is.
+    pub async fn put(&self, r: NewResponse) -> Result<(), AxError> {
+        if parse(&r.id).is_none() {
+            return Err(AxError::Internal);
+        }
+        let size = (r.input.len() + r.response.len()) as u64;
+        let dropped = (size > self.max_bytes).then_some(size);
+        if let Some(size) = dropped {
+            tracing::warn!(id = r.id, size, limit = self.max_bytes, "response not stored: over max_response_bytes");
+        }
+        match &self.backend {
+            Backend::Local(l) => {
+                let mut l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                l.put(r, dropped, Instant::now() + self.retention);
+                Ok(())
+            }
+            Backend::Redis(s) => s.put(r, dropped, self.retention).await,
+        }
+    }
+
+    /// The conversation that ends with `id`, oldest link first (`id`'s own last). `param` names
+    /// the request field the id came from, for the error; a chain larger than `max_total` bytes
+    /// is refused.
+    pub async fn chain(
+        &self,
+        tenant: &str,
+        id: &str,
+        max_total: u64,
+        param: Option<&'static str>,
+    ) -> Result<Vec<Link>, AxError> {
+        if parse(id).is_none() {
+            return Err(not_found(id, param));
+        }
+        let mut links = match &self.backend {
+            Backend::Local(l) => {
+                let l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                l.chain(tenant, id, max_total)
+            }
+            Backend::Redis(s) => s.chain(tenant, id, max_total).await?,
+        }
+        .map_err(|e| e.into_error(id, param, max_total))?;
+        links.reverse();
+        Ok(links)
+    }
+
+    /// A stored response object.
+    pub async fn get(&self, tenant: &str, id: &str) -> Result<Bytes, AxError> {
+        let mut chain = self.chain_of_one(tenant, id).await?;
+        Ok(chain.pop().map(|l| l.response).unwrap_or_default())
+    }
+
+    async fn chain_of_one(&self, tenant: &str, id: &str) -> Result<Vec<Link>, AxError> {
+        if parse(id).is_none() {
+            return Err(not_found(id, None));
+        }
+        let links = match &self.backend {
+            Backend::Local(l) => {
+                let l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                l.one(tenant, id)
+            }
+            Backend::Redis(s) => s.one(tenant, id).await?,
+        };
+        links.map_err(|e| e.into_error(id, None, 0))
+    }
+
+    /// Deletes a stored response of `tenant`.
+    pub async fn delete(&self, tenant: &str, id: &str) -> Result<(), AxError> {
+        if parse(id).is_none() {
+            return Err(not_found(id, None));
+        }
+        let deleted = match &self.backend {
+            Backend::Local(l) => {
+                let mut l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                l.delete(tenant, id)
+            }
+            Backend::Redis(s) => s.delete(tenant, id).await?,
+        };
+        if deleted {
+            Ok(())
+        } else {
+            Err(not_found(id, None))
+        }
+    }
+}
+
+fn retention(spec: &ResponseStoreSpec) -> Duration {
+    Duration::from_secs(u64::from(spec.retention_days) * 86_400)
+}
+
+/// Why a chain could not be read.
+#[derive(Debug, PartialEq)]
+enum Miss {
+    /// The id itself: unknown, expired, or another tenant's.
+    Missing,
+    /// An earlier link of its conversation is gone (deleted or expired).
+    Broken(String),
+    /// The link was over `max_response_bytes` when it was answered.
+    NotKept(String, u64),
+    /// The conversation is over `max_total` bytes.
+    TooLarge,
+    TooLong,
+}
+
+impl Miss {
+    fn into_error(self, id: &str, param: Option<&'static str>, max_total: u64) -> AxError {
+        match self {
+            Self::Missing => not_found(id, param),
+            Self::Broken(gone) => AxError::ResponseNotFound {
+                message: format!(
+                    "response '{}' continues '{}', which was deleted or has expired: send the whole conversation in 'input'",
+                    clip(id),
+                    clip(&gone)
+                ),
+                param,
+            },
+            Self::NotKept(which, size) => AxError::ResponseNotFound {
+                message: format!(
+                    "response '{}' was answered but not stored: its {size} bytes are over the store's max_response_bytes",
+                    clip(&which)
+                ),
+                param,
+            },
+            Self::TooLarge => AxError::PayloadTooLarge(max_total),
+            Self::TooLong => AxError::invalid_param(
+                param.unwrap_or("previous_response_id"),
+                format!("the conversation is longer than {MAX_LINKS} turns: send it in 'input'"),
+            ),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In process
+
+struct Entry {
+    tenant: String,
+    previous: Option<String>,
+    input: Bytes,
+    response: Bytes,
+    /// Not kept: its size.
+    dropped: Option<u64>,
+    expires: Instant,
+}
+
+impl Entry {
+    fn size(&self) -> u64 {
+        (self.input.len() + self.response.len()) as u64
+    }
+}
+
+struct Local {
+    map: HashMap<String, Arc<Entry>>,
+    /// Ids in the order they were stored (deleted ones are skipped as they come up).
+    order: VecDeque<String>,
+    bytes: u64,
+    cap: u64,
+}
+
+impl Local {
+    fn new(cap: u64) -> Self {
+        Self { map: HashMap::new(), order: VecDeque::new(), bytes: 0, cap }
+    }
+
+    fn put(&mut self, r: NewResponse, dropped: Option<u64>, expires: Instant) {
+        let (input, response) = if dropped.is_some() { (Bytes::new(), Bytes::new()) } else { (r.input, r.response) };
+        let e = Entry { tenant: r.tenant, previous: r.previous, input, response, dropped, expires };
+        let size = e.size();
+        let now = Instant::now();
+        while let Some(oldest) = self.order.front() {
+            let expired = self.map.get(oldest).is_none_or(|e| e.expires <= now);
+            if !expired && self.bytes + size <= self.cap {
+                break;
+            }
+            if let Some(id) = self.order.pop_front() {
+                if let Some(gone) = self.map.remove(&id) {
+                    self.bytes -= gone.size();
+                }
+            }
+        }
+        self.bytes += size;
+        self.order.push_back(r.id.clone());
+        if let Some(old) = self.map.insert(r.id, Arc::new(e)) {
+            self.bytes -= old.size();
+        }
+    }
+
+    fn live(&self, id: &str) -> Option<&Arc<Entry>> {
+        self.map.get(id).filter(|e| e.expires > Instant::now())
+    }
+
+    fn chain(&self, tenant: &str, id: &str, max_total: u64) -> Result<Vec<Link>, Miss> {
+        let mut out = Vec::new();
+        let mut want = id.to_owned();
+        let mut total = 0;
+        for n in 0..MAX_LINKS {
+            let Some(e) = self.live(&want).filter(|e| e.tenant == tenant) else {
+                return Err(if n == 0 { Miss::Missing } else { Miss::Broken(want) });
+            };
+            if let Some(size) = e.dropped {
+                return Err(Miss::NotKept(want, size));
+            }
+            total += e.size();
+            if total > max_total {
+                return Err(Miss::TooLarge);
+            }
+            out.push(Link { id: want, input: e.input.clone(), response: e.response.clone() });
+            match &e.previous {
+                Some(p) => want = p.clone(),
+                None => return Ok(out),
+            }
+        }
+        Err(Miss::TooLong)
+    }
+
+    fn one(&self, tenant: &str, id: &str) -> Result<Vec<Link>, Miss> {
+        match self.live(id).filter(|e| e.tenant == tenant) {
+            None => Err(Miss::Missing),
+            Some(e) if e.dropped.is_some() => Err(Miss::NotKept(id.to_owned(), e.dropped.unwrap_or(0))),
+            Some(e) => Ok(vec![Link { id: id.to_owned(), input: e.input.clone(), response: e.response.clone() }]),
+        }
+    }
+
+    fn delete(&mut self, tenant: &str, id: &str) -> bool {
+        if self.live(id).is_none_or(|e| e.tenant != tenant) {
+            return false;
+        }
+        if let Some(e) = self.map.remove(id) {
+            self.bytes -= e.size();
+        }
+        true
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis
+
+/// KEYS[1]: the first link's key. ARGV: the key base of its conversation, the tenant, the most
+/// links to read (the walk stops there), the most bytes, the first link's id. Each link is a hash: `t` tenant, `p` the id it
+/// continues, `i` its input, `r` its response, `x` (instead of `i` and `r`) the size of one not
+/// kept. Returns {'ok', id, input, response, ...} newest first, or {reason, detail}. The keys
+/// walked are not all in KEYS; they share the first's hash tag, so one slot of a cluster.
+const WALK: &str = r"
+local out = {'ok'}
+local key = KEYS[1]
+local want = ARGV[5]
+local total = 0
+for n = 1, tonumber(ARGV[3]) do
+  local v = redis.call('HMGET', key, 't', 'p', 'i', 'r', 'x')
+  if not v[1] or v[1] ~= ARGV[2] then
+    if n == 1 then return {'missing', want} end
+    return {'broken', want}
+  end
+  if v[5] then return {'not_kept', want, v[5]} end
+  total = total + #v[3] + #v[4]
+  if total > tonumber(ARGV[4]) then return {'too_large', want} end
+  out[#out+1] = want
+  out[#out+1] = v[3]
+  out[#out+1] = v[4]
+  if not v[2] or v[2] == '' or n == tonumber(ARGV[3]) then return out end
+  want = v[2]
+  key = ARGV[1] .. string.sub(want, 22)
+end
+return out
+";
+
+/// KEYS[1]: a link. ARGV[1]: the tenant. Deletes it if it is the tenant's.
+const DELETE: &str = r"
+if redis.call('HGET', KEYS[1], 't') ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+";
+
+struct RedisStore {
+    client: redis::Client,
+    conn: OnceLock<ConnectionManager>,
+    prefix: String,
+    walk: redis::Script,
+    delete: redis::Script,
+}
+
+impl RedisStore {
+    fn conn(&self) -> Result<ConnectionManager, AxError> {
+        if let Some(c) = self.conn.get() {
+            return Ok(c.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT))
+            .set_number_of_retries(1);
+        let c = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            .map_err(|e| unavailable("connect", &e))?;
+        Ok(self.conn.get_or_init(|| c).clone())
+    }
+
+    /// The key base of `id`'s conversation (`<prefix>:resp:{<conversation>}:`) and `id`'s key.
+    fn keys(&self, id: &str) -> (String, String) {
+        let (conv, own) = parse(id).unwrap_or_default();
+        let base = format!("{}:resp:{{{conv}}}:", self.prefix);
+        let key = format!("{base}{own}");
+        (base, key)
+    }
+
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        f: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, AxError> {
+        match tokio::time::timeout(TIMEOUT, f).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(unavailable(op, &e)),
+            Err(_) => Err(unavailable(op, &"timeout")),
+        }
+    }
+
+    async fn put(&self, r: NewResponse, dropped: Option<u64>, retention: Duration) -> Result<(), AxError> {
+        let mut conn = self.conn()?;
+        let (_, key) = self.keys(&r.id);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let prev = r.previous.as_deref().unwrap_or("");
+        match dropped {
+            Some(size) => {
+                pipe.hset_multiple(&key, &[("t", r.tenant.as_bytes()), ("p", prev.as_bytes())]).hset(&key, "x", size)
+            }
+            None => pipe.hset_multiple(
+                &key,
+                &[("t", r.tenant.as_bytes()), ("p", prev.as_bytes()), ("i", &r.input[..]), ("r", &r.response[..])],
+            ),
+        };
+        pipe.pexpire(&key, i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)).ignore();
+        self.run::<()>("put", pipe.query_async(&mut conn)).await
+    }
+
+    async fn walk(&self, tenant: &str, id: &str, links: usize, max_total: u64) -> Result<Vec<redis::Value>, AxError> {
+        let mut conn = self.conn()?;
+        let (base, key) = self.keys(id);
+        let mut inv = self.walk.prepare_invoke();
+        inv.key(&key).arg(base).arg(tenant).arg(links).arg(max_total).arg(id);
+        self.run("walk", inv.invoke_async(&mut conn)).await
+    }
+
+    async fn chain(&self, tenant: &str, id: &str, max_total: u64) -> Result<Result<Vec<Link>, Miss>, AxError> {
+        let v = self.walk(tenant, id, MAX_LINKS + 1, max_total).await?;
+        Ok(read_walk(v).and_then(|l| if l.len() > MAX_LINKS { Err(Miss::TooLong) } else { Ok(l) }))
+    }
+
+    async fn one(&self, tenant: &str, id: &str) -> Result<Result<Vec<Link>, Miss>, AxError> {
+        let v = self.walk(tenant, id, 1, u64::MAX / 2).await?;
+        Ok(read_walk(v))
+    }
+
+    async fn delete(&self, tenant: &str, id: &str) -> Result<bool, AxError> {
+        let mut conn = self.conn()?;
+        let (_, key) = self.keys(id);
+        let mut inv = self.delete.prepare_invoke();
+        inv.key(&key).arg(tenant);
+        Ok(self.run::<i64>("delete", inv.invoke_async(&mut conn)).await? > 0)
+    }
+}
+
+fn bulk(v: redis::Value) -> Bytes {
+    match v {
+        redis::Value::BulkString(b) => Bytes::from(b),
+        redis::Value::SimpleString(s) => Bytes::from(s),
+        redis::Value::Int(n) => Bytes::from(n.to_string()),
+        _ => Bytes::new(),
+    }
+}
+
+fn text(v: redis::Value) -> String {
+    String::from_utf8_lossy(&bulk(v)).into_owned()
+}
+
+/// The walk script's answer.
+fn read_walk(v: Vec<redis::Value>) -> Result<Vec<Link>, Miss> {
+    let mut it = v.into_iter();
+    let status = it.next().map(text).unwrap_or_default();
+    let detail = it.next().map(text).unwrap_or_default();
+    match status.as_str() {
+        "ok" => {
+            let mut out = Vec::new();
+            let mut id = detail;
+            loop {
+                let (Some(input), Some(response)) = (it.next(), it.next()) else { break };
+                out.push(Link { id, input: bulk(input), response: bulk(response) });
+                match it.next() {
+                    Some(next) => id = text(next),
+                    None => break,
+                }
+            }
+            Ok(out)
+        }
+        "missing" => Err(Miss::Missing),
+        "broken" => Err(Miss::Broken(detail)),
+        "not_kept" => Err(Miss::NotKept(detail, it.next().map(text).and_then(|s| s.parse().ok()).unwrap_or(0))),
+        _ => Err(Miss::TooLarge),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(local_max_bytes: u64) -> ResponseStoreSpec {
+        ResponseStoreSpec { retention_days: 1, max_response_bytes: 100, local_max_bytes }
+    }
+
+    fn resp(id: &str, tenant: &str, previous: Option<&str>, body: &'static str) -> NewResponse {
+        NewResponse {
+            id: id.to_owned(),
+            tenant: tenant.to_owned(),
+            previous: previous.map(str::to_owned),
+            input: Bytes::from_static(b"\"hi\""),
+            response: Bytes::from_static(body.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn ids_keep_their_conversation() {
+        let a = new_id(None);
+        let b = new_id(Some(&a));
+        assert_eq!(a.len(), 53);
+        assert_eq!(parse(&a).map(|p| p.0), parse(&b).map(|p| p.0));
+        assert_ne!(a, b);
+        assert_ne!(parse(&new_id(Some("resp_nope"))).map(|p| p.0), parse(&a).map(|p| p.0));
+        assert!(parse("resp_../../etc").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_local_chain_is_walked_oldest_first_and_scoped_to_its_tenant() {
+        let s = ResponseStore::local(&spec(1 << 20));
+        let a = new_id(None);
+        let b = new_id(Some(&a));
+        s.put(resp(&a, "t1", None, "{\"n\":1}")).await.unwrap();
+        s.put(resp(&b, "t1", Some(&a), "{\"n\":2}")).await.unwrap();
+        let chain = s.chain("t1", &b, 1 << 20, Some("previous_response_id")).await.unwrap();
+        assert_eq!(chain.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(), [a.as_str(), b.as_str()]);
+        let e = s.chain("t2", &b, 1 << 20, Some("previous_response_id")).await.unwrap_err();
+        assert_eq!(e.code(), "response_not_found");
+        assert!(matches!(s.chain("t1", &b, 10, None).await, Err(AxError::PayloadTooLarge(10))));
+        // Deleting the first link breaks the chain, with a message that says which.
+        assert_eq!(s.delete("t2", &a).await.unwrap_err().code(), "response_not_found");
+        s.delete("t1", &a).await.unwrap();
+        let e = s.chain("t1", &b, 1 << 20, None).await.unwrap_err();
+        assert!(e.to_string().contains("deleted or has expired"), "{e}");
+        assert_eq!(&s.get("t1", &b).await.unwrap()[..], b"{\"n\":2}");
+    }
+
+    #[tokio::test]
+    async fn the_local_store_evicts_the_oldest_and_marks_what_it_did_not_keep() {
+        let s = ResponseStore::local(&spec(30));
+        let ids: Vec<String> = (0..4).map(|_| new_id(None)).collect();
+        for id in &ids {
+            s.put(resp(id, "t", None, "0123456789")).await.unwrap();
+        }
+        // 14 bytes each, 30 at most: the two newest are kept.
+        assert!(s.get("t", &ids[0]).await.is_err());
+        assert!(s.get("t", &ids[1]).await.is_err());
+        assert!(s.get("t", &ids[3]).await.is_ok());
+        let big = new_id(None);
+        let body: &'static str = Box::leak("x".repeat(200).into_boxed_str());
+        s.put(resp(&big, "t", None, body)).await.unwrap();
+        let e = s.get("t", &big).await.unwrap_err();
+        assert!(e.to_string().contains("not stored"), "{e}");
+    }
+}
