@@ -49,7 +49,7 @@ for alias in os.environ.get("AX_ALIASES", "claude,gpt,gem").split(","):
         done = client.responses.create(model=alias, input=items, tools=TOOLS)
         assert "21C" in done.output_text and "15C" in done.output_text, done
 
-# 4. Errors as the SDK's exceptions; what needs stored responses says so.
+# 4. Errors as the SDK's exceptions; an unknown stored response is a 404 naming the field.
 try:
     client.responses.create(model="no-such-alias", input="x")
     raise AssertionError("expected NotFoundError")
@@ -57,8 +57,8 @@ except openai.NotFoundError as e:
     assert e.body["code"] == "model_not_found", e.body
 try:
     client.responses.create(model="gpt", input="x", previous_response_id="resp_123")
-    raise AssertionError("expected BadRequestError")
-except openai.BadRequestError as e:
-    assert e.body["param"] == "previous_response_id", e.body
+    raise AssertionError("expected NotFoundError")
+except openai.NotFoundError as e:
+    assert e.body["param"] == "previous_response_id" and e.body["code"] == "response_not_found", e.body
 
 print("responses sdk: all checks passed")

@@ -190,6 +190,70 @@ fn gemini_agent(r: &Recorded) -> Reply {
     }
 }
 
+/// Stored responses through two data-plane processes sharing one Redis: a tool conversation
+/// begun on one (Anthropic) is continued on the other, where Anthropic is overloaded and Gemini
+/// serves the whole stored conversation; retrieve, `input_items`, delete and another tenant's
+/// 404 with the real `openai` SDK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_store_across_data_planes() {
+    let redis = ax_tests::RedisServer::start();
+    // Overloaded whenever a tool's result comes back.
+    let claude = FakeUpstream::start(|r: &Recorded| {
+        let last = r.body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or(Value::Null);
+        let results = last["content"].as_array().is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"));
+        if results {
+            Reply::status(529, json!({ "type": "error", "error": { "type": "overloaded_error", "message": "busy" } }))
+        } else {
+            anthropic_agent(r)
+        }
+    })
+    .await;
+    let gem = FakeUpstream::start(gemini_agent).await;
+    let caps = "capabilities: [chat, tools, streaming]";
+    let config = format!(
+        r#"server: {{ redis_url: "redis://127.0.0.1:{}", redis_prefix: "sdk-store-{}" }}
+upstreams:
+  - {{ name: claude, provider: anthropic, base_url: "{}", api_key: sk-ant-test, models: [{{ name: claude-real, context_window: 200000, {caps} }}] }}
+  - {{ name: gem, provider: gemini, base_url: "{}", api_key: g-test, models: [{{ name: gemini-real, context_window: 1000000, {caps} }}] }}
+routes:
+  - {{ alias: conv, strategy: priority, candidates: [{{ upstream: claude, model: claude-real, priority: 0 }}, {{ upstream: gem, model: gemini-real, priority: 1 }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+  - {{ id: u, keys: [{{ id: k2, sha256: "{}" }}] }}
+"#,
+        redis.port,
+        std::process::id(),
+        claude.url(),
+        gem.url(),
+        key_digest(KEY),
+        key_digest("ax-other-tenant-key")
+    );
+    let dir = temp_dir("responses-store-sdk");
+    let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
+    for d in [&dir_a, &dir_b] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(d.join("ax.yaml"), &config).unwrap();
+    }
+    let a = Binary::start(&dir_a.join("ax.yaml"), &dir_a);
+    let b = Binary::start(&dir_b.join("ax.yaml"), &dir_b);
+    let envs = vec![
+        ("AX_URL_A", a.url.clone()),
+        ("AX_URL_B", b.url.clone()),
+        ("AX_KEY", KEY.to_owned()),
+        ("AX_OTHER_KEY", "ax-other-tenant-key".to_owned()),
+    ];
+    let stdout = run_script(&b, "openai_responses_store.py", envs).await;
+    assert!(stdout.contains("responses store sdk: all checks passed"), "{stdout}\n{}", a.logs());
+    // Gemini was sent the conversation begun on Anthropic: the question, both calls, both results.
+    let sent = gem.last().body;
+    let contents = sent["contents"].as_array().unwrap();
+    assert_eq!(contents[0]["parts"][0]["text"], "Weather in Paris and London?", "{sent}");
+    let calls = contents[1]["parts"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "{sent}");
+    assert_eq!(calls[0]["functionCall"]["args"], json!({ "city": "Paris" }));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The official `anthropic` Python SDK against `/v1/messages`, for every upstream kind: an
 /// Anthropic upstream (forwarded), an OpenAI-compatible one and Gemini (translated), the mock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
