@@ -120,7 +120,10 @@ pub fn raw_input(body: &Bytes) -> Bytes {
         Ok(())
     });
     match (walked, span) {
-        (Ok(()), Some(span)) => body.slice(span),
+        // A slice holds the whole body: kept when `input` is most of it (the store counts the
+        // slice, so at most twice what it counts is held), else copied.
+        (Ok(()), Some(span)) if span.len() * 2 >= body.len() => body.slice(span),
+        (Ok(()), Some(span)) => Bytes::copy_from_slice(&body[span]),
         _ => Bytes::new(),
     }
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# What the Responses API's response store costs a turn (issue 22's measure), ax at its defaults
+# with a private Redis as the store, wrk -t1 -c64, bodies of ~1 KB and ~50 KB:
+#
+#   bash tests/bench/store.sh [seconds-per-run]
+#
+#   - store: false, no previous_response_id: the store is not used;
+#   - store: true (the default): the response is kept (one MULTI of HSET + PEXPIRE);
+#   - store: true and previous_response_id (a response made before the run): the chain is read
+#     (one Lua walk), then the new response kept.
+# Reported: req/s, the data plane's CPU µs per request (/proc), wrk's median latency, and the
+# Redis round trips per request (Redis's total_commands_processed over the run ÷ requests; a MULTI
+# of three commands counts 4 commands as one round trip, so the column is per command, and the
+# round trips are given beside it). Loopback only; bounded by wrk's -d; everything started here is
+# stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DUR=${1:-8}
+for tool in nginx wrk python3 redis-server redis-cli curl; do
+  command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y nginx wrk python3 redis-server curl" >&2; exit 2; }
+done
+cargo build --release --locked -p ax-dataplane --bin ax-dataplane >/dev/null 2>&1
+AX=target/release/ax-dataplane
+WORK=$(mktemp -d /tmp/ax-store.XXXXXX)
+cleanup() {
+  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+MOCK=$(free_port); REDIS=$(free_port)
+OPENAI='{"id":"chatcmpl-1","object":"chat.completion","created":1730000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
+cat > "$WORK/mock.conf" <<EOF
+worker_processes 1;
+pid $WORK/mock.pid;
+error_log $WORK/mock.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_buffer_size 1m;
+  client_max_body_size 10m;
+  server { listen 127.0.0.1:$MOCK backlog=4096;
+    location = /v1/chat/completions { default_type application/json; return 200 '$OPENAI'; } }
+}
+EOF
+nginx -p "$WORK" -c "$WORK/mock.conf"
+redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
+for _ in $(seq 100); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sleep 0.05; done
+KEY=ax-bench-key
+cat > "$WORK/ax.yaml" <<EOF
+server: { redis_url: "redis://127.0.0.1:$REDIS" }
+upstreams:
+  - { name: up, provider: openai, base_url: "http://127.0.0.1:$MOCK/v1", api_key: sk-bench,
+      models: [{ name: m, context_window: 1000000, capabilities: [chat], price_per_mtok: { input: 1, output: 2 } }] }
+routes:
+  - { alias: chat, candidates: [{ upstream: up, model: m }] }
+tenants:
+  - { id: plain, keys: [{ id: k1, sha256: "$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)" }] }
+EOF
+"$AX" --config "$WORK/ax.yaml" --listen 127.0.0.1:0 --addr-file "$WORK/ax.addr" >/dev/null 2>"$WORK/ax.log" &
+echo $! > "$WORK/ax.pid"
+for _ in $(seq 200); do [ -s "$WORK/ax.addr" ] && break; sleep 0.05; done
+URL="http://$(cat "$WORK/ax.addr")"
+sleep 1.5 # the fleet's first connection
+script() { # $1 = messages, $2 = store (true/false), $3 = previous response id or ""
+  local out="$WORK/post-$1-$2-${3:-none}.lua"
+  python3 - "$1" "$2" "$3" "$KEY" > "$out" <<'PY'
+import json, sys
+n, store, prev, key = int(sys.argv[1]), sys.argv[2] == "true", sys.argv[3], sys.argv[4]
+text = "The quick brown fox jumps over the lazy dog while the agent reads the repository. " * 10
+msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i in range(n)]
+body = {"model": "chat", "max_output_tokens": 100, "input": msgs, "store": store}
+if prev:
+    body["previous_response_id"] = prev
+print('wrk.method = "POST"')
+print('wrk.path = "/v1/responses"')
+print("wrk.body = " + json.dumps(json.dumps(body)))
+print('wrk.headers["Content-Type"] = "application/json"')
+print('wrk.headers["Authorization"] = "Bearer %s"' % key)
+PY
+  echo "$out"
+}
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+commands() { redis-cli -p "$REDIS" info stats | awk -F: '/^total_commands_processed/ { print $2 + 0 }'; }
+run() { # $1 = script; prints "rps cpu_us_per_request p50 redis_commands_per_request"
+  wrk -t1 -c64 -d1s -s "$1" "$URL" >/dev/null 2>&1 || true
+  local t0 t1 c0 c1 out pid
+  pid=$(cat "$WORK/ax.pid")
+  t0=$(ticks "$pid"); c0=$(commands)
+  out=$(wrk -t1 -c64 -d"${DUR}s" --latency -s "$1" "$URL")
+  t1=$(ticks "$pid"); c1=$(commands)
+  echo "$out" | grep -q "Non-2xx" && { echo "non-2xx answers: $out" >&2; exit 1; }
+  echo "$out" | awk -v dt=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v dc=$((c1 - c0)) '
+    /requests in/ { n = $1 } /^Requests\/sec/ { rps = $2 } /^ +50%/ { p50 = $2 }
+    END { printf "%.0f %.1f %s %.2f\n", rps, dt / hz * 1e6 / n, p50, dc / n }'
+}
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); runs of ${DUR}s, wrk -t1 -c64"
+echo
+echo '| body | store | req/s | CPU µs/req | p50 | Redis commands/req | Redis round trips/turn |'
+echo '|---|---|---:|---:|---:|---:|---:|'
+for n in 1 60; do
+  size=$(python3 -c "print(max(1, round(len('The quick brown fox jumps over the lazy dog while the agent reads the repository. ' * 10) * $n / 1024)))")
+  first=$(curl -s "$URL/v1/responses" -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    -d '{"model":"chat","input":"first turn"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  for mode in "false:" "true:" "true:$first"; do
+    store=${mode%%:*}; prev=${mode#*:}
+    read -r rps cpu p50 cmds < <(run "$(script "$n" "$store" "$prev")")
+    case "$mode" in
+      false:) what="off (store: false)"; trips=0 ;;
+      true:) what="on"; trips=1 ;;
+      *) what="on + previous_response_id"; trips=2 ;;
+    esac
+    echo "| ~${size} KB | $what | $rps | $cpu | $p50 | $cmds | $trips |"
+  done
+done
+echo
+echo "Redis memory after the runs: $(redis-cli -p "$REDIS" info memory | awk -F: '/^used_memory_human/ { print $2 }' | tr -d '\r')"
