@@ -81,6 +81,10 @@ pub struct ChatRequest {
     /// otherwise providers that take a budget derive it from the effort.
     #[serde(skip)]
     pub thinking_budget: Option<u32>,
+    /// Top-level fields ax does not know, as the caller wrote them (name, JSON text): sent only to
+    /// upstreams that pass them through (`UpstreamSpec::passthrough`).
+    #[serde(skip)]
+    pub extra: Vec<(String, Box<serde_json::value::RawValue>)>,
     // OpenAI's controls without an equivalent elsewhere (but `safety_identifier`, which
     // Anthropic takes as `metadata.user_id`): sent to OpenAI-compatible upstreams as given, under
     // the parameter policy for the others. Their values are OpenAI's to judge.

@@ -24,14 +24,14 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::time::Instant;
 
-use ax_protocol::config::{ParamsMode, ProviderKind};
+use ax_protocol::config::ParamsMode;
 use ax_protocol::usage::UNKNOWN_ALIAS;
 use bytes::Bytes;
 
 use crate::canonical::{
     ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, Skim, Usage,
 };
-use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant};
+use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant, Upstream};
 use crate::error::{AxError, Outcome};
 use crate::governance::guard::{self, Demand, Reservations};
 use crate::metering::meter::Meter;
@@ -234,15 +234,25 @@ fn route_of<'s>(snap: &'s Snapshot, caller: &Caller<'_>, alias: &str) -> Result<
     Ok(route)
 }
 
-/// The request as this provider should see it: in lenient mode, without the parameters it cannot
-/// honour (strict mode already kept such candidates out of the plan).
-fn for_provider<'r>(req: &'r ChatRequest, params: &[&'static str], kind: ProviderKind) -> Cow<'r, ChatRequest> {
+/// The request as this upstream should see it: in lenient mode, without the parameters it cannot
+/// honour (strict mode already kept such candidates out of the plan), and without the fields ax
+/// does not know unless it passes them through.
+fn for_provider<'r>(req: &'r ChatRequest, params: &[&'static str], up: &Upstream) -> Cow<'r, ChatRequest> {
+    let kind = up.kind;
     let dropped: Vec<&str> = params.iter().copied().filter(|p| !crate::providers::supports(kind, p)).collect();
-    if dropped.is_empty() {
+    let foreign = req.extra.iter().any(|(n, _)| !up.passthrough.allows(n));
+    if dropped.is_empty() && !foreign {
         return Cow::Borrowed(req);
     }
-    tracing::warn!(provider = kind.as_str(), params = ?dropped, "dropped parameters the provider does not support");
     let mut r = req.clone();
+    if foreign {
+        r.extra.retain(|(n, _)| up.passthrough.allows(n));
+        tracing::warn!(upstream = up.name, "dropped unknown request fields the upstream does not pass through");
+    }
+    if dropped.is_empty() {
+        return Cow::Owned(r);
+    }
+    tracing::warn!(provider = kind.as_str(), params = ?dropped, "dropped parameters the provider does not support");
     for p in dropped {
         r.clear_param(p);
     }
@@ -356,10 +366,38 @@ fn decoded_request<'s, D>(
 where
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
 {
-    let req = decode(bytes, snap.params).map_err(Rejection::of(caller, None))?;
+    let mut req = decode(bytes, snap.params).map_err(Rejection::of(caller, None))?;
     let route = route_of(snap, caller, &req.model)?;
-    req.validate().map_err(Rejection::of(caller, Some(route.alias.as_str())))?;
+    let alias = Some(route.alias.as_str());
+    req.validate().map_err(Rejection::of(caller, alias))?;
+    if !req.extra.is_empty() {
+        unknown_fields(snap, route, &mut req).map_err(Rejection::of(caller, alias))?;
+    }
     Ok((Request::Canonical(req), route))
+}
+
+/// Fields ax does not know: kept when a candidate of the route passes them all through (strict
+/// mode then plans only such candidates), else refused (strict) or dropped (lenient).
+fn unknown_fields(snap: &Snapshot, route: &Route, req: &mut ChatRequest) -> Result<(), AxError> {
+    let passes = route.candidates.iter().any(|c| {
+        let up = snap.upstream_model(c).0;
+        req.extra.iter().all(|(n, _)| up.passthrough.allows(n))
+    });
+    if passes {
+        return Ok(());
+    }
+    match snap.params {
+        ParamsMode::Strict => {
+            let param = req.extra.first().map(|(n, _)| n.clone()).unwrap_or_default();
+            Err(AxError::UnsupportedParameter { param, provider: "ax" })
+        }
+        ParamsMode::Lenient => {
+            let names: Vec<&str> = req.extra.iter().map(|(n, _)| n.as_str()).collect();
+            tracing::warn!(params = ?names, "dropped unknown request parameters");
+            req.extra.clear();
+            Ok(())
+        }
+    }
 }
 
 async fn chat_stages<'s, B, Fut, D, S, E>(
@@ -448,14 +486,14 @@ where
                 };
                 match canon {
                     Ok(c) => {
-                        let c = for_provider(c, &needs.params, up.kind);
+                        let c = for_provider(c, &needs.params, up);
                         call::chat(up, model, &c, snap.default_max_tokens, rid, deadlines).await
                     }
                     Err(e) => Err(e),
                 }
             }
             Request::Canonical(c) => {
-                let c = for_provider(c, &needs.params, up.kind);
+                let c = for_provider(c, &needs.params, up);
                 call::chat(up, model, &c, snap.default_max_tokens, rid, deadlines).await
             }
         };

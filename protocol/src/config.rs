@@ -229,6 +229,42 @@ pub struct UpstreamSpec {
     /// Behaviour of a `mock` upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mock: Option<MockSpec>,
+    /// Chat request fields ax does not know (vLLM's `top_k`, Qwen's `enable_thinking`), sent to
+    /// this OpenAI-compatible upstream as the caller wrote them on routes that translate: `true`
+    /// for any, or a list of names. Off by default (strict mode refuses them, lenient drops them).
+    #[serde(default, skip_serializing_if = "Passthrough::is_off")]
+    pub passthrough: Passthrough,
+}
+
+/// Which unknown request fields an upstream is sent (`UpstreamSpec::passthrough`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Passthrough {
+    All(bool),
+    Fields(Vec<String>),
+}
+
+impl Default for Passthrough {
+    fn default() -> Self {
+        Self::All(false)
+    }
+}
+
+impl Passthrough {
+    pub fn is_off(&self) -> bool {
+        match self {
+            Self::All(on) => !on,
+            Self::Fields(f) => f.is_empty(),
+        }
+    }
+
+    /// Whether the field `name` is sent on.
+    pub fn allows(&self, name: &str) -> bool {
+        match self {
+            Self::All(on) => *on,
+            Self::Fields(f) => f.iter().any(|x| x == name),
+        }
+    }
 }
 
 fn default_max_concurrency() -> u32 {

@@ -139,6 +139,17 @@ pub fn validate(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> Resu
         if upstream_index.insert(u.name.as_str(), i).is_some() {
             return Err(err(format!("{path}.name"), format!("duplicate upstream name '{}'", u.name)));
         }
+        if !u.passthrough.is_off() && !matches!(u.provider, ProviderKind::Openai | ProviderKind::AzureOpenai) {
+            return Err(err(
+                format!("{path}.passthrough"),
+                "only OpenAI-compatible upstreams (openai, azure_openai) take fields ax does not know",
+            ));
+        }
+        if let crate::config::Passthrough::Fields(f) = &u.passthrough {
+            if let Some(k) = f.iter().position(|n| n.is_empty() || n.contains('.')) {
+                return Err(err(format!("{path}.passthrough[{k}]"), "a top-level field name"));
+            }
+        }
         upstreams.push(upstream(u, &path, env)?);
     }
 

@@ -89,6 +89,8 @@ pub struct Upstream {
     /// The largest whole answer and the largest stream event taken from this upstream.
     pub max_response_bytes: usize,
     pub max_event_bytes: usize,
+    /// Unknown chat fields this upstream is sent as written (`UpstreamSpec::passthrough`).
+    pub passthrough: ax_protocol::config::Passthrough,
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
     /// warm connections) across reloads.
     client_fingerprint: [u8; 32],
@@ -499,6 +501,7 @@ fn compile_upstream(
         models,
         max_response_bytes: v.max_response_bytes,
         max_event_bytes: v.max_event_bytes,
+        passthrough: u.passthrough.clone(),
         client_fingerprint,
     })
 }

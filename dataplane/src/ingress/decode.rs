@@ -9,18 +9,63 @@ use crate::error::AxError;
 /// Decodes a JSON body, naming the failing field path; unknown fields are collected, then
 /// refused (strict) or dropped with a warning (lenient).
 pub fn json<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxError> {
+    let (value, unknown) = collecting::<T>(bytes)?;
+    judge(&unknown, mode)?;
+    Ok(value)
+}
+
+/// An unknown top-level field, as the caller wrote it: its name and its JSON.
+pub type Extra = (String, Box<serde_json::value::RawValue>);
+
+/// Decodes like `json`, but keeps the unknown top-level fields for the upstreams that pass them
+/// through (the pipeline judges them once it knows the route); unknown fields deeper down are
+/// refused or dropped as in `json`.
+pub fn json_with_extra<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<(T, Vec<Extra>), AxError> {
+    let (value, unknown) = collecting::<T>(bytes)?;
+    if unknown.is_empty() {
+        return Ok((value, Vec::new()));
+    }
+    let (top, nested): (Vec<String>, Vec<String>) = unknown.into_iter().partition(|p| !p.contains('.'));
+    judge(&nested, mode)?;
+    Ok((value, raw_fields(bytes, &top)))
+}
+
+/// The JSON text of the top-level fields `names`.
+fn raw_fields(bytes: &[u8], names: &[String]) -> Vec<Extra> {
+    let mut out = Vec::with_capacity(names.len());
+    let mut s = crate::skim::Skim::new(bytes);
+    let _ = s.object(|k, escaped, s| {
+        let span = s.value()?;
+        if let Some(name) = crate::skim::key_text(k, escaped) {
+            if names.iter().any(|n| *n == name) {
+                let text = String::from_utf8_lossy(&bytes[span]).into_owned();
+                if let Ok(raw) = serde_json::value::RawValue::from_string(text) {
+                    out.push((name.into_owned(), raw));
+                }
+            }
+        }
+        Ok(())
+    });
+    out
+}
+
+/// One pass of `sonic_rs`, collecting the paths of the fields `T` does not name.
+fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<String>), AxError> {
     let mut unknown = Vec::new();
     // `sonic_rs` checks UTF-8 once for the whole body and reads strings with SIMD (serde_json
     // scans them a byte at a time); the same serde types, the same result. Errors are explained by
     // serde_json (`explain`: the field's path, or the body not being UTF-8), off the common path.
     let mut de = sonic_rs::Deserializer::from_slice(bytes);
-    let value: T = match serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path)))
-        .and_then(|v| de.end().map(|()| v))
+    match serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path))).and_then(|v| de.end().map(|()| v))
     {
-        Ok(v) => v,
+        Ok(v) => Ok((v, unknown)),
         // Field paths are tracked only to explain a failure: a second pass, off the common path.
-        Err(e) => return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson(e.to_string()))),
-    };
+        Err(e) => Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson(e.to_string()))),
+    }
+}
+
+/// Unknown fields: refused (strict) or dropped with a warning (lenient).
+fn judge(unknown: &[String], mode: ParamsMode) -> Result<(), AxError> {
     if let Some(first) = unknown.first() {
         match mode {
             ParamsMode::Strict => {
@@ -31,7 +76,7 @@ pub fn json<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, Ax
             }
         }
     }
-    Ok(value)
+    Ok(())
 }
 
 /// A field's path as a caller reads it: `tools.10.defer_loading`, without serde_ignored's `?`

@@ -24,7 +24,9 @@ pub fn api_key(headers: &HeaderMap) -> Option<&str> {
 }
 
 pub fn decode_chat(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, AxError> {
-    super::decode::json(bytes, mode)
+    let (mut req, extra) = super::decode::json_with_extra::<ChatRequest>(bytes, mode)?;
+    req.extra = extra;
+    Ok(req)
 }
 
 /// One alias as OpenAI describes a model.

@@ -120,7 +120,20 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         web_search_options: r.web_search_options.as_ref(),
         audio: r.audio.as_ref(),
     };
-    super::to_json(&body, r.text_len())
+    let mut json = super::to_json(&body, r.text_len())?;
+    // Fields ax does not know, for an upstream that passes them through (the pipeline left only
+    // those): written after the ones it knows, as the caller wrote them.
+    if !r.extra.is_empty() && json.last() == Some(&b'}') {
+        json.pop();
+        for (name, raw) in &r.extra {
+            json.push(b',');
+            json.extend_from_slice(&serde_json::to_vec(name).unwrap_or_default());
+            json.push(b':');
+            json.extend_from_slice(raw.get().as_bytes());
+        }
+        json.push(b'}');
+    }
+    Ok(json)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ pub struct Needs {
     pub prompt_estimate: u64,
     /// Parameters set on the request, checked against each provider in strict mode.
     pub params: Vec<&'static str>,
+    /// Fields ax does not know, checked against each upstream's passthrough in strict mode.
+    pub extra: Vec<String>,
     /// Tokens reserved against TPM limits: the prompt estimate plus the output cap (or the
     /// server default), settled to the actual usage afterwards.
     pub reserve_tokens: u64,
@@ -89,6 +91,7 @@ pub fn chat_needs(req: &ChatRequest, default_max_tokens: u32) -> Needs {
         window_tokens: prompt_estimate + u64::from(req.max_output().unwrap_or(0)),
         prompt_estimate,
         params: req.set_params().collect(),
+        extra: req.extra.iter().map(|(n, _)| n.clone()).collect(),
         reserve_tokens: prompt_estimate + u64::from(req.max_output().unwrap_or(default_max_tokens)),
     }
 }
@@ -112,6 +115,7 @@ pub fn forward_needs(req: &RawChat, default_max_tokens: u32) -> Needs {
         window_tokens: req.prompt_estimate + u64::from(req.max_output.unwrap_or(0)),
         prompt_estimate: req.prompt_estimate,
         params: Vec::new(),
+        extra: Vec::new(),
         reserve_tokens: req.prompt_estimate + u64::from(req.max_output.unwrap_or(default_max_tokens)),
     }
 }
@@ -123,6 +127,7 @@ pub fn embeddings_needs(req: &EmbeddingsRequest) -> Needs {
         window_tokens: 0,
         prompt_estimate,
         params: Vec::new(),
+        extra: Vec::new(),
         reserve_tokens: prompt_estimate,
     }
 }
@@ -132,7 +137,7 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
     let mut eligible = Vec::with_capacity(route.candidates.len());
     let mut missing_cap = None;
     let mut too_long = false;
-    let mut unsupported: Option<(&'static str, &'static str)> = None;
+    let mut unsupported: Option<(String, &'static str)> = None;
     for c in route.candidates.iter().filter(|c| c.weight > 0) {
         let (up, model) = snap.upstream_model(c);
         if let Some(cap) = needs.caps.iter().find(|cap| !model.caps.has(**cap)) {
@@ -145,7 +150,11 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
         }
         if snap.params == ParamsMode::Strict {
             if let Some(p) = needs.params.iter().find(|p| !providers::supports(up.kind, p)) {
-                unsupported.get_or_insert((p, up.kind.as_str()));
+                unsupported.get_or_insert_with(|| ((*p).to_owned(), up.kind.as_str()));
+                continue;
+            }
+            if let Some(n) = needs.extra.iter().find(|n| !up.passthrough.allows(n)) {
+                unsupported.get_or_insert_with(|| (n.clone(), up.kind.as_str()));
                 continue;
             }
         }
@@ -153,7 +162,7 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
     }
     if eligible.is_empty() {
         return Err(if let Some((param, provider)) = unsupported {
-            AxError::UnsupportedParameter { param: param.to_owned(), provider }
+            AxError::UnsupportedParameter { param, provider }
         } else if too_long {
             AxError::ContextLengthExceeded { alias: route.alias.clone(), estimated: needs.prompt_estimate }
         } else {

@@ -299,3 +299,73 @@ async fn namespaced_tools_go_flat_and_come_back_apart() {
     assert_eq!(resp.status(), 400);
     assert_eq!(resp.json::<Value>().await.unwrap()["error"]["param"], "tool_choice");
 }
+
+/// Fields ax does not know reach an OpenAI-compatible upstream that passes them through, as
+/// written, on a route that translates (it has an Anthropic candidate too); strict mode plans
+/// only such upstreams for them, and refuses them where none does; lenient mode drops them for
+/// the others.
+#[tokio::test]
+async fn unknown_fields_pass_through_to_the_upstreams_that_take_them() {
+    let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = down.clone();
+    let oa = FakeUpstream::start(move |_| {
+        if d.load(std::sync::atomic::Ordering::SeqCst) {
+            Reply::status(503, json!({ "error": { "message": "busy" } }))
+        } else {
+            Reply::json(wire::openai_response(Some("ok"), &[], "stop", (3, 2, 0)))
+        }
+    })
+    .await;
+    let (_, an) = upstreams().await;
+    let model = "{ name: real-model, context_window: 100000, capabilities: [chat, tools, streaming] }";
+    let config = |params: &str| {
+        format!(
+            r#"server: {{ params: {params} }}
+upstreams:
+  - {{ name: vllm, provider: openai, base_url: "{}/v1", api_key: k, passthrough: [top_k, chat_template_kwargs], models: [{model}] }}
+  - {{ name: an, provider: anthropic, base_url: "{}", api_key: k, models: [{model}] }}
+routes:
+  - {{ alias: mixed, strategy: priority, candidates: [{{ upstream: an, model: real-model, priority: 1 }}, {{ upstream: vllm, model: real-model, priority: 0 }}] }}
+  - {{ alias: claude, candidates: [{{ upstream: an, model: real-model }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+            oa.url(),
+            an.url(),
+            key_digest(KEY)
+        )
+    };
+    let gw = Gateway::start(&config("strict")).await;
+    let extra = [("top_k", json!(40)), ("chat_template_kwargs", json!({ "enable_thinking": false }))];
+    let resp = post(&gw.url, "/v1/chat/completions", &ask("mixed", &extra)).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let sent = oa.last().body;
+    assert_eq!(
+        (sent["top_k"].clone(), sent["chat_template_kwargs"].clone()),
+        (json!(40), json!({ "enable_thinking": false }))
+    );
+    assert_eq!(sent["model"], "real-model");
+    // Strict: with vLLM down, Anthropic is not planned for them: the upstream's error, not a
+    // request Anthropic never asked for.
+    down.store(true, std::sync::atomic::Ordering::SeqCst);
+    let before = an.hits();
+    let resp = post(&gw.url, "/v1/chat/completions", &ask("mixed", &extra)).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(an.hits(), before);
+    // A field no upstream takes, or a route without a passthrough upstream: refused, named.
+    for (alias, field) in [("mixed", "typo_field"), ("claude", "top_k")] {
+        let resp = post(&gw.url, "/v1/chat/completions", &ask(alias, &[(field, json!(1))])).await;
+        assert_eq!(resp.status(), 400);
+        let e: Value = resp.json().await.unwrap();
+        assert_eq!(
+            (e["error"]["code"].as_str(), e["error"]["param"].as_str()),
+            (Some("unsupported_parameter"), Some(field))
+        );
+    }
+    // Lenient: Anthropic serves without them.
+    let gw = Gateway::start(&config("lenient")).await;
+    let resp = post(&gw.url, "/v1/chat/completions", &ask("mixed", &extra)).await;
+    assert_eq!(resp.status(), 200);
+    let sent = an.last().body;
+    assert!(sent.get("top_k").is_none() && sent.get("chat_template_kwargs").is_none(), "{sent}");
+}
