@@ -12,6 +12,12 @@
 //! written; a response over `max_response_bytes` is answered but not kept, and a marker says why
 //! for a later request that names it.
 //!
+//! A data plane also remembers the turns it wrote in the last `RECENT` (at most `RECENT_BYTES`):
+//! a conversation that comes back to the data plane that served its previous turns (one replica,
+//! or a client on a kept-alive connection) is continued without reading Redis, so such a turn
+//! costs one round trip, its write. (`GET` always reads Redis; a delete made on another data
+//! plane reaches such a continuation within `RECENT`.)
+//!
 //! Without Redis the store is this process's memory, bounded by `local_max_bytes` (oldest
 //! evicted first): a standalone data plane's conversations do not survive a restart and are not
 //! seen by another process.
@@ -31,6 +37,11 @@ use crate::error::AxError;
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// The most turns a conversation is walked back.
 pub const MAX_LINKS: usize = 2_000;
+/// With Redis: how long a data plane reuses the turns it wrote itself without reading them back
+/// (a delete made on another data plane reaches a continuation here within this), and how much
+/// of them it holds.
+const RECENT: Duration = Duration::from_secs(300);
+const RECENT_BYTES: u64 = 64 * 1024 * 1024;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const CONV_LEN: usize = 16;
@@ -128,6 +139,7 @@ impl ResponseStore {
             prefix: prefix.to_owned(),
             walk: redis::Script::new(WALK),
             delete: redis::Script::new(DELETE),
+            recent: Mutex::new(Local::new(RECENT_BYTES)),
         };
         Ok(Self {
             backend: Backend::Redis(Box::new(store)),
@@ -180,7 +192,10 @@ impl ResponseStore {
                 let l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 l.chain(tenant, id, max_total)
             }
-            Backend::Redis(s) => s.chain(tenant, id, max_total).await?,
+            Backend::Redis(s) => match s.recent_chain(tenant, id, max_total) {
+                Some(links) => Ok(links),
+                None => s.chain(tenant, id, max_total).await?,
+            },
         }
         .map_err(|e| e.into_error(id, param, max_total))?;
         links.reverse();
@@ -419,9 +434,20 @@ struct RedisStore {
     prefix: String,
     walk: redis::Script,
     delete: redis::Script,
+    /// The turns this data plane wrote in the last `RECENT`.
+    recent: Mutex<Local>,
 }
 
 impl RedisStore {
+    fn recent(&self) -> std::sync::MutexGuard<'_, Local> {
+        self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The conversation, when every turn of it was written here in the last `RECENT`.
+    fn recent_chain(&self, tenant: &str, id: &str, max_total: u64) -> Option<Vec<Link>> {
+        self.recent().chain(tenant, id, max_total).ok()
+    }
+
     fn conn(&self) -> Result<ConnectionManager, AxError> {
         if let Some(c) = self.conn.get() {
             return Ok(c.clone());
@@ -457,6 +483,13 @@ impl RedisStore {
 
     async fn put(&self, r: NewResponse, dropped: Option<u64>, retention: Duration) -> Result<(), AxError> {
         let mut conn = self.conn()?;
+        let remembered = NewResponse {
+            id: r.id.clone(),
+            tenant: r.tenant.clone(),
+            previous: r.previous.clone(),
+            input: r.input.clone(),
+            response: r.response.clone(),
+        };
         let (_, key) = self.keys(&r.id);
         let mut pipe = redis::pipe();
         pipe.atomic();
@@ -471,7 +504,9 @@ impl RedisStore {
             ),
         };
         pipe.pexpire(&key, i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)).ignore();
-        self.run::<()>("put", pipe.query_async(&mut conn)).await
+        self.run::<()>("put", pipe.query_async(&mut conn)).await?;
+        self.recent().put(remembered, dropped, Instant::now() + RECENT.min(retention));
+        Ok(())
     }
 
     async fn walk(&self, tenant: &str, id: &str, links: usize, max_total: u64) -> Result<Vec<redis::Value>, AxError> {
@@ -495,6 +530,7 @@ impl RedisStore {
     async fn delete(&self, tenant: &str, id: &str) -> Result<bool, AxError> {
         let mut conn = self.conn()?;
         let (_, key) = self.keys(id);
+        self.recent().delete(tenant, id);
         let mut inv = self.delete.prepare_invoke();
         inv.key(&key).arg(tenant);
         Ok(self.run::<i64>("delete", inv.invoke_async(&mut conn)).await? > 0)

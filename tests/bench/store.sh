@@ -6,8 +6,10 @@
 #
 #   - store: false, no previous_response_id: the store is not used;
 #   - store: true (the default): the response is kept (one MULTI of HSET + PEXPIRE);
-#   - store: true and previous_response_id (a response made before the run): the chain is read
-#     (one Lua walk), then the new response kept.
+#   - store: true and previous_response_id (a response made before the run) written by this data
+#     plane: the chain is remembered (no read), the new response kept;
+#   - the same with a previous response written by another data plane (a second process): the
+#     chain is read (one Lua walk), then the new response kept.
 # Reported: req/s, the data plane's CPU µs per request (/proc), wrk's median latency, and the
 # Redis round trips per request (Redis's total_commands_processed over the run ÷ requests; a MULTI
 # of three commands counts 4 commands as one round trip, so the column is per command, and the
@@ -58,10 +60,13 @@ routes:
 tenants:
   - { id: plain, keys: [{ id: k1, sha256: "$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)" }] }
 EOF
-"$AX" --config "$WORK/ax.yaml" --listen 127.0.0.1:0 --addr-file "$WORK/ax.addr" >/dev/null 2>"$WORK/ax.log" &
-echo $! > "$WORK/ax.pid"
-for _ in $(seq 200); do [ -s "$WORK/ax.addr" ] && break; sleep 0.05; done
+for ax in ax ax2; do
+  "$AX" --config "$WORK/ax.yaml" --listen 127.0.0.1:0 --addr-file "$WORK/$ax.addr" >/dev/null 2>"$WORK/$ax.log" &
+  echo $! > "$WORK/$ax.pid"
+  for _ in $(seq 200); do [ -s "$WORK/$ax.addr" ] && break; sleep 0.05; done
+done
 URL="http://$(cat "$WORK/ax.addr")"
+URL2="http://$(cat "$WORK/ax2.addr")"
 sleep 1.5 # the fleet's first connection
 script() { # $1 = messages, $2 = store (true/false), $3 = previous response id or ""
   local out="$WORK/post-$1-$2-${3:-none}.lua"
@@ -101,15 +106,17 @@ echo '| body | store | req/s | CPU µs/req | p50 | Redis commands/req | Redis ro
 echo '|---|---|---:|---:|---:|---:|---:|'
 for n in 1 60; do
   size=$(python3 -c "print(max(1, round(len('The quick brown fox jumps over the lazy dog while the agent reads the repository. ' * 10) * $n / 1024)))")
-  first=$(curl -s "$URL/v1/responses" -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
-    -d '{"model":"chat","input":"first turn"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-  for mode in "false:" "true:" "true:$first"; do
+  first() { curl -s "$1/v1/responses" -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    -d '{"model":"chat","input":"first turn"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
+  here=$(first "$URL"); there=$(first "$URL2")
+  for mode in "false:" "true:" "true:$here" "true:$there"; do
     store=${mode%%:*}; prev=${mode#*:}
     read -r rps cpu p50 cmds < <(run "$(script "$n" "$store" "$prev")")
     case "$mode" in
       false:) what="off (store: false)"; trips=0 ;;
       true:) what="on"; trips=1 ;;
-      *) what="on + previous_response_id"; trips=2 ;;
+      "true:$here") what="on + previous_response_id written by this data plane"; trips=1 ;;
+      *) what="on + previous_response_id written by another data plane"; trips=2 ;;
     esac
     echo "| ~${size} KB | $what | $rps | $cpu | $p50 | $cmds | $trips |"
   done
