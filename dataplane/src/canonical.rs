@@ -829,6 +829,47 @@ pub enum Protocol {
     OpenAiChat,
     /// Anthropic Messages.
     AnthropicMessages,
+    /// OpenAI Responses (OpenAI's own API, and servers configured with `responses_api`).
+    OpenAiResponses,
+}
+
+/// A set of protocols: those an upstream speaks, or that every upstream of a route speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Protocols(u8);
+
+impl Protocols {
+    pub const NONE: Self = Self(0);
+
+    fn bit(p: Protocol) -> u8 {
+        match p {
+            Protocol::OpenAiChat => 1,
+            Protocol::AnthropicMessages => 2,
+            Protocol::OpenAiResponses => 4,
+        }
+    }
+
+    #[must_use]
+    pub fn with(self, p: Protocol) -> Self {
+        Self(self.0 | Self::bit(p))
+    }
+
+    pub fn has(self, p: Protocol) -> bool {
+        self.0 & Self::bit(p) != 0
+    }
+
+    /// Those in both.
+    #[must_use]
+    pub fn and(self, other: Self) -> Self {
+        Self(self.0 & other.0)
+    }
+
+    /// Those in either.
+    #[must_use]
+    pub fn or(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    pub const ALL: Self = Self(7);
 }
 
 /// What a codec's skim made of a body: a request to forward, or (its model's route translates)
@@ -844,6 +885,8 @@ pub enum Skim {
 /// applied; every other field, unknown ones included, reaches it as the caller wrote it.
 #[derive(Debug, Clone)]
 pub struct RawChat {
+    /// The protocol the caller wrote (its upstream's endpoint and answers).
+    pub protocol: Protocol,
     pub body: bytes::Bytes,
     /// The alias named.
     pub model: String,

@@ -250,6 +250,15 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
         let read = move |limit| async move {
             let (snap, app, keep, echo, turn, previous_id) = (snap_r, app_r, keep_r, echo_r, turn_r, id_r);
             let bytes = read_body(hdrs, body, limit).await?;
+            // A route whose upstreams all offer the Responses API is forwarded (the pipeline's
+            // skim): nothing to decode or store here, the upstream keeps its own.
+            if snap.forwarded.has(Protocol::OpenAiResponses) {
+                let alias = responses::alias_of(&bytes);
+                let forwards = alias.and_then(|a| snap.routes.get(&a)).is_some_and(|r| r.protocols.has(Protocol::OpenAiResponses));
+                if forwards {
+                    return Ok(bytes);
+                }
+            }
             let req = responses::decode(&bytes, snap.params)?;
             let previous = req.previous_response_id().map(str::to_owned);
             let store = req.store();
@@ -279,13 +288,29 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
             start,
             key,
             body: read,
-            decode: |_: &[u8], _| {
+            decode: |bytes: &[u8], mode| {
                 let (req, prior) = {
                     let mut t = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     (t.req.take(), std::mem::take(&mut t.prior))
                 };
+                let req = match req {
+                    Some(r) => r,
+                    // A forwarded request that meets an upstream without the Responses API (a
+                    // long-context or downgrade alias): decoded here, and it cannot continue a
+                    // response the forwarding upstream stored.
+                    None => {
+                        let r = responses::decode(bytes, mode)?;
+                        if r.previous_response_id().is_some() {
+                            return Err(crate::AxError::invalid_param(
+                                "previous_response_id",
+                                "this request moved to an alias whose upstreams do not offer the Responses API: the stored response cannot be continued there",
+                            ));
+                        }
+                        r
+                    }
+                };
                 let mut ns = Vec::new();
-                let req = responses::to_canonical(req.ok_or(crate::AxError::Internal)?, &mut ns, &prior)?;
+                let req = responses::to_canonical(req, &mut ns, &prior)?;
                 let _ = namespaces.set(ns);
                 Ok(req)
             },
@@ -305,7 +330,8 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
             let save = saver(id.clone());
             responses::Events::new(&id, model, ns(), echo(), save)
         };
-        let ended = pipeline::chat(&app, &snap, inbound, pipeline::NO_FORWARDING, events).await;
+        let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiResponses, skim: responses::skim_responses };
+        let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
         // A whole answer is kept before it is sent.
         let mut kept = None;
         if let (pipeline::Ended::Answered(a), Some(k)) = (&ended, keep.get()) {

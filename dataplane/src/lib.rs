@@ -57,7 +57,7 @@ pub struct App {
     /// Fleet-wide limits through Redis, when `server.redis_url` was set at start.
     pub fleet: Option<Arc<governance::fleet::Fleet>>,
     /// Responses kept for the Responses API: in Redis when `server.redis_url` is set, else here.
-    pub responses: response_store::ResponseStore,
+    pub responses: Arc<response_store::ResponseStore>,
 }
 
 impl AsRef<SnapshotStore> for App {
@@ -81,7 +81,7 @@ impl App {
                 .unwrap_or_else(|_| response_store::ResponseStore::local(spec)),
             None => response_store::ResponseStore::local(spec),
         };
-        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics, fleet, responses })
+        Arc::new(Self { store: SnapshotStore::new(snapshot), metrics, fleet, responses: Arc::new(responses) })
     }
 
     /// Background upkeep, once per process: Prometheus histograms need it to bound their memory,
@@ -89,6 +89,9 @@ impl App {
     pub fn spawn_upkeep(&self) {
         if let Some(s) = self.fleet.clone() {
             tokio::spawn(s.keep_connected());
+        }
+        if self.responses.is_shared() {
+            tokio::spawn(self.responses.clone().keep_subscribed());
         }
         if let Some(h) = self.metrics.clone() {
             tokio::spawn(async move {

@@ -420,15 +420,16 @@ where
     // of which speaks the caller's protocol is served from the caller's bytes; any other is
     // decoded here, before any quota is taken, as before the fast path.
     // A snapshot in which no route forwards the caller's protocol decodes at once.
-    let forwarding = forwarding.filter(|f| snap.forwarded.contains(&f.protocol));
+    let forwarding = forwarding.filter(|f| snap.forwarded.has(f.protocol));
     let protocol = forwarding.as_ref().map(|f| f.protocol);
+    let speaks = |protocols: crate::canonical::Protocols| protocol.is_some_and(|p| protocols.has(p));
     let (req, route) = match forwarding {
         Some(f) => {
-            let forwards = |alias: &str| snap.routes.get(alias).is_some_and(|r| r.protocol == protocol);
+            let forwards = |alias: &str| snap.routes.get(alias).is_some_and(|r| speaks(r.protocols));
             match (f.skim)(bytes, &forwards).map_err(Rejection::of(&caller, None))? {
                 Skim::Forward(raw) => {
                     let route = route_of(snap, &caller, &raw.model)?;
-                    if route.protocol == protocol {
+                    if speaks(route.protocols) {
                         (Request::Forward(raw), route)
                     } else {
                         decoded_request(snap, &caller, &decode, &raw.body)?
@@ -476,7 +477,7 @@ where
     let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, deadlines, guard } = a;
         let outcome = match req {
-            Request::Forward(raw) if protocol.is_some() && crate::providers::speaks(up.kind) == protocol => {
+            Request::Forward(raw) if up.speaks.has(raw.protocol) => {
                 call::chat_forward(up, model, raw, rid, deadlines).await
             }
             Request::Forward(raw) => {

@@ -38,15 +38,6 @@ pub fn supports(kind: ProviderKind, param: &str) -> bool {
     }
 }
 
-/// The protocol an upstream of `kind` speaks natively, when callers can speak it too.
-pub fn speaks(kind: ProviderKind) -> Option<Protocol> {
-    match kind {
-        ProviderKind::Openai | ProviderKind::AzureOpenai => Some(Protocol::OpenAiChat),
-        ProviderKind::Anthropic => Some(Protocol::AnthropicMessages),
-        ProviderKind::Gemini | ProviderKind::Mock => None,
-    }
-}
-
 pub fn encode_chat(ctx: Ctx<'_>, req: &ChatRequest) -> Result<Vec<u8>, AxError> {
     match ctx.kind {
         ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_chat(ctx, req),
@@ -122,6 +113,8 @@ pub enum StreamDecoder {
     OpenAiForward(openai::ForwardState),
     /// An Anthropic stream to an Anthropic caller: events forwarded as they came.
     AnthropicForward(anthropic::ForwardState),
+    /// A Responses stream to a Responses caller: events forwarded as they came.
+    ResponsesForward(openai::ResponsesForwardState),
     Anthropic(anthropic::StreamState),
     Gemini(gemini::StreamState),
 }
@@ -136,9 +129,12 @@ impl StreamDecoder {
         }
     }
 
-    /// The decoder of a stream whose events go to a caller of the same protocol as they came;
-    /// `None` where the upstream's protocol has no forwarding (it is translated).
-    pub fn forwarding(kind: ProviderKind) -> Option<Self> {
+    /// The decoder of a stream whose events go to a caller of the same protocol (`protocol`) as
+    /// they came; `None` where the upstream's protocol has no forwarding (it is translated).
+    pub fn forwarding(kind: ProviderKind, protocol: Protocol) -> Option<Self> {
+        if protocol == Protocol::OpenAiResponses {
+            return Some(Self::ResponsesForward(openai::ResponsesForwardState::default()));
+        }
         match kind {
             ProviderKind::Openai | ProviderKind::AzureOpenai => {
                 Some(Self::OpenAiForward(openai::ForwardState::default()))
@@ -154,6 +150,7 @@ impl StreamDecoder {
             Self::OpenAi(s) => s.on_event(ev),
             Self::OpenAiForward(s) => s.on_event(ev),
             Self::AnthropicForward(s) => s.on_event(ev),
+            Self::ResponsesForward(s) => s.on_event(ev),
             Self::Anthropic(s) => s.on_event(ev),
             Self::Gemini(s) => s.on_event(ev),
         }
@@ -166,6 +163,7 @@ impl StreamDecoder {
             Self::OpenAi(s) => s.finished,
             Self::OpenAiForward(s) => s.finished(),
             Self::AnthropicForward(s) => s.finished(),
+            Self::ResponsesForward(s) => s.finished(),
             Self::Anthropic(s) => s.finished,
             Self::Gemini(s) => s.finished,
         };

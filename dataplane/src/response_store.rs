@@ -12,11 +12,14 @@
 //! written; a response over `max_response_bytes` is answered but not kept, and a marker says why
 //! for a later request that names it.
 //!
-//! A data plane also remembers the turns it wrote in the last `RECENT` (at most `RECENT_BYTES`):
-//! a conversation that comes back to the data plane that served its previous turns (one replica,
-//! or a client on a kept-alive connection) is continued without reading Redis, so such a turn
-//! costs one round trip, its write. (`GET` always reads Redis; a delete made on another data
-//! plane reaches such a continuation within `RECENT`.)
+//! A data plane also remembers the turns it wrote or read in the last `RECENT` (at most
+//! `RECENT_BYTES`, least recently used evicted first): a conversation that comes back to the data
+//! plane that served its previous turn (one replica, or a client on a kept-alive connection) is
+//! continued without reading Redis, so such a turn costs one round trip, its write. A delete
+//! publishes the id on `<prefix>:resp:deleted`, and every data plane drops it from what it
+//! remembers as the message arrives (`keep_subscribed`); while that subscription is down a data
+//! plane remembers nothing (it reads Redis every turn), so a deleted response is never continued
+//! from memory after the delete was seen by Redis, but for the message's flight.
 //!
 //! Without Redis the store is this process's memory, bounded by `local_max_bytes` (oldest
 //! evicted first): a standalone data plane's conversations do not survive a restart and are not
@@ -140,6 +143,7 @@ impl ResponseStore {
             walk: redis::Script::new(WALK),
             delete: redis::Script::new(DELETE),
             recent: Mutex::new(Local::new(RECENT_BYTES)),
+            subscribed: std::sync::atomic::AtomicBool::new(false),
         };
         Ok(Self {
             backend: Backend::Redis(Box::new(store)),
@@ -151,6 +155,25 @@ impl ResponseStore {
     /// Whether the store is shared by the fleet (Redis) or this process's own.
     pub fn is_shared(&self) -> bool {
         matches!(self.backend, Backend::Redis(_))
+    }
+
+    /// For the life of the process (started once, by `App::spawn_upkeep`), with Redis: follows
+    /// the fleet's deletes, so that what this data plane remembers never outlives one; while the
+    /// subscription is down it remembers nothing.
+    pub async fn keep_subscribed(self: Arc<Self>) {
+        let Backend::Redis(s) = &self.backend else { return };
+        loop {
+            let ended = s.follow_deletes().await;
+            // Logged once per outage: while Redis is down this retries every second.
+            if s.subscribed.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                let error = ended.err().map(|e| e.to_string()).unwrap_or_default();
+                tracing::warn!(
+                    error,
+                    "response store: the delete subscription ended; every turn reads Redis until it is back"
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 
     /// Keeps a response (one round trip to Redis). One over `max_response_bytes` is not kept: a
@@ -189,12 +212,12 @@ impl ResponseStore {
         }
         let mut links = match &self.backend {
             Backend::Local(l) => {
-                let l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 l.chain(tenant, id, max_total)
             }
             Backend::Redis(s) => match s.recent_chain(tenant, id, max_total) {
                 Some(links) => Ok(links),
-                None => s.chain(tenant, id, max_total).await?,
+                None => s.chain(tenant, id, max_total).await?.inspect(|links| s.remember(tenant, links)),
             },
         }
         .map_err(|e| e.into_error(id, param, max_total))?;
@@ -308,16 +331,19 @@ impl Entry {
 }
 
 struct Local {
-    map: HashMap<String, Arc<Entry>>,
-    /// Ids in the order they were stored (deleted ones are skipped as they come up).
-    order: VecDeque<String>,
+    /// Each entry with the sequence number of its last use.
+    map: HashMap<String, (Arc<Entry>, u64)>,
+    /// (sequence number, id) in the order of use, oldest first; an element whose number is no
+    /// longer its entry's (used since, or deleted) is skipped as it comes up.
+    order: VecDeque<(u64, String)>,
+    seq: u64,
     bytes: u64,
     cap: u64,
 }
 
 impl Local {
     fn new(cap: u64) -> Self {
-        Self { map: HashMap::new(), order: VecDeque::new(), bytes: 0, cap }
+        Self { map: HashMap::new(), order: VecDeque::new(), seq: 0, bytes: 0, cap }
     }
 
     fn put(&mut self, r: NewResponse, dropped: Option<u64>, expires: Instant) {
@@ -325,29 +351,62 @@ impl Local {
         let e = Entry { tenant: r.tenant, previous: r.previous, input, response, dropped, expires };
         let size = e.size();
         let now = Instant::now();
-        while let Some(oldest) = self.order.front() {
-            let expired = self.map.get(oldest).is_none_or(|e| e.expires <= now);
-            if !expired && self.bytes + size <= self.cap {
-                break;
-            }
-            if let Some(id) = self.order.pop_front() {
-                if let Some(gone) = self.map.remove(&id) {
-                    self.bytes -= gone.size();
+        while let Some((seq, oldest)) = self.order.front() {
+            match self.map.get(oldest) {
+                Some((e, s)) if s == seq => {
+                    if e.expires > now && self.bytes + size <= self.cap {
+                        break;
+                    }
+                    if let Some((_, id)) = self.order.pop_front() {
+                        if let Some((gone, _)) = self.map.remove(&id) {
+                            self.bytes -= gone.size();
+                        }
+                    }
+                }
+                // Used again since, or gone.
+                _ => {
+                    self.order.pop_front();
                 }
             }
         }
         self.bytes += size;
-        self.order.push_back(r.id.clone());
-        if let Some(old) = self.map.insert(r.id, Arc::new(e)) {
+        self.seq += 1;
+        self.order.push_back((self.seq, r.id.clone()));
+        if let Some((old, _)) = self.map.insert(r.id, (Arc::new(e), self.seq)) {
             self.bytes -= old.size();
         }
     }
 
-    fn live(&self, id: &str) -> Option<&Arc<Entry>> {
-        self.map.get(id).filter(|e| e.expires > Instant::now())
+    /// Marks `ids` used now: they are evicted last.
+    fn touch(&mut self, ids: impl Iterator<Item = String>) {
+        for id in ids {
+            if let Some((_, s)) = self.map.get_mut(&id) {
+                self.seq += 1;
+                *s = self.seq;
+                self.order.push_back((self.seq, id));
+            }
+        }
+        // Stale elements are dropped as they reach the front; this keeps their number bounded
+        // when entries are read far more often than written.
+        if self.order.len() > 2 * self.map.len() + 64 {
+            let mut live: Vec<(u64, String)> = self.map.iter().map(|(id, (_, s))| (*s, id.clone())).collect();
+            live.sort_unstable();
+            self.order = live.into();
+        }
     }
 
-    fn chain(&self, tenant: &str, id: &str, max_total: u64) -> Result<Vec<Link>, Miss> {
+    fn live(&self, id: &str) -> Option<&Arc<Entry>> {
+        self.map.get(id).map(|(e, _)| e).filter(|e| e.expires > Instant::now())
+    }
+
+    /// The conversation that ends with `id`, newest first; its links are marked used.
+    fn chain(&mut self, tenant: &str, id: &str, max_total: u64) -> Result<Vec<Link>, Miss> {
+        let links = self.walk(tenant, id, max_total)?;
+        self.touch(links.iter().map(|l| l.id.clone()));
+        Ok(links)
+    }
+
+    fn walk(&self, tenant: &str, id: &str, max_total: u64) -> Result<Vec<Link>, Miss> {
         let mut out = Vec::new();
         let mut want = id.to_owned();
         let mut total = 0;
@@ -379,11 +438,18 @@ impl Local {
         }
     }
 
+    /// Drops `id`, whoever's it is.
+    fn forget(&mut self, id: &str) {
+        if let Some((e, _)) = self.map.remove(id) {
+            self.bytes -= e.size();
+        }
+    }
+
     fn delete(&mut self, tenant: &str, id: &str) -> bool {
         if self.live(id).is_none_or(|e| e.tenant != tenant) {
             return false;
         }
-        if let Some(e) = self.map.remove(id) {
+        if let Some((e, _)) = self.map.remove(id) {
             self.bytes -= e.size();
         }
         true
@@ -422,10 +488,13 @@ end
 return out
 ";
 
-/// KEYS[1]: a link. ARGV[1]: the tenant. Deletes it if it is the tenant's.
+/// KEYS[1]: a link. ARGV: the tenant, the deletes channel, the link's id. Deletes it if it is
+/// the tenant's, and tells every data plane.
 const DELETE: &str = r"
 if redis.call('HGET', KEYS[1], 't') ~= ARGV[1] then return 0 end
-return redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
 ";
 
 struct RedisStore {
@@ -434,8 +503,10 @@ struct RedisStore {
     prefix: String,
     walk: redis::Script,
     delete: redis::Script,
-    /// The turns this data plane wrote in the last `RECENT`.
+    /// The turns this data plane wrote or read in the last `RECENT`.
     recent: Mutex<Local>,
+    /// The delete subscription is live: `recent` may be used.
+    subscribed: std::sync::atomic::AtomicBool,
 }
 
 impl RedisStore {
@@ -443,8 +514,65 @@ impl RedisStore {
         self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The conversation, when every turn of it was written here in the last `RECENT`.
+    fn deleted_channel(&self) -> String {
+        format!("{}:resp:deleted", self.prefix)
+    }
+
+    /// Subscribes to the fleet's deletes and applies them to `recent` until the connection ends.
+    async fn follow_deletes(&self) -> redis::RedisResult<()> {
+        use futures_util::StreamExt;
+        let mut pubsub = tokio::time::timeout(TIMEOUT, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timeout")))??;
+        pubsub.subscribe(self.deleted_channel()).await?;
+        let (mut sink, mut stream) = pubsub.split();
+        // What was remembered before may have been deleted while no one listened.
+        *self.recent() = Local::new(RECENT_BYTES);
+        self.subscribed.store(true, std::sync::atomic::Ordering::Release);
+        let mut ping = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                msg = stream.next() => {
+                    let Some(msg) = msg else { return Ok(()) };
+                    if let Ok(id) = std::str::from_utf8(msg.get_payload_bytes()) {
+                        self.recent().forget(id);
+                    }
+                }
+                _ = ping.tick() => {
+                    // A connection that died silently ends the subscription.
+                    tokio::time::timeout(TIMEOUT, sink.ping::<redis::Value>())
+                        .await
+                        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "no answer to PING")))??;
+                }
+            }
+        }
+    }
+
+    /// Keeps a conversation read from Redis (newest first) for its next turn here.
+    fn remember(&self, tenant: &str, links: &[Link]) {
+        if !self.subscribed.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let expires = Instant::now() + RECENT;
+        let mut recent = self.recent();
+        // Oldest first, so that the newest is evicted last.
+        for (k, l) in links.iter().enumerate().rev() {
+            let r = NewResponse {
+                id: l.id.clone(),
+                tenant: tenant.to_owned(),
+                previous: links.get(k + 1).map(|p| p.id.clone()),
+                input: l.input.clone(),
+                response: l.response.clone(),
+            };
+            recent.put(r, None, expires);
+        }
+    }
+
+    /// The conversation, when every turn of it was written or read here in the last `RECENT`.
     fn recent_chain(&self, tenant: &str, id: &str, max_total: u64) -> Option<Vec<Link>> {
+        if !self.subscribed.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         self.recent().chain(tenant, id, max_total).ok()
     }
 
@@ -505,7 +633,9 @@ impl RedisStore {
         };
         pipe.pexpire(&key, i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)).ignore();
         self.run::<()>("put", pipe.query_async(&mut conn)).await?;
-        self.recent().put(remembered, dropped, Instant::now() + RECENT.min(retention));
+        if self.subscribed.load(std::sync::atomic::Ordering::Acquire) {
+            self.recent().put(remembered, dropped, Instant::now() + RECENT.min(retention));
+        }
         Ok(())
     }
 
@@ -530,9 +660,9 @@ impl RedisStore {
     async fn delete(&self, tenant: &str, id: &str) -> Result<bool, AxError> {
         let mut conn = self.conn()?;
         let (_, key) = self.keys(id);
-        self.recent().delete(tenant, id);
+        self.recent().forget(id);
         let mut inv = self.delete.prepare_invoke();
-        inv.key(&key).arg(tenant);
+        inv.key(&key).arg(tenant).arg(self.deleted_channel()).arg(id);
         Ok(self.run::<i64>("delete", inv.invoke_async(&mut conn)).await? > 0)
     }
 }
@@ -623,6 +753,23 @@ mod tests {
         let e = s.chain("t1", &b, 1 << 20, None).await.unwrap_err();
         assert!(e.to_string().contains("deleted or has expired"), "{e}");
         assert_eq!(&s.get("t1", &b).await.unwrap()[..], b"{\"n\":2}");
+    }
+
+    #[tokio::test]
+    async fn a_conversation_in_use_is_evicted_last() {
+        // Room for three of these entries.
+        let s = ResponseStore::local(&spec(45));
+        let root = new_id(None);
+        s.put(resp(&root, "t", None, "0123456789")).await.unwrap();
+        let other = new_id(None);
+        s.put(resp(&other, "t", None, "0123456789")).await.unwrap();
+        // Continuing the first conversation uses its root: the other is evicted before it.
+        let next = new_id(Some(&root));
+        s.chain("t", &root, 1 << 20, None).await.unwrap();
+        s.put(resp(&next, "t", Some(&root), "0123456789")).await.unwrap();
+        s.put(resp(&new_id(None), "t", None, "0123456789")).await.unwrap();
+        assert!(s.get("t", &other).await.is_err());
+        assert_eq!(s.chain("t", &next, 1 << 20, None).await.unwrap().len(), 2);
     }
 
     #[tokio::test]

@@ -234,6 +234,23 @@ pub struct UpstreamSpec {
     /// for any, or a list of names. Off by default (strict mode refuses them, lenient drops them).
     #[serde(default, skip_serializing_if = "Passthrough::is_off")]
     pub passthrough: Passthrough,
+    /// The upstream offers OpenAI's Responses API (`POST {base_url}/responses`): Responses callers
+    /// of a route whose upstreams all offer it are forwarded as they wrote (only `model` replaced).
+    /// Default: on for OpenAI's own API (`api.openai.com`), off for other OpenAI-compatible servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses_api: Option<bool>,
+}
+
+impl UpstreamSpec {
+    /// Whether the upstream offers the Responses API (`responses_api`, else its default).
+    pub fn offers_responses(&self) -> bool {
+        self.provider == ProviderKind::Openai
+            && self.responses_api.unwrap_or_else(|| {
+                self.base_url.as_deref().is_some_and(|u| {
+                    u.strip_prefix("https://").is_some_and(|rest| rest.split('/').next() == Some("api.openai.com"))
+                })
+            })
+    }
 }
 
 /// Which unknown request fields an upstream is sent (`UpstreamSpec::passthrough`).

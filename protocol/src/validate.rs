@@ -145,6 +145,9 @@ pub fn validate(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> Resu
                 "only OpenAI-compatible upstreams (openai, azure_openai) take fields ax does not know",
             ));
         }
+        if u.responses_api == Some(true) && u.provider != ProviderKind::Openai {
+            return Err(err(format!("{path}.responses_api"), "only an `openai` upstream offers the Responses API"));
+        }
         if let crate::config::Passthrough::Fields(f) = &u.passthrough {
             if let Some(k) = f.iter().position(|n| n.is_empty() || n.contains('.')) {
                 return Err(err(format!("{path}.passthrough[{k}]"), "a top-level field name"));

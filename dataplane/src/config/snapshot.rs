@@ -66,9 +66,9 @@ pub struct Snapshot {
     pub redis: Option<(String, String, u32)>,
     /// The response store's limits: used once, at start, by `App::new`.
     pub response_store: ax_protocol::config::ResponseStoreSpec,
-    /// The protocols some route forwards (`Route::protocol`): without one, callers of a protocol
+    /// The protocols some route forwards (`Route::protocols`): without one, callers of a protocol
     /// are decoded at once (no skim first).
-    pub forwarded: Vec<crate::canonical::Protocol>,
+    pub forwarded: crate::canonical::Protocols,
 }
 
 #[derive(Debug)]
@@ -91,6 +91,9 @@ pub struct Upstream {
     pub max_event_bytes: usize,
     /// Unknown chat fields this upstream is sent as written (`UpstreamSpec::passthrough`).
     pub passthrough: ax_protocol::config::Passthrough,
+    /// The protocols its callers can be forwarded in (OpenAI Chat Completions for every
+    /// OpenAI-compatible server, Responses for those that offer it, Anthropic Messages).
+    pub speaks: crate::canonical::Protocols,
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
     /// warm connections) across reloads.
     client_fingerprint: [u8; 32],
@@ -129,6 +132,8 @@ pub struct Model {
     /// once here so no request does either.
     pub chat_url: Option<http::Uri>,
     pub stream_url: Option<http::Uri>,
+    /// `POST …/responses`, for an upstream that offers the Responses API.
+    pub responses_url: Option<http::Uri>,
     pub embed_url: Option<http::Uri>,
     /// Where the upstream counts a request's tokens (Anthropic's `count_tokens`), if it does.
     pub count_url: Option<http::Uri>,
@@ -171,9 +176,9 @@ pub struct Route {
     /// Validated to be another alias.
     pub long_context_alias: Option<String>,
     pub limiter: Limiter,
-    /// The protocol every candidate of this alias and of its fallback aliases speaks, if they
-    /// share one: callers of that protocol are then served from their own bytes.
-    pub protocol: Option<crate::canonical::Protocol>,
+    /// The protocols every candidate of this alias and of its fallback aliases speaks: callers
+    /// of one of them are served from their own bytes.
+    pub protocols: crate::canonical::Protocols,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -331,23 +336,26 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
             max_prompt_tokens: r.max_prompt_tokens,
             long_context_alias: r.long_context_alias.clone(),
             limiter: limiter(&r.limits, prev_limiter),
-            protocol: None,
+            protocols: crate::canonical::Protocols::NONE,
         };
         routes.insert(r.alias.clone(), route);
     }
     // Each alias's own protocol first, then shared with its fallbacks' (failover walks the
     // fallbacks' candidates too, one level deep).
-    let own: HashMap<String, Option<crate::canonical::Protocol>> = routes
+    let own: HashMap<String, crate::canonical::Protocols> = routes
         .iter()
         .map(|(alias, r)| {
-            let mut kinds = r.candidates.iter().filter(|c| c.weight > 0).map(|c| upstreams[c.upstream].kind);
-            let first = kinds.next().and_then(crate::providers::speaks);
-            (alias.clone(), first.filter(|p| kinds.all(|k| crate::providers::speaks(k) == Some(*p))))
+            let speaks = r
+                .candidates
+                .iter()
+                .filter(|c| c.weight > 0)
+                .fold(crate::canonical::Protocols::ALL, |all, c| all.and(upstreams[c.upstream].speaks));
+            (alias.clone(), speaks)
         })
         .collect();
     for r in routes.values_mut() {
-        let mine = own.get(&r.alias).copied().flatten();
-        r.protocol = mine.filter(|p| r.fallbacks.iter().all(|f| own.get(f).copied().flatten() == Some(*p)));
+        let mine = own.get(&r.alias).copied().unwrap_or_default();
+        r.protocols = r.fallbacks.iter().fold(mine, |all, f| all.and(own.get(f).copied().unwrap_or_default()));
     }
 
     // The previous snapshot's tenants and keys by id: their counters carry over.
@@ -399,11 +407,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
     }
 
     Ok(Snapshot {
-        forwarded: {
-            let mut p: Vec<crate::canonical::Protocol> = routes.values().filter_map(|r| r.protocol).collect();
-            p.dedup();
-            p
-        },
+        forwarded: routes.values().fold(crate::canonical::Protocols::NONE, |all, r| all.or(r.protocols)),
         redis: valid.redis_url.map(|u| (u, spec.server.redis_prefix.clone(), spec.server.replicas.max(1))),
         response_store: spec.server.response_store,
         budget_tz: valid.budget_tz,
@@ -463,6 +467,13 @@ fn compile_upstream(
                 (ProviderKind::Anthropic, Some(chat)) => format!("{chat}/count_tokens").parse().ok(),
                 _ => None,
             },
+            responses_url: match &vm.chat {
+                Some(chat) if u.offers_responses() => chat
+                    .to_string()
+                    .strip_suffix("/chat/completions")
+                    .and_then(|base| format!("{base}/responses").parse().ok()),
+                _ => None,
+            },
             prices: vm.prices,
             health: prev_upstream
                 .and_then(|p| p.models.iter().find(|pm| pm.name == m.name))
@@ -502,6 +513,17 @@ fn compile_upstream(
         max_response_bytes: v.max_response_bytes,
         max_event_bytes: v.max_event_bytes,
         passthrough: u.passthrough.clone(),
+        speaks: {
+            use crate::canonical::{Protocol, Protocols};
+            match u.provider {
+                ProviderKind::Openai if u.offers_responses() => {
+                    Protocols::NONE.with(Protocol::OpenAiChat).with(Protocol::OpenAiResponses)
+                }
+                ProviderKind::Openai | ProviderKind::AzureOpenai => Protocols::NONE.with(Protocol::OpenAiChat),
+                ProviderKind::Anthropic => Protocols::NONE.with(Protocol::AnthropicMessages),
+                ProviderKind::Gemini | ProviderKind::Mock => Protocols::NONE,
+            }
+        },
         client_fingerprint,
     })
 }

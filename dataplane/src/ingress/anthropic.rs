@@ -204,6 +204,7 @@ pub fn skim_messages(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Ski
         return Err(AxError::invalid_param("messages", "'messages' must not be empty"));
     }
     Ok(Skim::Forward(RawChat {
+        protocol: crate::canonical::Protocol::AnthropicMessages,
         model,
         model_span,
         edits: Vec::new(),
@@ -225,6 +226,7 @@ pub fn skim_messages(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Ski
 pub fn with_model(body: Bytes, model: &str) -> Vec<Bytes> {
     match skim_fields(&body, &|_| true) {
         Ok(Skimmed { model: Some((alias, model_span)), .. }) => RawChat {
+            protocol: crate::canonical::Protocol::AnthropicMessages,
             model: alias,
             model_span,
             edits: Vec::new(),
@@ -1203,7 +1205,8 @@ mod tests {
         ];
         let translated = StreamDecoder::new(ProviderKind::Anthropic).unwrap();
         out.push(("anthropic stream", no_think, stream_usage(translated, &events)));
-        let forwarded = StreamDecoder::forwarding(ProviderKind::Anthropic).unwrap();
+        let forwarded =
+            StreamDecoder::forwarding(ProviderKind::Anthropic, crate::canonical::Protocol::AnthropicMessages).unwrap();
         out.push(("anthropic stream forwarded", no_think, stream_usage(forwarded, &events)));
 
         // OpenAI: the prompt includes cached tokens; OpenRouter-style cache writes in the details.

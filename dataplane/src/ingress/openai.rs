@@ -262,6 +262,7 @@ pub fn skim_chat(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, A
         _ => {}
     }
     Ok(Skim::Forward(RawChat {
+        protocol: crate::canonical::Protocol::OpenAiChat,
         model,
         model_span,
         edits,

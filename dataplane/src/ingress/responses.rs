@@ -128,6 +128,98 @@ pub fn raw_input(body: &Bytes) -> Bytes {
     }
 }
 
+/// The alias a Responses body names, read without decoding it (`None` when it names none).
+pub fn alias_of(body: &[u8]) -> Option<String> {
+    let mut s = crate::skim::Skim::new(body);
+    let mut model = None;
+    let _ = s.object(|k, esc, s| {
+        if crate::skim::key_text(k, esc).as_deref() == Some("model") && model.is_none() {
+            model = s.decode::<String>().ok();
+            // Stop here: the rest is not needed.
+            return Err(crate::skim::SkimError { at: 0, what: String::new() });
+        }
+        s.value().map(drop)
+    });
+    model
+}
+
+/// Reads what the gateway needs of a Responses body without decoding it, for a route whose
+/// upstreams all offer the Responses API (OpenAI's own): the model and where it is, the stream
+/// flag, the output cap, the capabilities it needs (tools, images, JSON output) and a prompt
+/// estimate. The rest, fields ax does not know included, reaches the upstream as written; the
+/// upstream keeps its own stored responses (`store`, `previous_response_id`).
+pub fn skim_responses(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<crate::canonical::Skim, AxError> {
+    use crate::canonical::{estimate_tokens, Protocol, RawChat, Skim, IMAGE_TOKENS, MESSAGE_TOKENS};
+    let mut model = None;
+    let (mut stream, mut max_output, mut tools, mut json) = (false, None, false, false);
+    let (mut text, mut images, mut items) = (0usize, 0u64, 1u64);
+    let mut s = crate::skim::Skim::new(&body);
+    let invalid = |e: crate::skim::SkimError| AxError::InvalidJson(e.what);
+    s.object(|k, esc, s| {
+        let key = crate::skim::key_text(k, esc).unwrap_or_default();
+        match &*key {
+            "model" => {
+                if model.is_some() {
+                    return Err(crate::skim::SkimError { at: s.pos(), what: "duplicate field `model`".into() });
+                }
+                s.next_byte();
+                let start = s.pos();
+                let m: String = s.decode()?;
+                model = Some((m, start..s.pos()));
+            }
+            "stream" => stream = s.decode::<Option<bool>>()?.unwrap_or(false),
+            "max_output_tokens" => max_output = s.decode()?,
+            "tools" => {
+                let span = s.value()?;
+                text += span.len();
+                tools = body[span].iter().skip(1).any(|b| !b.is_ascii_whitespace() && *b != b']');
+            }
+            "text" => {
+                let span = s.value()?;
+                let v = &body[span];
+                json = memchr::memmem::find(v, b"json_schema").is_some()
+                    || memchr::memmem::find(v, b"json_object").is_some();
+            }
+            "input" | "instructions" => {
+                let span = s.value()?;
+                let v = &body[span];
+                images += memchr::memmem::find_iter(v, b"\"input_image\"").count() as u64;
+                items += memchr::memmem::find_iter(v, b"\"type\"").count() as u64;
+                text += v.len();
+            }
+            _ => {
+                s.value()?;
+            }
+        }
+        Ok(())
+    })
+    .map_err(invalid)?;
+    s.end().map_err(invalid)?;
+    let Some((model, model_span)) = model else {
+        return Err(AxError::InvalidJson("missing field `model`".into()));
+    };
+    if !forwards(&model) {
+        return Ok(Skim::Decode(body));
+    }
+    Ok(Skim::Forward(RawChat {
+        protocol: Protocol::OpenAiResponses,
+        model,
+        model_span,
+        edits: Vec::new(),
+        stream,
+        // The usage is in the final event, whatever the caller asked.
+        include_usage: true,
+        max_output,
+        needs_tools: tools,
+        needs_vision: images > 0,
+        needs_json: json,
+        // Image data is text too here: the estimate errs high, as it should.
+        prompt_estimate: estimate_tokens(text) + MESSAGE_TOKENS * items + IMAGE_TOKENS * images,
+        headers: Vec::new(),
+        body,
+    }))
+}
+
 /// Decodes a Responses body (strict or lenient about fields ax does not know, as for chat).
 pub fn decode(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ResponsesRequest, AxError> {
     super::decode::json(bytes, mode)

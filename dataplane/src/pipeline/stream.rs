@@ -231,7 +231,9 @@ impl<E: StreamEncoder> EgressStream<E> {
     fn finish(&mut self) {
         let tail = if self.forwarded { self.enc.end_forwarded() } else { self.enc.finish(self.usage.as_ref()) };
         self.before_end = self.enc.before_end();
-        self.pending.push_back(tail);
+        if !tail.is_empty() {
+            self.pending.push_back(tail);
+        }
         self.done = true;
         self.end = Some(None);
         self.settle();

@@ -543,6 +543,129 @@ impl ForwardState {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Responses API, forwarded to a Responses caller
+
+#[derive(Deserialize, Default)]
+struct ResponsesUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    input_tokens_details: Option<ResponsesDetails>,
+    #[serde(default)]
+    output_tokens_details: Option<ResponsesDetails>,
+}
+
+#[derive(Deserialize, Default)]
+struct ResponsesDetails {
+    #[serde(default)]
+    cached_tokens: u64,
+    #[serde(default)]
+    reasoning_tokens: u64,
+}
+
+impl From<ResponsesUsage> for Usage {
+    fn from(u: ResponsesUsage) -> Self {
+        Usage {
+            prompt_tokens: u.input_tokens,
+            completion_tokens: u.output_tokens,
+            cached_tokens: u.input_tokens_details.map_or(0, |d| d.cached_tokens),
+            reasoning_tokens: u.output_tokens_details.map_or(0, |d| d.reasoning_tokens),
+            ..Usage::default()
+        }
+    }
+}
+
+/// What metering reads of a `response` object.
+#[derive(Deserialize)]
+struct ResponseGlance<'a> {
+    #[serde(default, borrow)]
+    status: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    error: Option<&'a serde_json::value::RawValue>,
+    #[serde(default)]
+    usage: Option<ResponsesUsage>,
+}
+
+impl ResponseGlance<'_> {
+    fn failed(&self) -> bool {
+        self.status.as_deref() == Some("failed") || self.error.is_some_and(|e| e.get() != "null")
+    }
+}
+
+/// A whole Responses answer to forward as it came: its usage, or the upstream's error when it
+/// carries one (`status: failed`, or an error object in a 200).
+pub fn responses_forwardable(body: &[u8]) -> Result<Option<Usage>, AxError> {
+    let r: ResponseGlance<'_> = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+    if r.failed() {
+        return Err(match error_body(body, embedded_error) {
+            AxError::UpstreamInvalidResponse => AxError::UpstreamFailed(" (response failed)".into()),
+            e => e,
+        });
+    }
+    Ok(r.usage.map(Usage::from))
+}
+
+/// One Responses stream event, as much as metering reads.
+#[derive(Deserialize)]
+struct ResponsesEventGlance<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    response: Option<ResponseGlance<'a>>,
+}
+
+/// A Responses stream forwarded to a Responses caller: each event as it came (`event:` name
+/// kept), the usage read from `response.completed` / `response.incomplete`, text and argument
+/// deltas counted; `response.failed` and `error` are the upstream's error.
+#[derive(Debug, Default)]
+pub struct ResponsesForwardState {
+    finished: bool,
+}
+
+impl ResponsesForwardState {
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+        let data = ev.data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            return Ok(None);
+        }
+        let g: ResponsesEventGlance<'_> =
+            serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
+        let mut usage = None;
+        let mut deltas = 0;
+        match &*g.kind {
+            "error" => return Err(error_body(data.as_bytes(), embedded_error)),
+            "response.failed" => return Err(AxError::UpstreamFailed(" (response failed)".into())),
+            "response.completed" | "response.incomplete" => {
+                self.finished = true;
+                usage = g.response.and_then(|r| r.usage).map(Usage::from);
+            }
+            "response.output_text.delta"
+            | "response.function_call_arguments.delta"
+            | "response.reasoning_summary_text.delta"
+            | "response.refusal.delta" => deltas = 1,
+            _ => {}
+        }
+        let name = ev.event.as_deref().unwrap_or_default();
+        let mut bytes = bytes::BytesMut::with_capacity(data.len() + name.len() + 16);
+        if !name.is_empty() {
+            bytes.extend_from_slice(b"event: ");
+            bytes.extend_from_slice(name.as_bytes());
+            bytes.extend_from_slice(b"\n");
+        }
+        bytes.extend_from_slice(b"data: ");
+        bytes.extend_from_slice(data.as_bytes());
+        bytes.extend_from_slice(b"\n\n");
+        Ok(Some(StreamItem::Raw(RawEvent { bytes: bytes.freeze(), usage_only: false, usage, deltas })))
+    }
+
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Embeddings (upstream)
 
 #[derive(Serialize)]

@@ -12,7 +12,9 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
-use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, RawChat, StreamItem, Usage};
+use crate::canonical::{
+    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem, Usage,
+};
 use crate::config::snapshot::{Backend, Model, Route, Upstream};
 use crate::error::AxError;
 use crate::providers::{self, Ctx, StreamDecoder};
@@ -129,12 +131,26 @@ pub async fn chat_forward(
 ) -> Result<ChatOutcome, AxError> {
     let Backend::Http(client) = &up.backend else { return Err(AxError::Internal) };
     let body = req.body_for(&model.name);
-    let url = if req.stream { &model.stream_url } else { &model.chat_url };
+    let responses = req.protocol == Protocol::OpenAiResponses;
+    let url = match (responses, req.stream) {
+        (true, _) => &model.responses_url,
+        (false, true) => &model.stream_url,
+        (false, false) => &model.chat_url,
+    };
     let resp = send(client, up, url.as_ref(), body.into(), &req.headers, request_id, deadlines).await?;
     if req.stream {
-        return stream_of(up, resp, deadlines, StreamDecoder::forwarding(up.kind)).await;
+        return stream_of(up, resp, deadlines, StreamDecoder::forwarding(up.kind, req.protocol)).await;
     }
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
+    if responses {
+        return match crate::providers::openai::responses_forwardable(&bytes) {
+            Ok(usage) => Ok(ChatOutcome::Forward { body: bytes, usage }),
+            Err(e) => {
+                log_upstream_error(up, 200, &bytes, &e);
+                Err(e)
+            }
+        };
+    }
     let read = match up.kind {
         ProviderKind::Openai | ProviderKind::AzureOpenai => crate::providers::openai::forwardable(&bytes),
         ProviderKind::Anthropic => crate::providers::anthropic::forwardable(&bytes),

@@ -369,3 +369,83 @@ tenants:
     let sent = an.last().body;
     assert!(sent.get("top_k").is_none() && sent.get("chat_template_kwargs").is_none(), "{sent}");
 }
+
+/// An upstream that offers the Responses API (`responses_api: true`, the default for OpenAI's
+/// own) is sent a Responses caller's bytes with only the model replaced, and its answer or events
+/// come back as it sent them, metered from their usage; a route that also has another kind of
+/// upstream translates.
+#[tokio::test]
+async fn a_responses_caller_is_forwarded_to_an_upstream_that_offers_the_api() {
+    let done = json!({ "id": "resp_up1", "object": "response", "status": "completed", "model": "real-model",
+        "output": [{ "type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+            "content": [{ "type": "output_text", "text": "Hi!", "annotations": [] }] }],
+        "usage": { "input_tokens": 1000, "output_tokens": 500, "total_tokens": 1500,
+            "input_tokens_details": { "cached_tokens": 0 }, "output_tokens_details": { "reasoning_tokens": 0 } },
+        "vendor_field": { "kept": true } });
+    let stream = format!(
+        "event: response.created\ndata: {}\n\nevent: response.output_text.delta\ndata: {}\n\nevent: response.completed\ndata: {}\n\n",
+        json!({ "type": "response.created", "sequence_number": 0, "response": { "id": "resp_up1", "status": "in_progress" } }),
+        json!({ "type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Hi!" }),
+        json!({ "type": "response.completed", "sequence_number": 2, "response": done })
+    );
+    let (d, s) = (done.clone(), stream.clone());
+    let oa = FakeUpstream::start(move |r| {
+        if r.path.ends_with("/responses") {
+            if r.body["stream"] == true {
+                Reply::sse(&s)
+            } else if r.body["input"] == "fail" {
+                Reply::json(json!({ "id": "resp_x", "object": "response", "status": "failed",
+                    "error": { "code": "server_error", "message": "boom" }, "output": [] }))
+            } else {
+                Reply::json(d.clone())
+            }
+        } else {
+            Reply::json(wire::openai_response(Some("translated"), &[], "stop", (3, 2, 0)))
+        }
+    })
+    .await;
+    let (_, an) = upstreams().await;
+    let model = "{ name: real-model, context_window: 100000, capabilities: [chat, tools, streaming], price_per_mtok: { input: 1, output: 2 } }";
+    let gw = Gateway::start(&format!(
+        r#"upstreams:
+  - {{ name: oa, provider: openai, base_url: "{}/v1", api_key: k, responses_api: true, models: [{model}] }}
+  - {{ name: an, provider: anthropic, base_url: "{}", api_key: k, models: [{model}] }}
+routes:
+  - {{ alias: gpt, candidates: [{{ upstream: oa, model: real-model }}] }}
+  - {{ alias: mixed, strategy: priority, candidates: [{{ upstream: oa, model: real-model, priority: 0 }}, {{ upstream: an, model: real-model, priority: 1 }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        oa.url(),
+        an.url(),
+        key_digest(KEY)
+    ))
+    .await;
+    let body = json!({ "model": "gpt", "input": "hi", "tools": [{ "type": "web_search" }],
+        "previous_response_id": "resp_upstream_own", "some_new_field": { "x": 1 } });
+    let resp = post(&gw.url, "/v1/responses", &body).await;
+    assert_eq!(resp.status(), 200);
+    // 1000 input tokens at $1/M and 500 output at $2/M.
+    assert_eq!(resp.headers()["x-ax-cost-usd"], "0.002000");
+    assert_eq!(resp.json::<Value>().await.unwrap(), done);
+    let sent = oa.last();
+    assert_eq!(sent.path, "/v1/responses");
+    let mut want = body.clone();
+    want["model"] = json!("real-model");
+    assert_eq!(sent.body, want);
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let resp = post(&gw.url, "/v1/responses", &streamed).await;
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    assert_eq!(resp.text().await.unwrap(), stream);
+
+    let resp = post(&gw.url, "/v1/responses", &json!({ "model": "gpt", "input": "fail" })).await;
+    assert_eq!(resp.status(), 502);
+
+    // A route with an Anthropic candidate too is translated: the OpenAI upstream gets Chat Completions.
+    let resp = post(&gw.url, "/v1/responses", &json!({ "model": "mixed", "input": "hi", "store": false })).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.json::<Value>().await.unwrap()["output"][0]["content"][0]["text"], "translated");
+    assert_eq!(oa.last().path, "/v1/chat/completions");
+}

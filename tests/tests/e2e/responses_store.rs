@@ -87,6 +87,8 @@ async fn a_conversation_continues_on_another_data_plane_and_another_provider() {
     let yaml = config(&server, &upstreams, route);
     let a = Gateway::start(&yaml).await;
     let b = Gateway::start(&yaml).await;
+    // Each follows the fleet's deletes before it remembers what it writes.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
 
     let (status, first, text) =
         create(&a.url, KEY, &json!({ "model": "chat", "instructions": "Be brief.", "input": "Weather in Paris?" }))
@@ -118,6 +120,29 @@ async fn a_conversation_continues_on_another_data_plane_and_another_provider() {
     assert!(sent.get("systemInstruction").is_none(), "{sent}");
     let id2 = second["id"].as_str().unwrap().to_owned();
     assert_ne!(id1, id2);
+    // A turn continued on the data plane that served the one before it reads nothing from Redis:
+    // one round trip, its write.
+    let scripts = || {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &redis.port.to_string(), "info", "commandstats"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let calls = |name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        (calls("evalsha") + calls("eval"), calls("exec"))
+    };
+    let before = scripts();
+    let turn3 =
+        json!({ "model": "chat", "previous_response_id": id2, "stream": true, "store": true, "input": "Thanks." });
+    let (status, _, text) = create(&b.url, KEY, &turn3).await;
+    assert_eq!(status, 200, "{text}");
+    let after = scripts();
+    assert_eq!((after.0 - before.0, after.1 - before.1), (0, 1), "walks and writes of a turn continued where it began");
 
     // Retrieved from the other data plane, as it was streamed.
     let (status, got, _) = call(reqwest::Method::GET, &format!("{}/v1/responses/{id2}", a.url), KEY, None).await;
