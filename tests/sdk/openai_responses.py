@@ -49,7 +49,14 @@ for alias in os.environ.get("AX_ALIASES", "claude,gpt,gem").split(","):
         done = client.responses.create(model=alias, input=items, tools=TOOLS)
         assert "21C" in done.output_text and "15C" in done.output_text, done
 
-# 4. Errors as the SDK's exceptions; an unknown stored response is a 404 naming the field.
+    # 4. Structured output: the schema reaches the upstream as its own JSON-output control.
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
+    r = client.responses.create(model=alias, input="A city?",
+                                text={"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": True}})
+    assert r.status == "completed" and r.output_text, r
+
+# 5. Errors as the SDK's exceptions; an unknown stored response is a 404 naming the field.
 try:
     client.responses.create(model="no-such-alias", input="x")
     raise AssertionError("expected NotFoundError")
