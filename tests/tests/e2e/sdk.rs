@@ -377,7 +377,10 @@ tenants:
         .iter()
         .any(|r| r.body["tools"][0]["strict"] == true && r.body["tools"][0]["name"] == "get_weather"));
     // The structured-output schema reached each upstream as its own control.
-    assert!(claude.requests().iter().any(|r| r.body["output_config"]["format"]["schema"]["required"] == json!(["city"])));
+    assert!(claude
+        .requests()
+        .iter()
+        .any(|r| r.body["output_config"]["format"]["schema"]["required"] == json!(["city"])));
     assert!(gpt.requests().iter().any(|r| r.body["response_format"]["json_schema"]["name"] == "city"));
     assert!(gem.requests().iter().any(|r| r.body["generationConfig"]["responseMimeType"] == "application/json"));
     // The instructions reached each upstream as its system prompt.
