@@ -10,10 +10,10 @@
 #     plane: the chain is remembered (no read), the new response kept;
 #   - the same with a previous response written by another data plane (a second process): the
 #     chain is read (one Lua walk), then the new response kept.
-# Reported: req/s, the data plane's CPU µs per request (/proc), wrk's median latency, and the
-# Redis round trips per request (Redis's total_commands_processed over the run ÷ requests; a MULTI
-# of three commands counts 4 commands as one round trip, so the column is per command, and the
-# round trips are given beside it). Loopback only; bounded by wrk's -d; everything started here is
+# Reported: req/s, the data plane's CPU µs per request (/proc), wrk's median latency, the Redis
+# commands per request (Redis's total_commands_processed over the run ÷ requests: a turn's write is
+# one MULTI of HSET + PEXPIRE, 4 commands in one round trip, sent behind the answer; a walk is one
+# EVALSHA), and the round trips a turn waits for. Loopback only; bounded by wrk's -d; everything started here is
 # stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -102,7 +102,7 @@ run() { # $1 = script; prints "rps cpu_us_per_request p50 redis_commands_per_req
 }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); runs of ${DUR}s, wrk -t1 -c64"
 echo
-echo '| body | store | req/s | CPU µs/req | p50 | Redis commands/req | Redis round trips/turn |'
+echo '| body | store | req/s | CPU µs/req | p50 | Redis commands/req | round trips a turn waits for |'
 echo '|---|---|---:|---:|---:|---:|---:|'
 for n in 1 60; do
   size=$(python3 -c "print(max(1, round(len('The quick brown fox jumps over the lazy dog while the agent reads the repository. ' * 10) * $n / 1024)))")
@@ -114,9 +114,9 @@ for n in 1 60; do
     read -r rps cpu p50 cmds < <(run "$(script "$n" "$store" "$prev")")
     case "$mode" in
       false:) what="off (store: false)"; trips=0 ;;
-      true:) what="on"; trips=1 ;;
-      "true:$here") what="on + previous_response_id written by this data plane"; trips=1 ;;
-      *) what="on + previous_response_id written by another data plane"; trips=2 ;;
+      true:) what="on"; trips=0 ;;
+      "true:$here") what="on + previous_response_id written by this data plane"; trips=0 ;;
+      *) what="on + previous_response_id written by another data plane (read once, then remembered)"; trips="1 the first turn, then 0" ;;
     esac
     echo "| ~${size} KB | $what | $rps | $cpu | $p50 | $cmds | $trips |"
   done
