@@ -8,11 +8,8 @@
 //! conversation (`resp_<16 hex conversation><32 hex own>`), so that in Redis every link of a chain
 //! sits under one hash tag (`{conversation}`, one slot of a Redis Cluster) and one Lua script walks
 //! the chain: reading a conversation is one round trip, however long it is, and storing a turn is
-//! one `MULTI` of `HSET` and `PEXPIRE`, written behind the answer (handed to the connection before
-//! the answer's end goes out, not waited for; a data plane that does not find a response looks
-//! once more `LAND` later, for one that may still be on its way). So a turn waits on Redis at most
-//! once: for the conversation it continues, when this data plane does not remember it. Links
-//! expire `retention_days` after they were written; a response over `max_response_bytes` is answered but not kept, and a marker says why
+//! one more (a `MULTI` of `HSET` and `PEXPIRE`). Links expire `retention_days` after they were
+//! written; a response over `max_response_bytes` is answered but not kept, and a marker says why
 //! for a later request that names it.
 //!
 //! A data plane also remembers the turns it wrote or read in the last `RECENT` (at most
@@ -48,9 +45,6 @@ pub const MAX_LINKS: usize = 2_000;
 /// of them it holds.
 const RECENT: Duration = Duration::from_secs(300);
 const RECENT_BYTES: u64 = 64 * 1024 * 1024;
-/// How long a response not found in Redis is given to land before it is looked for once more
-/// (writes are not waited for: `RedisStore::put`).
-const LAND: Duration = Duration::from_millis(25);
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const CONV_LEN: usize = 16;
@@ -638,45 +632,11 @@ impl RedisStore {
             ),
         };
         pipe.pexpire(&key, i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)).ignore();
+        self.run::<()>("put", pipe.query_async(&mut conn)).await?;
         if self.subscribed.load(std::sync::atomic::Ordering::Acquire) {
             self.recent().put(remembered, dropped, Instant::now() + RECENT.min(retention));
         }
-        // Written behind the answer: polled once here, which hands the command to the
-        // connection (in order with this data plane's other commands) before the answer's end
-        // goes out, then finished in the background, not waited for. Another data plane that
-        // looks for it before it lands looks once more (`settled`).
-        let mut write = Box::pin(async move {
-            match tokio::time::timeout(TIMEOUT, pipe.query_async::<()>(&mut conn)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => drop(unavailable("put", &e)),
-                Err(_) => drop(unavailable("put", &"timeout")),
-            }
-        });
-        let pending = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(std::future::Future::poll(write.as_mut(), cx).is_pending())
-        })
-        .await;
-        if pending {
-            tokio::spawn(write);
-        }
         Ok(())
-    }
-
-    /// A walk whose answer is a response not found, looked at once more after `LAND`: a response
-    /// another data plane has just answered may still be on its way (its write is not waited for).
-    async fn settled(
-        &self,
-        tenant: &str,
-        id: &str,
-        links: usize,
-        max_total: u64,
-    ) -> Result<Result<Vec<Link>, Miss>, AxError> {
-        let first = read_walk(self.walk(tenant, id, links, max_total).await?);
-        if !matches!(first, Err(Miss::Missing | Miss::Broken(_))) {
-            return Ok(first);
-        }
-        tokio::time::sleep(LAND).await;
-        Ok(read_walk(self.walk(tenant, id, links, max_total).await?))
     }
 
     async fn walk(&self, tenant: &str, id: &str, links: usize, max_total: u64) -> Result<Vec<redis::Value>, AxError> {
@@ -688,12 +648,13 @@ impl RedisStore {
     }
 
     async fn chain(&self, tenant: &str, id: &str, max_total: u64) -> Result<Result<Vec<Link>, Miss>, AxError> {
-        let read = self.settled(tenant, id, MAX_LINKS + 1, max_total).await?;
-        Ok(read.and_then(|l| if l.len() > MAX_LINKS { Err(Miss::TooLong) } else { Ok(l) }))
+        let v = self.walk(tenant, id, MAX_LINKS + 1, max_total).await?;
+        Ok(read_walk(v).and_then(|l| if l.len() > MAX_LINKS { Err(Miss::TooLong) } else { Ok(l) }))
     }
 
     async fn one(&self, tenant: &str, id: &str) -> Result<Result<Vec<Link>, Miss>, AxError> {
-        self.settled(tenant, id, 1, u64::MAX / 2).await
+        let v = self.walk(tenant, id, 1, u64::MAX / 2).await?;
+        Ok(read_walk(v))
     }
 
     async fn delete(&self, tenant: &str, id: &str) -> Result<bool, AxError> {
@@ -702,11 +663,6 @@ impl RedisStore {
         self.recent().forget(id);
         let mut inv = self.delete.prepare_invoke();
         inv.key(&key).arg(tenant).arg(self.deleted_channel()).arg(id);
-        if self.run::<i64>("delete", inv.invoke_async(&mut conn)).await? > 0 {
-            return Ok(true);
-        }
-        // Perhaps still on its way from the data plane that answered it.
-        tokio::time::sleep(LAND).await;
         Ok(self.run::<i64>("delete", inv.invoke_async(&mut conn)).await? > 0)
     }
 }
