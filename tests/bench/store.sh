@@ -12,8 +12,8 @@
 #     chain is read (one Lua walk), then the new response kept.
 # Reported: req/s, the data plane's CPU µs per request (/proc), wrk's median latency, the Redis
 # commands per request (Redis's total_commands_processed over the run ÷ requests: a turn's write is
-# one MULTI of HSET + PEXPIRE, 4 commands in one round trip, sent behind the answer; a walk is one
-# EVALSHA), and the round trips a turn waits for. Loopback only; bounded by wrk's -d; everything started here is
+# one MULTI of HSET + PEXPIRE, 4 commands in one round trip, waited for before the answer's end; a
+# walk is one EVALSHA), and the round trips a turn waits for. Loopback only; bounded by wrk's -d; everything started here is
 # stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -114,9 +114,9 @@ for n in 1 60; do
     read -r rps cpu p50 cmds < <(run "$(script "$n" "$store" "$prev")")
     case "$mode" in
       false:) what="off (store: false)"; trips=0 ;;
-      true:) what="on"; trips=0 ;;
-      "true:$here") what="on + previous_response_id written by this data plane"; trips=0 ;;
-      *) what="on + previous_response_id written by another data plane (read once, then remembered)"; trips="1 the first turn, then 0" ;;
+      true:) what="on"; trips=1 ;;
+      "true:$here") what="on + previous_response_id written by this data plane"; trips=1 ;;
+      *) what="on + previous_response_id written by another data plane (read once, then remembered)"; trips="2 the first turn, then 1" ;;
     esac
     echo "| ~${size} KB | $what | $rps | $cpu | $p50 | $cmds | $trips |"
   done
