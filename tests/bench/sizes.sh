@@ -36,25 +36,9 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source tests/bench/mock.sh
 MOCK=$(free_port); PROXY=$(free_port); PROXY_LOG=$(free_port)
-OPENAI='{"id":"chatcmpl-1","object":"chat.completion","created":1730000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
-ANTHROPIC='{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":9}}'
-cat > "$WORK/mock.conf" <<EOF
-worker_processes 1;
-pid $WORK/mock.pid;
-error_log $WORK/mock.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_buffer_size 1m;
-  client_max_body_size 10m;
-  server { listen 127.0.0.1:$MOCK backlog=4096;
-    location = /v1/chat/completions { default_type application/json; return 200 '$OPENAI'; }
-    location = /v1/messages { default_type application/json; return 200 '$ANTHROPIC'; } }
-}
-EOF
+start_mock "$WORK" "$MOCK"
 proxy_conf() { # $1 = name, $2 = port, $3 = access_log line
   cat > "$WORK/$1.conf" <<EOF
 worker_processes 1;
@@ -74,7 +58,7 @@ EOF
 }
 proxy_conf proxy "$PROXY" "access_log off;"
 proxy_conf proxylog "$PROXY_LOG" "access_log $WORK/access.log;"
-for c in mock proxy proxylog; do nginx -p "$WORK" -c "$WORK/$c.conf"; done
+for c in proxy proxylog; do nginx -p "$WORK" -c "$WORK/$c.conf"; done
 KEY=ax-bench-key
 DIGEST=$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)
 cat > "$WORK/ax.yaml" <<EOF
@@ -128,7 +112,6 @@ else:
 PY
   echo "$out"
 }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() { # $1 = url, $2 = script, $3 = pid whose CPU counts; prints "rps cpu_us_per_request"
   wrk -t1 -c64 -d1s -s "$2" "$1" >/dev/null 2>&1 || true
   local t0 t1 out

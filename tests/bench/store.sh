@@ -29,24 +29,9 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source tests/bench/mock.sh
 MOCK=$(free_port); REDIS=$(free_port)
-OPENAI='{"id":"chatcmpl-1","object":"chat.completion","created":1730000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
-cat > "$WORK/mock.conf" <<EOF
-worker_processes 1;
-pid $WORK/mock.pid;
-error_log $WORK/mock.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_buffer_size 1m;
-  client_max_body_size 10m;
-  server { listen 127.0.0.1:$MOCK backlog=4096;
-    location = /v1/chat/completions { default_type application/json; return 200 '$OPENAI'; } }
-}
-EOF
-nginx -p "$WORK" -c "$WORK/mock.conf"
+start_mock "$WORK" "$MOCK"
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
 for _ in $(seq 100); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sleep 0.05; done
 KEY=ax-bench-key
@@ -86,7 +71,6 @@ print('wrk.headers["Authorization"] = "Bearer %s"' % key)
 PY
   echo "$out"
 }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 commands() { redis-cli -p "$REDIS" info stats | awk -F: '/^total_commands_processed/ { print $2 + 0 }'; }
 run() { # $1 = script; prints "rps cpu_us_per_request p50 redis_commands_per_request"
   wrk -t1 -c64 -d1s -s "$1" "$URL" >/dev/null 2>&1 || true

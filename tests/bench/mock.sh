@@ -1,0 +1,29 @@
+# Sourced by the wrk benchmarks (sizes.sh, store.sh): free_port, ticks, and start_mock, the nginx
+# mock upstream answering a fixed OpenAI chat completion and a fixed Anthropic message at once.
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A process's user + system CPU ticks so far.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+MOCK_OPENAI='{"id":"chatcmpl-1","object":"chat.completion","created":1730000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
+MOCK_ANTHROPIC='{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":9}}'
+
+# start_mock WORKDIR PORT: nginx with one worker on 127.0.0.1:PORT, its pid in WORKDIR/mock.pid.
+start_mock() {
+  cat > "$1/mock.conf" <<EOF
+worker_processes 1;
+pid $1/mock.pid;
+error_log $1/mock.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_buffer_size 1m;
+  client_max_body_size 10m;
+  server { listen 127.0.0.1:$2 backlog=4096;
+    location = /v1/chat/completions { default_type application/json; return 200 '$MOCK_OPENAI'; }
+    location = /v1/messages { default_type application/json; return 200 '$MOCK_ANTHROPIC'; } }
+}
+EOF
+  nginx -p "$1" -c "$1/mock.conf"
+}
