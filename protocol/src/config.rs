@@ -100,7 +100,7 @@ fn default_store_max_bytes() -> u64 {
     8 * 1024 * 1024
 }
 fn default_local_max_bytes() -> u64 {
-    256 * 1024 * 1024
+    64 * 1024 * 1024
 }
 
 impl Default for ResponseStoreSpec {
