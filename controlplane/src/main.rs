@@ -14,15 +14,23 @@ const USAGE: &str = "usage (DATABASE_URL and AX_MASTER_KEY in the environment):
   ax-controlplane node create <id>           (prints the node token once; AX_NODE_TOKEN registers a chosen one)
   ax-controlplane rotate-master-key            (re-encrypts every upstream key from AX_MASTER_KEY_PREVIOUS to AX_MASTER_KEY)";
 
-fn init_logs() {
+/// Logs to stderr at `AX_LOG`, else `info` for the server and `warn` for the one-shot commands
+/// (whose output is their answer, not the database driver's INFO lines).
+fn init_logs(serving: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("AX_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let default = if serving { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_env("AX_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     json_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
+#[expect(clippy::print_stdout, reason = "the usage asked for")]
 fn main() -> ExitCode {
-    init_logs();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| matches!(a.as_str(), "-h" | "--help" | "help")) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    init_logs(matches!(args.first().map(String::as_str), None | Some("serve")));
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -546,3 +546,25 @@ async fn upstream_keys_travel_to_the_data_plane_and_rotate() {
     }
     assert!(!s.db.dump().contains("sk-second-key"));
 }
+
+/// `--help` answers with the usage; a one-shot command prints its answer, not the database
+/// driver's INFO lines.
+#[test]
+fn the_cli_helps_and_its_commands_print_only_their_answer() {
+    let out = std::process::Command::new(ax_tests::built("ax-controlplane")).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ax-controlplane migrate") && text.contains("admin create"), "{text}");
+    let db = ax_tests::cp::TestDb::create("cli");
+    let out = std::process::Command::new(ax_tests::built("ax-controlplane"))
+        .arg("migrate")
+        .env("DATABASE_URL", &db.url)
+        .env("AX_MASTER_KEY", ax_tests::cp::MASTER_KEY)
+        .env_remove("AX_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "migrations applied");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("\"INFO\""), "{stderr}");
+}
