@@ -43,8 +43,10 @@ pub enum AxError {
     PayloadTooLarge(u64),
     #[error("no upstream of '{alias}' can serve this request: {reason}")]
     NoCapableUpstream { alias: String, reason: String },
-    #[error("the prompt (about {estimated} tokens plus max_tokens) exceeds every context window of '{alias}'")]
-    ContextLengthExceeded { alias: String, estimated: u64 },
+    /// `needed`: the prompt estimate plus the output cap; `window`: the largest context window of
+    /// the alias's candidates.
+    #[error("the prompt (about {estimated} tokens) and max_tokens need about {needed} tokens, more than every context window of '{alias}' (the largest is {window})")]
+    ContextLengthExceeded { alias: String, estimated: u64, needed: u64, window: u32 },
     #[error("the request was rejected by the upstream's content filter")]
     ContentFilter,
     #[error("the upstream rejected the request{0}")]

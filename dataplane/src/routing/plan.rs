@@ -137,6 +137,7 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
     let mut eligible = Vec::with_capacity(route.candidates.len());
     let mut missing_cap = None;
     let mut too_long = false;
+    let mut largest_window = 0;
     let mut unsupported: Option<(String, &'static str)> = None;
     for c in route.candidates.iter().filter(|c| c.weight > 0) {
         let (up, model) = snap.upstream_model(c);
@@ -146,6 +147,7 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
         }
         if needs.window_tokens > u64::from(model.context_window) {
             too_long = true;
+            largest_window = largest_window.max(model.context_window);
             continue;
         }
         if snap.params == ParamsMode::Strict {
@@ -164,7 +166,12 @@ pub fn plan(snap: &Snapshot, route: &Route, needs: &Needs, rng: &mut impl Rng) -
         return Err(if let Some((param, provider)) = unsupported {
             AxError::UnsupportedParameter { param, provider }
         } else if too_long {
-            AxError::ContextLengthExceeded { alias: route.alias.clone(), estimated: needs.prompt_estimate }
+            AxError::ContextLengthExceeded {
+                alias: route.alias.clone(),
+                estimated: needs.prompt_estimate,
+                needed: needs.window_tokens,
+                window: largest_window,
+            }
         } else {
             let reason = match missing_cap {
                 Some(cap) => format!("no candidate has the capability '{}'", cap.as_str()),
@@ -387,6 +394,11 @@ routes:
         let vision = Needs { caps: vec![Capability::Chat, Capability::Vision], ..Needs::default() };
         assert_eq!(plan(&snap, route, &vision, &mut rng).unwrap_err().code(), "no_capable_upstream");
         let huge = Needs { caps: vec![Capability::Chat], window_tokens: 1_000_000, ..Needs::default() };
-        assert_eq!(plan(&snap, route, &huge, &mut rng).unwrap_err().code(), "context_length_exceeded");
+        let e = plan(&snap, route, &huge, &mut rng).unwrap_err();
+        assert_eq!(e.code(), "context_length_exceeded");
+        // The message names what was needed and the largest window there is.
+        let largest = route.candidates.iter().map(|c| snap.upstream_model(c).1.context_window).max().unwrap();
+        assert!(e.to_string().contains("need about 1000000 tokens"), "{e}");
+        assert!(e.to_string().contains(&format!("the largest is {largest}")), "{e}");
     }
 }
