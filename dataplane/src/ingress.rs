@@ -202,7 +202,7 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
             request_id: &rid,
             start,
             key: openai::api_key(&headers),
-            body: |limit| read_body(&headers, body, limit),
+            body: |limit, _| read_body(&headers, body, limit),
             decode: openai::decode_chat,
         };
         let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiChat, skim: openai::skim_chat };
@@ -217,13 +217,6 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
     .await
 }
 
-/// What the Responses ingress learns as the body is read: the decoded request and the stored
-/// conversation it continues, then (for the answer) whether and where to keep it.
-struct ResponsesTurn {
-    req: Option<responses::ResponsesRequest>,
-    prior: Vec<ops::Link>,
-}
-
 /// What keeping a response needs, known once the body is read.
 #[derive(Clone)]
 struct Keep {
@@ -232,56 +225,56 @@ struct Keep {
     input: Bytes,
 }
 
-/// `POST /v1/responses`: the Responses API, translated for every upstream. With `store` (the
-/// default) the response is kept before the caller sees its end (one round trip to the store);
-/// `previous_response_id` reads the conversation it continues (one more).
+/// What the Responses ingress learns as it reads the body: the new response's id, what the
+/// response says of how it was asked for, and (with `store`) what keeping it needs.
+struct Turn {
+    id: String,
+    echo: responses::Echo,
+    keep: Option<Keep>,
+}
+
+/// `POST /v1/responses`: the Responses API, forwarded to routes whose upstreams all offer it,
+/// translated for every other. With `store` (the default) the response is kept before the caller
+/// sees its end (one round trip to the store); `previous_response_id` reads the conversation it
+/// continues (one more, unless this data plane remembers it).
 async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     model_call(app, headers, "/v1/responses", |app, rid, headers, start| async move {
         let snap = app.store.load();
         let key = openai::api_key(&headers);
-        // Set as the body is read and decoded.
-        let turn = std::sync::Mutex::new(ResponsesTurn { req: None, prior: Vec::new() });
-        let keep: std::sync::OnceLock<Keep> = std::sync::OnceLock::new();
-        let echo: std::sync::OnceLock<responses::Echo> = std::sync::OnceLock::new();
+        let turn: std::sync::OnceLock<Turn> = std::sync::OnceLock::new();
+        // The decoded request and the stored conversation it continues, for `decode`.
+        let decoded = std::sync::Mutex::new(None);
         let namespaces = std::sync::OnceLock::new();
-        let previous_id = std::sync::OnceLock::new();
-        let (hdrs, snap_r, app_r, keep_r, echo_r, turn_r, id_r) =
-            (&headers, &snap, &app, &keep, &echo, &turn, &previous_id);
-        let read = move |limit| async move {
-            let (snap, app, keep, echo, turn, previous_id) = (snap_r, app_r, keep_r, echo_r, turn_r, id_r);
-            let bytes = read_body(hdrs, body, limit).await?;
-            // A route whose upstreams all offer the Responses API is forwarded (the pipeline's
-            // skim): nothing to decode or store here, the upstream keeps its own.
-            if snap.forwarded.has(Protocol::OpenAiResponses) {
-                let alias = responses::alias_of(&bytes);
-                let forwards = alias.and_then(|a| snap.routes.get(&a)).is_some_and(|r| r.protocols.has(Protocol::OpenAiResponses));
-                if forwards {
-                    return Ok(bytes);
+        let (hdrs, snap_r, app_r, turn_r, decoded_r) = (&headers, &snap, &app, &turn, &decoded);
+        let read = move |limit, tenant: &str| {
+            let tenant = tenant.to_owned();
+            async move {
+                let (snap, app) = (snap_r, app_r);
+                let bytes = read_body(hdrs, body, limit).await?;
+                // A route whose upstreams all offer the Responses API is forwarded (the
+                // pipeline's skim): nothing to decode or store here, the upstream keeps its own.
+                if snap.forwarded.has(Protocol::OpenAiResponses) {
+                    let route = responses::alias_of(&bytes).and_then(|a| snap.routes.get(&a));
+                    if route.is_some_and(|r| r.protocols.has(Protocol::OpenAiResponses)) {
+                        return Ok(bytes);
+                    }
                 }
+                let req = responses::decode(&bytes, snap.params)?;
+                let previous = req.previous_response_id().map(str::to_owned);
+                let prior = match &previous {
+                    Some(p) => {
+                        let param = Some("previous_response_id");
+                        ops::stored_conversation(app, &tenant, p, snap.max_body_bytes, param).await?
+                    }
+                    None => Vec::new(),
+                };
+                let store = req.store();
+                let keep = store.then(|| Keep { tenant, previous: previous.clone(), input: responses::raw_input(&bytes) });
+                let id = ops::new_response_id(previous.as_deref());
+                let _ = turn_r.set(Turn { id, echo: responses::Echo { store, previous_response_id: previous }, keep });
+                *decoded_r.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((req, prior));
+                Ok(bytes)
             }
-            let req = responses::decode(&bytes, snap.params)?;
-            let previous = req.previous_response_id().map(str::to_owned);
-            let store = req.store();
-            let mut prior = Vec::new();
-            if store || previous.is_some() {
-                // The pipeline has authenticated the key already: this names its tenant.
-                let (tenant, _) = snap.authenticate(key.unwrap_or_default())?;
-                if let Some(p) = &previous {
-                    prior =
-                        ops::stored_conversation(app, &tenant.id, p, snap.max_body_bytes, Some("previous_response_id"))
-                            .await?;
-                }
-                if store {
-                    let input = responses::raw_input(&bytes);
-                    let _ = keep.set(Keep { tenant: tenant.id.clone(), previous: previous.clone(), input });
-                }
-            }
-            let _ = previous_id.set(ops::new_response_id(previous.as_deref()));
-            let _ = echo.set(responses::Echo { store, previous_response_id: previous });
-            let mut t = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            t.req = Some(req);
-            t.prior = prior;
-            Ok(bytes)
         };
         let inbound = pipeline::Inbound {
             request_id: &rid,
@@ -289,12 +282,9 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
             key,
             body: read,
             decode: |bytes: &[u8], mode| {
-                let (req, prior) = {
-                    let mut t = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    (t.req.take(), std::mem::take(&mut t.prior))
-                };
-                let req = match req {
-                    Some(r) => r,
+                let taken = decoded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                let (req, prior) = match taken {
+                    Some(d) => d,
                     // A forwarded request that meets an upstream without the Responses API (a
                     // long-context or downgrade alias): decoded here, and it cannot continue a
                     // response the forwarding upstream stored.
@@ -306,7 +296,7 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
                                 "this request moved to an alias whose upstreams do not offer the Responses API: the stored response cannot be continued there",
                             ));
                         }
-                        r
+                        (r, Vec::new())
                     }
                 };
                 let mut ns = Vec::new();
@@ -316,10 +306,12 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
             },
         };
         let ns = || namespaces.get().cloned().unwrap_or_default();
-        let id = || previous_id.get().cloned().unwrap_or_else(|| ops::new_response_id(None));
-        let echo = || echo.get().cloned().unwrap_or_default();
+        // Read only once the body was read (answers and events come after).
+        let id = || turn.get().map_or_else(|| ops::new_response_id(None), |t| t.id.clone());
+        let echo = || turn.get().map(|t| t.echo.clone()).unwrap_or_default();
+        let keep = || turn.get().and_then(|t| t.keep.clone());
         let saver = |id: String| -> Option<responses::Save> {
-            let k = keep.get()?.clone();
+            let k = keep()?;
             let app = app.clone();
             Some(Box::new(move |response: Bytes| -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
                 Box::pin(async move { save_response(&app, id, k, response).await })
@@ -333,14 +325,20 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
         let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiResponses, skim: responses::skim_responses };
         let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
         // A whole answer is kept before it is sent.
+        let whole = match (&ended, keep()) {
+            (pipeline::Ended::Answered(a), Some(k)) => match &a.reply {
+                ChatReply::Full(r) => {
+                    let id = id();
+                    Some((Bytes::from(responses::encode_response(r, &id, a.served.model, &ns(), &echo())), id, k))
+                }
+                _ => None,
+            },
+            _ => None,
+        };
         let mut kept = None;
-        if let (pipeline::Ended::Answered(a), Some(k)) = (&ended, keep.get()) {
-            if let ChatReply::Full(r) = &a.reply {
-                let id = id();
-                let body = Bytes::from(responses::encode_response(r, &id, a.served.model, &ns(), &echo()));
-                save_response(&app, id, k.clone(), body.clone()).await;
-                kept = Some(body);
-            }
+        if let Some((body, id, k)) = whole {
+            save_response(&app, id, k, body.clone()).await;
+            kept = Some(body);
         }
         answer(ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => {
@@ -372,7 +370,7 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
             request_id: &rid,
             start,
             key: openai::api_key(&headers),
-            body: |limit| read_body(&headers, body, limit),
+            body: |limit, _| read_body(&headers, body, limit),
             decode: openai::decode_embeddings,
         };
         let ended = pipeline::embeddings(&app, &snap, inbound).await;
@@ -394,7 +392,7 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
             request_id: &rid,
             start,
             key: anthropic::api_key(&headers),
-            body: |limit| read_body(&headers, body, limit),
+            body: |limit, _| read_body(&headers, body, limit),
             decode: |bytes: &[u8], mode| {
                 version.clone()?;
                 let r = anthropic::decode_messages(bytes, mode)?;

@@ -122,7 +122,8 @@ impl Drop for Ledger {
 }
 
 /// The request as ingress hands it in: its id, when it arrived, the caller's key, the body still
-/// to read (given the size limit), and the codec's decoder.
+/// to read (given the size limit and the authenticated caller's tenant id), and the codec's
+/// decoder.
 pub struct Inbound<'h, B, D> {
     pub request_id: &'h str,
     pub start: Instant,
@@ -196,11 +197,11 @@ async fn admit_body<'s, B, Fut>(
     body: B,
 ) -> Result<(Caller<'s>, Bytes), Rejection>
 where
-    B: FnOnce(u64) -> Fut,
+    B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
 {
     let caller = authenticate(snap, key).map_err(Rejection::anonymous)?;
-    let bytes = body(snap.max_body_bytes).await.map_err(Rejection::of(&caller, None))?;
+    let bytes = body(snap.max_body_bytes, &caller.tenant.id).await.map_err(Rejection::of(&caller, None))?;
     Ok((caller, bytes))
 }
 
@@ -211,7 +212,7 @@ async fn admit<'s, T, B, Fut, D>(
 ) -> Result<(Caller<'s>, T, &'s Route), Rejection>
 where
     T: ModelRequest,
-    B: FnOnce(u64) -> Fut,
+    B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: FnOnce(&[u8], ParamsMode) -> Result<T, AxError>,
 {
@@ -329,7 +330,7 @@ pub async fn chat<'s, B, Fut, D, S, E>(
     events: impl Fn(bool, &str) -> E,
 ) -> Ended<'s, ChatReply<E>>
 where
-    B: FnOnce(u64) -> Fut,
+    B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
     S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
@@ -408,7 +409,7 @@ async fn chat_stages<'s, B, Fut, D, S, E>(
     events: impl Fn(bool, &str) -> E,
 ) -> Result<Ended<'s, ChatReply<E>>, Rejection>
 where
-    B: FnOnce(u64) -> Fut,
+    B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
     S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
@@ -567,7 +568,7 @@ pub async fn embeddings<'s, B, Fut, D>(
     inbound: Inbound<'_, B, D>,
 ) -> Ended<'s, (EmbeddingsResponse, EmbeddingsRequest)>
 where
-    B: FnOnce(u64) -> Fut,
+    B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
 {
@@ -581,7 +582,7 @@ async fn embeddings_stages<'s, B, Fut, D>(
     inbound: Inbound<'_, B, D>,
 ) -> Result<Ended<'s, (EmbeddingsResponse, EmbeddingsRequest)>, Rejection>
 where
-    B: FnOnce(u64) -> Fut,
+    B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
 {

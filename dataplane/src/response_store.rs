@@ -449,9 +449,7 @@ impl Local {
         if self.live(id).is_none_or(|e| e.tenant != tenant) {
             return false;
         }
-        if let Some((e, _)) = self.map.remove(id) {
-            self.bytes -= e.size();
-        }
+        self.forget(id);
         true
     }
 }

@@ -335,16 +335,27 @@ fn stored_items(prior: &[Link]) -> Result<Vec<Value>, AxError> {
     };
     let mut items = Vec::new();
     for l in prior {
-        match input_items(&l.input).map_err(|_| broken())? {
-            Value::Array(a) => items.extend(a),
-            _ => return Err(broken()),
-        }
-        let mut r: Value = serde_json::from_slice(&l.response).map_err(|_| broken())?;
-        if let Value::Array(out) = take(&mut r, "output") {
-            items.extend(out);
-        }
+        items.extend(link_input(l).ok_or_else(broken)?);
+        items.extend(link_output(l).ok_or_else(broken)?);
     }
     Ok(items)
+}
+
+/// A stored turn's input items; `None` when they cannot be read.
+fn link_input(l: &Link) -> Option<Vec<Value>> {
+    match input_items(&l.input).ok()? {
+        Value::Array(a) => Some(a),
+        _ => None,
+    }
+}
+
+/// A stored turn's output items; `None` when its response cannot be read.
+fn link_output(l: &Link) -> Option<Vec<Value>> {
+    let mut r: Value = serde_json::from_slice(&l.response).ok()?;
+    match take(&mut r, "output") {
+        Value::Array(out) => Some(out),
+        _ => Some(Vec::new()),
+    }
 }
 
 /// A stored `input` as items: a string is one user message.
@@ -711,30 +722,23 @@ fn context_items(chain: &[Link]) -> Vec<Value> {
     let mut out = Vec::new();
     for (n, l) in chain.iter().enumerate() {
         let stem = item_stem(&l.id);
-        if let Ok(Value::Array(items)) = input_items(&l.input) {
-            for (k, mut item) in items.into_iter().enumerate() {
-                if item.get("id").is_none() {
-                    let kind = item["type"].as_str().unwrap_or("message");
-                    let prefix = match kind {
-                        "function_call_output" => "fco",
-                        "function_call" => "fc",
-                        "reasoning" => "rs",
-                        _ => "msg",
-                    };
-                    if item.get("type").is_none() {
-                        item["type"] = Value::from("message");
-                    }
-                    item["id"] = Value::from(format!("{prefix}_{stem}_in{k}"));
+        for (k, mut item) in link_input(l).unwrap_or_default().into_iter().enumerate() {
+            if item.get("id").is_none() {
+                let prefix = match item["type"].as_str() {
+                    Some("function_call_output") => "fco",
+                    Some("function_call") => "fc",
+                    Some("reasoning") => "rs",
+                    _ => "msg",
+                };
+                if item.get("type").is_none() {
+                    item["type"] = Value::from("message");
                 }
-                out.push(item);
+                item["id"] = Value::from(format!("{prefix}_{stem}_in{k}"));
             }
+            out.push(item);
         }
         if n + 1 < chain.len() {
-            if let Ok(mut r) = serde_json::from_slice::<Value>(&l.response) {
-                if let Value::Array(items) = take(&mut r, "output") {
-                    out.extend(items);
-                }
-            }
+            out.extend(link_output(l).unwrap_or_default());
         }
     }
     out
