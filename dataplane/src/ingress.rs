@@ -223,6 +223,8 @@ struct Keep {
     tenant: String,
     previous: Option<String>,
     input: Bytes,
+    /// The conversation was read from the shared store: the write goes behind the answer.
+    behind: bool,
 }
 
 /// What the Responses ingress learns as it reads the body: the new response's id, what the
@@ -236,7 +238,8 @@ struct Turn {
 /// `POST /v1/responses`: the Responses API, forwarded to routes whose upstreams all offer it,
 /// translated for every other. With `store` (the default) the response is kept before the caller
 /// sees its end (one round trip to the store); `previous_response_id` reads the conversation it
-/// continues (one more, unless this data plane remembers it).
+/// continues unless this data plane remembers it, and then the turn's write goes behind its
+/// answer: a turn waits on the store at most once.
 async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     model_call(app, headers, "/v1/responses", |app, rid, headers, start| async move {
         let snap = app.store.load();
@@ -264,12 +267,19 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
                 let prior = match &previous {
                     Some(p) => {
                         let param = Some("previous_response_id");
-                        ops::stored_conversation(app, &tenant, p, snap.max_body_bytes, param).await?
+                        Some(ops::stored_conversation(app, &tenant, p, snap.max_body_bytes, param).await?)
                     }
-                    None => Vec::new(),
+                    None => None,
                 };
+                let behind = prior.as_ref().is_some_and(|c| c.fetched);
+                let prior = prior.map(|c| c.links).unwrap_or_default();
                 let store = req.store();
-                let keep = store.then(|| Keep { tenant, previous: previous.clone(), input: responses::raw_input(&bytes) });
+                let keep = store.then(|| Keep {
+                    tenant,
+                    previous: previous.clone(),
+                    input: responses::raw_input(&bytes),
+                    behind,
+                });
                 let id = ops::new_response_id(previous.as_deref());
                 let _ = turn_r.set(Turn { id, echo: responses::Echo { store, previous_response_id: previous }, keep });
                 *decoded_r.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((req, prior));
@@ -357,7 +367,7 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
 /// Keeps a response; a store that fails is logged and counted, and the caller still gets the
 /// answer it paid for (a later `previous_response_id` naming it is then a 404).
 async fn save_response(app: &App, id: String, k: Keep, response: Bytes) {
-    let r = ops::NewResponse { id, tenant: k.tenant, previous: k.previous, input: k.input, response };
+    let r = ops::NewResponse { id, tenant: k.tenant, previous: k.previous, input: k.input, response, behind: k.behind };
     if let Err(e) = ops::keep_response(app, r).await {
         tracing::warn!(code = e.code(), "response answered but not stored");
     }
@@ -480,7 +490,7 @@ async fn stored_response(app: &App, parts: &http::request::Parts) -> Response {
             let query = responses::ListQuery::parse(parts.uri.query().unwrap_or(""))?;
             let max = app.store.load().max_body_bytes.saturating_mul(2);
             let chain = ops::stored_conversation(app, &tenant, id, max, None).await?;
-            Ok(responses::encode_input_items(&chain, &query))
+            Ok(responses::encode_input_items(&chain.links, &query))
         } else if get {
             Ok(ops::stored_response(app, &tenant, id).await?.to_vec())
         } else {

@@ -283,7 +283,11 @@ fn serve(args: Args) -> ExitCode {
                         let shutdown = async move {
                             let _ = stop.wait_for(|s| *s).await;
                         };
-                        ax_dataplane::serve(listener, app, shutdown).await.map_err(|e| e.to_string())
+                        let served = ax_dataplane::serve(listener, app.clone(), shutdown).await;
+                        // Writes of the response store sent behind their answers run on this
+                        // thread's runtime: they finish before it ends.
+                        app.responses.drain().await;
+                        served.map_err(|e| e.to_string())
                     })
                 });
             // Usage lines this thread still holds (its requests drained): to the writer before

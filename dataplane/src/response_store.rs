@@ -45,6 +45,12 @@ pub const MAX_LINKS: usize = 2_000;
 /// of them it holds.
 const RECENT: Duration = Duration::from_secs(300);
 const RECENT_BYTES: u64 = 64 * 1024 * 1024;
+/// The most writes a data plane sends behind their answers at once; past it a turn waits for its
+/// write (Redis is slow: the wait is the backpressure).
+const BEHIND_MAX: usize = 256;
+/// How long a walk that did not find a link waits before it looks once more: a write sent behind
+/// its answer by another data plane may still be on its way.
+const LOOK_AGAIN: Duration = Duration::from_millis(25);
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const CONV_LEN: usize = 16;
@@ -67,6 +73,17 @@ pub struct NewResponse {
     pub previous: Option<String>,
     pub input: Bytes,
     pub response: Bytes,
+    /// Its turn already waited on the shared store once (it read its conversation there): the
+    /// write goes behind the answer instead of before it.
+    pub behind: bool,
+}
+
+/// A stored conversation, oldest link first.
+#[derive(Debug)]
+pub struct Conversation {
+    pub links: Vec<Link>,
+    /// Read from the shared store (a round trip), not from this data plane's memory.
+    pub fetched: bool,
 }
 
 fn hex(n: u128, digits: usize, out: &mut String) {
@@ -142,7 +159,8 @@ impl ResponseStore {
             prefix: prefix.to_owned(),
             walk: redis::Script::new(WALK),
             delete: redis::Script::new(DELETE),
-            recent: Mutex::new(Local::new(RECENT_BYTES)),
+            recent: Arc::new(Mutex::new(Local::new(RECENT_BYTES))),
+            behind: Arc::new(tokio::sync::Semaphore::new(BEHIND_MAX)),
             subscribed: std::sync::atomic::AtomicBool::new(false),
         };
         Ok(Self {
@@ -176,8 +194,9 @@ impl ResponseStore {
         }
     }
 
-    /// Keeps a response (one round trip to Redis). One over `max_response_bytes` is not kept: a
-    /// marker saying so is.
+    /// Keeps a response: one round trip to Redis, before the answer ends, or sent behind the
+    /// answer for a turn that read its conversation there (`NewResponse::behind`). One over
+    /// `max_response_bytes` is not kept: a marker saying so is.
     pub async fn put(&self, r: NewResponse) -> Result<(), AxError> {
         if parse(&r.id).is_none() {
             return Err(AxError::Internal);
@@ -206,23 +225,37 @@ impl ResponseStore {
         id: &str,
         max_total: u64,
         param: Option<&'static str>,
-    ) -> Result<Vec<Link>, AxError> {
+    ) -> Result<Conversation, AxError> {
         if parse(id).is_none() {
             return Err(not_found(id, param));
         }
-        let mut links = match &self.backend {
+        let (links, fetched) = match &self.backend {
             Backend::Local(l) => {
                 let mut l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                l.chain(tenant, id, max_total)
+                (l.chain(tenant, id, max_total), false)
             }
             Backend::Redis(s) => match s.recent_chain(tenant, id, max_total) {
-                Some(links) => Ok(links),
-                None => s.chain(tenant, id, max_total).await?.inspect(|links| s.remember(tenant, links)),
+                Some(links) => (Ok(links), false),
+                None => (s.chain(tenant, id, max_total).await?.inspect(|links| s.remember(tenant, links)), true),
             },
-        }
-        .map_err(|e| e.into_error(id, param, max_total))?;
+        };
+        let mut links = links.map_err(|e| e.into_error(id, param, max_total))?;
         links.reverse();
-        Ok(links)
+        Ok(Conversation { links, fetched })
+    }
+
+    /// Waits (at most `TIMEOUT`) for the writes this process sent behind their answers: called by
+    /// each serving thread as it stops, before its runtime (which runs them) ends.
+    pub async fn drain(&self) {
+        if let Backend::Redis(s) = &self.backend {
+            let all = u32::try_from(BEHIND_MAX).unwrap_or(u32::MAX);
+            if tokio::time::timeout(TIMEOUT, s.behind.acquire_many(all)).await.is_err() {
+                tracing::warn!(
+                    pending = BEHIND_MAX - s.behind.available_permits(),
+                    "response store: writes still pending at shutdown"
+                );
+            }
+        }
     }
 
     /// A stored response object.
@@ -502,14 +535,16 @@ struct RedisStore {
     walk: redis::Script,
     delete: redis::Script,
     /// The turns this data plane wrote or read in the last `RECENT`.
-    recent: Mutex<Local>,
+    recent: Arc<Mutex<Local>>,
+    /// One permit per write sent behind its answer and not yet answered by Redis.
+    behind: Arc<tokio::sync::Semaphore>,
     /// The delete subscription is live: `recent` may be used.
     subscribed: std::sync::atomic::AtomicBool,
 }
 
 impl RedisStore {
     fn recent(&self) -> std::sync::MutexGuard<'_, Local> {
-        self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.recent)
     }
 
     fn deleted_channel(&self) -> String {
@@ -561,6 +596,7 @@ impl RedisStore {
                 previous: links.get(k + 1).map(|p| p.id.clone()),
                 input: l.input.clone(),
                 response: l.response.clone(),
+                behind: false,
             };
             recent.put(r, None, expires);
         }
@@ -595,27 +631,12 @@ impl RedisStore {
         (base, key)
     }
 
-    async fn run<T: redis::FromRedisValue>(
-        &self,
-        op: &'static str,
-        f: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, AxError> {
-        match tokio::time::timeout(TIMEOUT, f).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(unavailable(op, &e)),
-            Err(_) => Err(unavailable(op, &"timeout")),
-        }
-    }
-
+    /// Keeps a turn: one `MULTI`, waited for, unless the turn already waited on Redis for its
+    /// conversation (then sent behind the answer, at most `BEHIND_MAX` at once). What is sent
+    /// behind is remembered here at once (this data plane's next turn finds it) and forgotten
+    /// again if Redis refuses it; another data plane that misses it looks once more (`chain`).
     async fn put(&self, r: NewResponse, dropped: Option<u64>, retention: Duration) -> Result<(), AxError> {
         let mut conn = self.conn()?;
-        let remembered = NewResponse {
-            id: r.id.clone(),
-            tenant: r.tenant.clone(),
-            previous: r.previous.clone(),
-            input: r.input.clone(),
-            response: r.response.clone(),
-        };
         let (_, key) = self.keys(&r.id);
         let mut pipe = redis::pipe();
         pipe.atomic();
@@ -630,10 +651,27 @@ impl RedisStore {
             ),
         };
         pipe.pexpire(&key, i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)).ignore();
-        self.run::<()>("put", pipe.query_async(&mut conn)).await?;
-        if self.subscribed.load(std::sync::atomic::Ordering::Acquire) {
-            self.recent().put(remembered, dropped, Instant::now() + RECENT.min(retention));
+        let subscribed = self.subscribed.load(std::sync::atomic::Ordering::Acquire);
+        let expires = Instant::now() + RECENT.min(retention);
+        let permit = if r.behind { self.behind.clone().try_acquire_owned().ok() } else { None };
+        let Some(permit) = permit else {
+            run("put", pipe.query_async::<()>(&mut conn)).await?;
+            if subscribed {
+                self.recent().put(r, dropped, expires);
+            }
+            return Ok(());
+        };
+        let id = r.id.clone();
+        if subscribed {
+            self.recent().put(r, dropped, expires);
         }
+        let recent = self.recent.clone();
+        tokio::spawn(async move {
+            if run("put", pipe.query_async::<()>(&mut conn)).await.is_err() {
+                lock(&recent).forget(&id);
+            }
+            drop(permit);
+        });
         Ok(())
     }
 
@@ -642,17 +680,33 @@ impl RedisStore {
         let (base, key) = self.keys(id);
         let mut inv = self.walk.prepare_invoke();
         inv.key(&key).arg(base).arg(tenant).arg(links).arg(max_total).arg(id);
-        self.run("walk", inv.invoke_async(&mut conn)).await
+        run("walk", inv.invoke_async(&mut conn)).await
+    }
+
+    /// Walks `id`'s conversation, looking once more after `LOOK_AGAIN` when a link is missing (it
+    /// may be a turn another data plane sent behind its answer a moment ago).
+    async fn walk_twice(
+        &self,
+        tenant: &str,
+        id: &str,
+        links: usize,
+        max_total: u64,
+    ) -> Result<Result<Vec<Link>, Miss>, AxError> {
+        let first = read_walk(self.walk(tenant, id, links, max_total).await?);
+        if !matches!(first, Err(Miss::Missing | Miss::Broken(_))) {
+            return Ok(first);
+        }
+        tokio::time::sleep(LOOK_AGAIN).await;
+        Ok(read_walk(self.walk(tenant, id, links, max_total).await?))
     }
 
     async fn chain(&self, tenant: &str, id: &str, max_total: u64) -> Result<Result<Vec<Link>, Miss>, AxError> {
-        let v = self.walk(tenant, id, MAX_LINKS + 1, max_total).await?;
-        Ok(read_walk(v).and_then(|l| if l.len() > MAX_LINKS { Err(Miss::TooLong) } else { Ok(l) }))
+        let walked = self.walk_twice(tenant, id, MAX_LINKS + 1, max_total).await?;
+        Ok(walked.and_then(|l| if l.len() > MAX_LINKS { Err(Miss::TooLong) } else { Ok(l) }))
     }
 
     async fn one(&self, tenant: &str, id: &str) -> Result<Result<Vec<Link>, Miss>, AxError> {
-        let v = self.walk(tenant, id, 1, u64::MAX / 2).await?;
-        Ok(read_walk(v))
+        self.walk_twice(tenant, id, 1, u64::MAX / 2).await
     }
 
     async fn delete(&self, tenant: &str, id: &str) -> Result<bool, AxError> {
@@ -661,7 +715,20 @@ impl RedisStore {
         self.recent().forget(id);
         let mut inv = self.delete.prepare_invoke();
         inv.key(&key).arg(tenant).arg(self.deleted_channel()).arg(id);
-        Ok(self.run::<i64>("delete", inv.invoke_async(&mut conn)).await? > 0)
+        Ok(run::<i64>("delete", inv.invoke_async(&mut conn)).await? > 0)
+    }
+}
+
+fn lock(m: &Mutex<Local>) -> std::sync::MutexGuard<'_, Local> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One Redis operation, bounded by `TIMEOUT`; a failure is logged and counted.
+async fn run<T>(op: &'static str, f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, AxError> {
+    match tokio::time::timeout(TIMEOUT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(unavailable(op, &e)),
+        Err(_) => Err(unavailable(op, &"timeout")),
     }
 }
 
@@ -719,6 +786,7 @@ mod tests {
             previous: previous.map(str::to_owned),
             input: Bytes::from_static(b"\"hi\""),
             response: Bytes::from_static(body.as_bytes()),
+            behind: false,
         }
     }
 
@@ -740,7 +808,7 @@ mod tests {
         let b = new_id(Some(&a));
         s.put(resp(&a, "t1", None, "{\"n\":1}")).await.unwrap();
         s.put(resp(&b, "t1", Some(&a), "{\"n\":2}")).await.unwrap();
-        let chain = s.chain("t1", &b, 1 << 20, Some("previous_response_id")).await.unwrap();
+        let chain = s.chain("t1", &b, 1 << 20, Some("previous_response_id")).await.unwrap().links;
         assert_eq!(chain.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(), [a.as_str(), b.as_str()]);
         let e = s.chain("t2", &b, 1 << 20, Some("previous_response_id")).await.unwrap_err();
         assert_eq!(e.code(), "response_not_found");
@@ -767,7 +835,7 @@ mod tests {
         s.put(resp(&next, "t", Some(&root), "0123456789")).await.unwrap();
         s.put(resp(&new_id(None), "t", None, "0123456789")).await.unwrap();
         assert!(s.get("t", &other).await.is_err());
-        assert_eq!(s.chain("t", &next, 1 << 20, None).await.unwrap().len(), 2);
+        assert_eq!(s.chain("t", &next, 1 << 20, None).await.unwrap().links.len(), 2);
     }
 
     #[tokio::test]

@@ -9,11 +9,16 @@
 #   - store: true and previous_response_id (a response made before the run) written by this data
 #     plane: the chain is remembered (no read), the new response kept;
 #   - the same with a previous response written by another data plane (a second process): the
-#     chain is read (one Lua walk), then the new response kept.
+#     chain is read (one Lua walk), then the new response kept;
+#   - every request continuing a different response this data plane never saw (seeded into Redis
+#     before the run): every turn reads its conversation (one walk) and sends its write behind its
+#     answer, so it waits on Redis once; 6 commands per request (the walk's EVALSHA and the HMGET it
+#     runs, the MULTI's 4) say every write landed.
 # Reported: req/s, the data plane's CPU µs per request (/proc), wrk's median latency, the Redis
 # commands per request (Redis's total_commands_processed over the run ÷ requests: a turn's write is
-# one MULTI of HSET + PEXPIRE, 4 commands in one round trip, waited for before the answer's end; a
-# walk is one EVALSHA), and the round trips a turn waits for. Loopback only; bounded by wrk's -d; everything started here is
+# one MULTI of HSET + PEXPIRE, 4 commands in one round trip, waited for before the answer's end
+# unless the turn read Redis; a walk is one EVALSHA, counted with the HMGET it runs per link), and
+# the round trips a turn waits for. Loopback only; bounded by wrk's -d; everything started here is
 # stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -71,9 +76,47 @@ print('wrk.headers["Authorization"] = "Bearer %s"' % key)
 PY
   echo "$out"
 }
+# seeded N: N responses of tenant `plain` put straight into Redis, their ids in $WORK/seeded.ids.
+seeded() {
+  python3 - "$1" "$WORK/seeded.ids" <<'PY' | redis-cli -p "$REDIS" --pipe >/dev/null
+import os, sys
+n, ids = int(sys.argv[1]), open(sys.argv[2], "w")
+resp = b'{"id":"x","object":"response","status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hello!"}]}]}'
+def cmd(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+w = sys.stdout.buffer
+for _ in range(n):
+    conv, own = os.urandom(8).hex(), os.urandom(16).hex()
+    ids.write("resp_%s%s\n" % (conv, own))
+    key = ("ax:resp:{%s}:%s" % (conv, own)).encode()
+    w.write(cmd(b"HSET", key, b"t", b"plain", b"p", b"", b"i", b'"first turn"', b"r", resp))
+    w.write(cmd(b"PEXPIRE", key, b"3600000"))
+PY
+}
+# walking SCRIPT: a copy of a wrk script whose every request continues the next seeded id.
+walking() {
+  local out="${1%.lua}-walking.lua"
+  { cat "$1"
+    cat <<EOF
+-- wrk's warm-up run takes the second half of the ids, the measured run the first: no id twice.
+ids, next_id = {}, 0
+for line in io.lines("$WORK/seeded.ids") do ids[#ids + 1] = line end
+if os.getenv("WRK_WARMUP") then next_id = math.floor(#ids / 2) end
+request = function()
+  next_id = next_id % #ids + 1
+  local body = wrk.body:gsub('"previous_response_id": "[^"]*"', '"previous_response_id": "' .. ids[next_id] .. '"')
+  return wrk.format(nil, nil, nil, body)
+end
+EOF
+  } > "$out"
+  echo "$out"
+}
 commands() { redis-cli -p "$REDIS" info stats | awk -F: '/^total_commands_processed/ { print $2 + 0 }'; }
 run() { # $1 = script; prints "rps cpu_us_per_request p50 redis_commands_per_request"
-  wrk -t1 -c64 -d1s -s "$1" "$URL" >/dev/null 2>&1 || true
+  WRK_WARMUP=1 wrk -t1 -c64 -d1s -s "$1" "$URL" >/dev/null 2>&1 || true
   local t0 t1 c0 c1 out pid
   pid=$(cat "$WORK/ax.pid")
   t0=$(ticks "$pid"); c0=$(commands)
@@ -93,14 +136,20 @@ for n in 1 60; do
   first() { curl -s "$1/v1/responses" -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
     -d '{"model":"chat","input":"first turn"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
   here=$(first "$URL"); there=$(first "$URL2")
-  for mode in "false:" "true:" "true:$here" "true:$there"; do
+  seeded $(( (n == 1 ? 40000 : 12000) * (DUR + 2) )) # more than the run can use: no id comes twice
+  for mode in "false:" "true:" "true:$here" "true:$there" "walk:$there"; do
     store=${mode%%:*}; prev=${mode#*:}
-    read -r rps cpu p50 cmds < <(run "$(script "$n" "$store" "$prev")")
+    if [ "$store" = walk ]; then
+      read -r rps cpu p50 cmds < <(run "$(walking "$(script "$n" true "$prev")")")
+    else
+      read -r rps cpu p50 cmds < <(run "$(script "$n" "$store" "$prev")")
+    fi
     case "$mode" in
       false:) what="off (store: false)"; trips=0 ;;
       true:) what="on"; trips=1 ;;
       "true:$here") what="on + previous_response_id written by this data plane"; trips=1 ;;
-      *) what="on + previous_response_id written by another data plane (read once, then remembered)"; trips="2 the first turn, then 1" ;;
+      "true:$there") what="on + previous_response_id written by another data plane (read once, then remembered)"; trips=1 ;;
+      *) what="on + a previous_response_id this data plane never saw, every request (each reads Redis; its write goes behind its answer)"; trips=1 ;;
     esac
     echo "| ~${size} KB | $what | $rps | $cpu | $p50 | $cmds | $trips |"
   done

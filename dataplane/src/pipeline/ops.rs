@@ -109,7 +109,7 @@ pub fn tenant_of(app: &App, key: Option<&str>) -> Result<String, AxError> {
     Ok(tenant.id.clone())
 }
 
-pub use crate::response_store::{new_id as new_response_id, Link, NewResponse};
+pub use crate::response_store::{new_id as new_response_id, Conversation, Link, NewResponse};
 
 /// The stored conversation that ends with response `id` (oldest first), `tenant`'s only.
 pub async fn stored_conversation(
@@ -118,7 +118,7 @@ pub async fn stored_conversation(
     id: &str,
     max_total: u64,
     param: Option<&'static str>,
-) -> Result<Vec<Link>, AxError> {
+) -> Result<Conversation, AxError> {
     app.responses.chain(tenant, id, max_total, param).await
 }
 

@@ -38,6 +38,24 @@ async fn call(method: reqwest::Method, url: &str, key: &str, body: Option<&Value
     (status, serde_json::from_str(&text).unwrap_or(Value::Null), text)
 }
 
+/// Scripts run (walks) and `MULTI`s executed (writes) by a Redis server so far. A script's first
+/// `EVALSHA` on a server fails (`NOSCRIPT`) and is sent again as `EVAL`: one walk.
+fn redis_calls(port: u16) -> (u64, u64) {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "info", "commandstats"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stat = |name: &str, field: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:")))
+            .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix(&format!("{field}="))))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (stat("evalsha", "calls") - stat("evalsha", "failed_calls") + stat("eval", "calls"), stat("exec", "calls"))
+}
+
 async fn create(gw: &str, key: &str, body: &Value) -> (u16, Value, String) {
     call(reqwest::Method::POST, &format!("{gw}/v1/responses"), key, Some(body)).await
 }
@@ -122,20 +140,13 @@ async fn a_conversation_continues_on_another_data_plane_and_another_provider() {
     assert_ne!(id1, id2);
     // A turn continued on the data plane that served the one before it reads nothing from Redis:
     // one round trip, its write.
-    let scripts = || {
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &redis.port.to_string(), "info", "commandstats"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let calls = |name: &str| -> u64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-                .and_then(|rest| rest.split(',').next()?.parse().ok())
-                .unwrap_or(0)
-        };
-        (calls("evalsha") + calls("eval"), calls("exec"))
-    };
+    let scripts = || redis_calls(redis.port);
+    // Turn 2 read its conversation from Redis, so its write went behind its answer: landed by now.
+    let landed = std::time::Instant::now();
+    while scripts().1 < 2 {
+        assert!(landed.elapsed() < std::time::Duration::from_secs(5), "turn 2's write never reached Redis");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let before = scripts();
     let turn3 =
         json!({ "model": "chat", "previous_response_id": id2, "stream": true, "store": true, "input": "Thanks." });
@@ -203,6 +214,93 @@ async fn a_conversation_continues_on_another_data_plane_and_another_provider() {
     let (status, ..) =
         call(reqwest::Method::GET, &format!("{}/v1/responses/{}", a.url, r["id"].as_str().unwrap()), KEY, None).await;
     assert_eq!(status, 404);
+}
+
+/// A turn waits on Redis at most once. One that continues a conversation this data plane does not
+/// remember reads it (the walk) and sends its own write behind its answer: with Redis refusing
+/// writes for 1.5 s (`CLIENT PAUSE WRITE`, shorter than ax's 2 s store timeout) after the upstream got the request, the answer still
+/// comes at once, and the write lands when Redis takes writes again. A turn continued where the
+/// previous one ran (no walk) waits for its write before its answer ends.
+#[tokio::test]
+async fn a_turn_that_read_its_conversation_does_not_wait_for_its_write() {
+    let redis = ax_tests::RedisServer::start();
+    let up = FakeUpstream::fixed(Reply::Delayed(
+        std::time::Duration::from_millis(300),
+        Box::new(Reply::json(wire::anthropic_response(Some("Noted."), &[], "end_turn", (5, 2, 0, 0)))),
+    ))
+    .await;
+    let upstreams = format!(
+        "  - {{ name: an, provider: anthropic, base_url: \"{}\", api_key: k, models: [{{ name: real, context_window: 100000, capabilities: [chat, streaming] }}] }}",
+        up.url()
+    );
+    let route = "{ alias: chat, candidates: [{ upstream: an, model: real }] }";
+    let server =
+        format!("redis_url: \"redis://127.0.0.1:{}\", redis_prefix: \"pause-{}\"", redis.port, std::process::id());
+    let yaml = config(&server, &upstreams, route);
+    let a = Gateway::start(&yaml).await;
+    let b = Gateway::start(&yaml).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let pause = |ms: u64| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &redis.port.to_string(), "client", "pause", &ms.to_string(), "write"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    };
+    // A turn sent on `gw`; Redis holds writes for 1.5 s from the moment the upstream has it.
+    // Returns the response and how long after the pause it came.
+    let paused_turn = |gw: String, body: Value| {
+        let seen = up.requests().len();
+        let up = &up;
+        async move {
+            let call = tokio::spawn(async move { create(&gw, KEY, &body).await });
+            while up.requests().len() == seen {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            pause(1500);
+            let paused = std::time::Instant::now();
+            let (status, r, text) = call.await.unwrap();
+            assert_eq!(status, 200, "{text}");
+            (r, paused.elapsed())
+        }
+    };
+
+    let (status, first, text) = create(&a.url, KEY, &json!({ "model": "chat", "input": "Remember 7." })).await;
+    assert_eq!(status, 200, "{text}");
+    let id1 = first["id"].as_str().unwrap().to_owned();
+    let (walks, writes) = redis_calls(redis.port);
+
+    // On b, which does not remember turn 1: one walk, and the answer does not wait for the write.
+    let (second, waited) =
+        paused_turn(b.url.clone(), json!({ "model": "chat", "previous_response_id": id1, "input": "And 8." })).await;
+    assert!(waited < std::time::Duration::from_millis(1000), "the answer waited {waited:?} for its write");
+    assert_eq!(redis_calls(redis.port).0, walks + 1);
+    // Its write lands once Redis takes writes again, and a, which never saw turn 2, continues it.
+    let landed = std::time::Instant::now();
+    while redis_calls(redis.port).1 == writes {
+        assert!(landed.elapsed() < std::time::Duration::from_secs(5), "turn 2's write never reached Redis");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let id2 = second["id"].as_str().unwrap().to_owned();
+    let (status, third, text) =
+        create(&a.url, KEY, &json!({ "model": "chat", "previous_response_id": id2, "input": "Sum?" })).await;
+    assert_eq!(status, 200, "{text}");
+    let sent = up.last().body;
+    let said: Vec<&str> =
+        sent["messages"].as_array().unwrap().iter().filter_map(|m| m["content"][0]["text"].as_str()).collect();
+    assert_eq!(said, ["Remember 7.", "Noted.", "And 8.", "Noted.", "Sum?"], "{sent}");
+
+    // On a again, which remembers turn 3: no walk, and the answer waits for its write.
+    let id3 = third["id"].as_str().unwrap().to_owned();
+    let before = redis_calls(redis.port);
+    let (_, waited) =
+        paused_turn(a.url.clone(), json!({ "model": "chat", "previous_response_id": id3, "input": "Thanks." })).await;
+    assert!(
+        waited >= std::time::Duration::from_millis(1000),
+        "the answer came {waited:?} after the pause, before its write"
+    );
+    let after = redis_calls(redis.port);
+    assert_eq!((after.0 - before.0, after.1 - before.1), (0, 1), "walks and writes of a turn continued where it began");
 }
 
 /// Without Redis a data plane keeps responses itself: a tool call's round trip continues from
