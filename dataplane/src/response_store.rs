@@ -15,7 +15,10 @@
 //! A data plane also remembers the turns it wrote or read in the last `RECENT` (at most
 //! `RECENT_BYTES`, least recently used evicted first): a conversation that comes back to the data
 //! plane that served its previous turn (one replica, or a client on a kept-alive connection) is
-//! continued without reading Redis, so such a turn costs one round trip, its write. A delete
+//! continued without reading Redis, so such a turn costs one round trip, its write. A turn that
+//! did read Redis sends its write behind its answer (`NewResponse::behind`, at most `BEHIND_MAX` in
+//! flight), so every turn waits on Redis at most once; a walk that misses a link looks once more
+//! after `LOOK_AGAIN`, for a write another data plane sent behind its answer a moment ago. A delete
 //! publishes the id on `<prefix>:resp:deleted`, and every data plane drops it from what it
 //! remembers as the message arrives (`keep_subscribed`); while that subscription is down a data
 //! plane remembers nothing (it reads Redis every turn), so a deleted response is never continued
