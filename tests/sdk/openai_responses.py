@@ -68,4 +68,15 @@ try:
 except openai.NotFoundError as e:
     assert e.body["param"] == "previous_response_id" and e.body["code"] == "response_not_found", e.body
 
+# 6. A stream the upstream cuts short (the fake OpenAI server closes after one chunk when asked to
+# "cut short"): the SDK reads an `error` event with ax's code, then `response.failed`.
+if "gpt" in os.environ.get("AX_ALIASES", "claude,gpt,gem").split(","):
+    with client.responses.stream(model="gpt", input="cut short") as s:
+        seen = list(s)
+    kinds = [e.type for e in seen]
+    assert kinds[0] == "response.created" and kinds[-2:] == ["error", "response.failed"], kinds
+    assert seen[-2].code == "upstream_stream_truncated" and seen[-2].message, seen[-2]
+    assert seen[-1].response.status == "failed", seen[-1]
+    assert seen[-1].response.error.code == "upstream_stream_truncated", seen[-1].response.error
+
 print("responses sdk: all checks passed")

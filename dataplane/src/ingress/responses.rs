@@ -990,8 +990,12 @@ impl StreamEncoder for Events {
         self.saving.take()
     }
 
+    /// An `error` event (what the SDKs raise on), then `response.failed` (what Codex reads, with
+    /// the code it special-cases): both carry ax's stable code.
     fn fail(&mut self, e: &AxError) -> Bytes {
-        let mut out = Vec::with_capacity(512);
+        let mut out = Vec::with_capacity(768);
+        let param = e.param();
+        self.event(&mut out, "error", json!({ "code": e.code(), "message": e.to_string(), "param": param }));
         let mut r = self.skeleton("failed");
         r["error"] = json!({ "code": e.code(), "message": e.to_string() });
         self.event(&mut out, "response.failed", json!({ "response": r }));

@@ -254,8 +254,17 @@ async fn a_responses_stream_carries_every_item_in_order() {
         .text()
         .await
         .unwrap();
-    let last: Value = serde_json::from_str(text.trim_end().rsplit("data: ").next().unwrap()).unwrap();
+    let tail: Vec<Value> =
+        text.rsplit("data: ").take(2).map(|d| serde_json::from_str(d.lines().next().unwrap()).unwrap()).collect();
+    let (last, error) = (&tail[0], &tail[1]);
+    assert_eq!(
+        (error["type"].as_str(), error["code"].as_str()),
+        (Some("error"), Some("upstream_stream_truncated")),
+        "{text}"
+    );
+    assert!(error["message"].is_string() && error.get("param").is_some(), "{error}");
     assert_eq!(last["type"], "response.failed", "{text}");
+    assert_eq!(last["sequence_number"], error["sequence_number"].as_u64().unwrap() + 1);
     assert_eq!(last["response"]["error"]["code"], "upstream_stream_truncated");
 }
 

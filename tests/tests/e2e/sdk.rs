@@ -157,6 +157,12 @@ fn openai_agent(r: &Recorded) -> Reply {
         .rev()
         .collect();
     let has_tools = r.body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    if r.body["stream"] == true && messages.last().is_some_and(|m| m["content"] == "cut short") {
+        // The connection ends after the stream's first text.
+        let whole = wire::openai_stream(&["Hel", "lo"], &[], "stop", (10, 5, 0), Framing::default());
+        let start = whole.find("Hel").unwrap_or_default();
+        return Reply::sse(&whole[..start + whole[start..].find("\n\n").unwrap_or_default() + 2]);
+    }
     let (text, calls) = agent_turn(&results, has_tools, "GPT");
     let calls: &[wire::Call<'_>] = if calls { &CALLS } else { &[] };
     let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
