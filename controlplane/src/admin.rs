@@ -93,12 +93,30 @@ pub async fn put_tenant(
     };
     store::config::write_tenant(&mut tx, &spec).await?;
     let after = store::config::tenant_json(&mut tx, &id).await?;
+    if let Some(version) = unchanged(&mut tx, &before, &after).await? {
+        let tenant = after.map(serde_json::from_value).transpose().map_err(|e| ApiError::internal("tenant spec", e))?;
+        return Ok(Json(TenantSaved { tenant, version }));
+    }
     let action = if before.is_some() { "tenant.update" } else { "tenant.create" };
     audit(&mut tx, &caller.username, action, &id, before, after.clone()).await?;
     let version = commit(&mut tx, &caller.username, &format!("tenant {id}"), Focus::Tenant(&id), s.verify()).await?;
     tx.commit().await?;
     let tenant = after.map(serde_json::from_value).transpose().map_err(|e| ApiError::internal("tenant spec", e))?;
     Ok(Json(TenantSaved { tenant, version }))
+}
+
+/// A PUT whose entity reads the same after as before changes nothing: no audit entry and no
+/// version (the caller drops the transaction); the current version is the answer. `None` when it
+/// is a change (or no version is stored yet).
+async fn unchanged<T: PartialEq>(
+    conn: &mut sqlx::PgConnection,
+    before: &Option<T>,
+    after: &Option<T>,
+) -> ApiResult<Option<i64>> {
+    if before.is_none() || before != after {
+        return Ok(None);
+    }
+    store::versions::newest(conn).await
 }
 
 // ---------- keys ----------
@@ -219,13 +237,24 @@ pub async fn put_upstream(
     }
     let mut tx = s.db.begin().await?;
     let before = upstream_view(&mut tx, &name).await?;
+    let new_key = u.api_key.as_deref().filter(|k| !k.is_empty());
+    // The key is a change only when it differs from the stored one.
+    let same_key = match new_key {
+        None => true,
+        Some(k) => store::config::upstream_keys(&mut tx, &s.keys).await?.get(&name).is_some_and(|old| old == k),
+    };
     store::config::write_upstream(&mut tx, &u).await?;
-    if let Some(key) = u.api_key.as_deref().filter(|k| !k.is_empty()) {
+    if let Some(key) = new_key.filter(|_| !same_key) {
         let sealed = s.keys.seal(key.as_bytes(), &name).map_err(|e| ApiError::internal("seal", e))?;
         store::config::store_key(&mut tx, &name, sealed).await?;
     }
     let after = upstream_view(&mut tx, &name).await?;
-    let action = match (&before, u.api_key.is_some()) {
+    if same_key {
+        if let Some(version) = unchanged(&mut tx, &before, &after).await? {
+            return Ok(Json(UpstreamSaved { upstream: after, version }));
+        }
+    }
+    let action = match (&before, !same_key) {
         (None, _) => "upstream.create",
         (Some(_), true) => "upstream.update+key",
         (Some(_), false) => "upstream.update",
@@ -346,6 +375,9 @@ pub async fn put_route(
     let before = route_view(&mut tx, &alias).await?;
     store::config::write_route(&mut tx, &route_spec(&alias, &r, &candidates), &candidates).await?;
     let after = route_view(&mut tx, &alias).await?;
+    if let Some(version) = unchanged(&mut tx, &before, &after).await? {
+        return Ok(Json(RouteSaved { route: after, version }));
+    }
     let action = if before.is_some() { "route.update" } else { "route.create" };
     audit(&mut tx, &caller.username, action, &alias, audited(before.as_ref()), audited(after.as_ref())).await?;
     let summary = format!("route {alias}");

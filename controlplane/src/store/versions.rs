@@ -65,6 +65,11 @@ pub async fn insert(conn: &mut PgConnection, hash: &str, text: &str, author: &st
     Ok(version)
 }
 
+/// The number of the newest version, if any.
+pub async fn newest(conn: &mut PgConnection) -> ApiResult<Option<i64>> {
+    Ok(sqlx::query_scalar!("SELECT max(version) FROM config_versions").fetch_one(&mut *conn).await?)
+}
+
 /// The newest 200 versions, newest first.
 pub async fn list(db: &PgPool) -> ApiResult<Vec<VersionView>> {
     Ok(sqlx::query!(

@@ -380,6 +380,44 @@ async fn versions_follow_every_change_and_roll_back() {
     assert!(s.admin.ok("GET", "/api/v1/routes/omega", None).await["alias"] == "omega");
 }
 
+/// A PUT equal to what is stored (route, tenant, upstream, an upstream with its same key) answers
+/// 200 with the current version and makes no version and no audit entry; a new key or weight does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_that_changes_nothing_makes_no_version() {
+    let s = stack("noop").await;
+    seed(&s.admin).await;
+    let keyed = |key: &str| {
+        json!({ "provider": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key": key,
+                "models": [{ "name": "m", "context_window": 32000, "capabilities": ["chat"] }] })
+    };
+    s.admin.ok("PUT", "/api/v1/upstreams/o", Some(&keyed("sk-one"))).await;
+    let state = || async {
+        let versions = s.admin.ok("GET", "/api/v1/versions", None).await;
+        let audit = s.admin.ok("GET", "/api/v1/audit?limit=1000", None).await;
+        (versions["versions"].as_array().unwrap().len(), audit["entries"].as_array().unwrap().len())
+    };
+    let newest = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    let before = state().await;
+
+    assert_eq!(set_weights(&s.admin, 80, 20).await, newest);
+    let t = s.admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "allowed_aliases": ["*"] }))).await;
+    assert_eq!((t["version"].as_u64(), t["tenant"]["id"].as_str()), (Some(newest), Some("acme")), "{t}");
+    let u = s.admin.ok("PUT", "/api/v1/upstreams/a", Some(&mock_upstream(0))).await;
+    assert_eq!((u["version"].as_u64(), u["upstream"]["name"].as_str()), (Some(newest), Some("a")), "{u}");
+    let o = s.admin.ok("PUT", "/api/v1/upstreams/o", Some(&keyed("sk-one"))).await;
+    assert_eq!(o["version"].as_u64(), Some(newest), "the same key again is no change");
+    assert_eq!(state().await, before, "no version and no audit entry for PUTs that change nothing");
+
+    // A new key, or a new weight, is a change.
+    let o = s.admin.ok("PUT", "/api/v1/upstreams/o", Some(&keyed("sk-two"))).await;
+    assert_eq!(o["version"].as_u64(), Some(newest + 1));
+    assert_eq!(set_weights(&s.admin, 20, 80).await, newest + 2);
+    assert_eq!(state().await, (before.0 + 2, before.1 + 2));
+    let audit = s.admin.ok("GET", "/api/v1/audit?limit=2", None).await;
+    let actions: Vec<&str> = audit["entries"].as_array().unwrap().iter().filter_map(|e| e["action"].as_str()).collect();
+    assert_eq!(actions, ["route.update", "upstream.update+key"]);
+}
+
 /// A change made through one control-plane replica reaches a data plane connected to the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_control_plane_replicas_stay_in_step() {
