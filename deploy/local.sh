@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command local stack: Postgres (the running one on 127.0.0.1:5432, else a private cluster
-# under .ax-local/pg), migrations, a demo seed (admin login, a tenant with a key, mock upstreams,
-# routes), the control plane and one data plane. Ctrl-C stops what it started.
+# under .ax-local/pg), migrations, a demo seed (admin login; deploy/seed.sh: a tenant with a key,
+# mock upstreams, chat and embedding routes; only what is missing, so a rerun keeps an operator's
+# changes), the control plane and one data plane. Ctrl-C stops what it started.
 #   bash deploy/local.sh            (ports: control plane 8090, data plane 8080)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,19 +61,8 @@ echo "==> control plane on 127.0.0.1:$CP_PORT"
 PIDS+=($!)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$CP_PORT/healthz" >/dev/null && break; sleep 0.1; done
 
-echo "==> demo seed (idempotent)"
-JAR="$STATE/cookies"; rm -f "$JAR"
-CSRF=$(curl -sf -c "$JAR" "http://127.0.0.1:$CP_PORT/api/v1/login" -H 'content-type: application/json' \
-  -d "{\"username\":\"admin\",\"password\":\"$(cat "$STATE/admin.password")\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["csrf_token"])')
-api() { curl -sf -b "$JAR" -H "x-csrf-token: $CSRF" -H 'content-type: application/json' -X "$1" "http://127.0.0.1:$CP_PORT/api/v1$2" ${3:+-d "$3"}; }
-MODEL='"models":[{"name":"MODEL","context_window":32000,"capabilities":["chat","streaming","tools","json"],"price_per_mtok":{"input":PIN,"output":POUT}}]'
-api PUT /upstreams/mock-fast "{\"provider\":\"mock\",\"mock\":{\"latency_ms\":20,\"reply_tokens\":24},$(echo "$MODEL" | sed 's/MODEL/mock-small/;s/PIN/0.10/;s/POUT/0.40/')}" >/dev/null
-api PUT /upstreams/mock-large "{\"provider\":\"mock\",\"mock\":{\"latency_ms\":60,\"reply_tokens\":40},$(echo "$MODEL" | sed 's/MODEL/mock-large/;s/PIN/3.00/;s/POUT/15.00/')}" >/dev/null
-api PUT /routes/chat-default '{"strategy":"weighted","candidates":[{"upstream":"mock-fast","model":"mock-small","weight":80},{"upstream":"mock-large","model":"mock-large","weight":20}]}' >/dev/null
-api PUT /tenants/demo '{"allowed_aliases":["*"],"budgets":[{"window":"day","usd":5.0}]}' >/dev/null
-if [ ! -f "$STATE/demo.key" ]; then
-  api POST /tenants/demo/keys '{}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])' > "$STATE/demo.key"
-fi
+echo "==> demo seed (only what is missing: an operator's changes stay)"
+bash deploy/seed.sh "http://127.0.0.1:$CP_PORT" "$STATE"
 [ -f "$STATE/node.token" ] || "$BIN/ax-controlplane" node create local-1 > "$STATE/node.token"
 
 echo "==> data plane on 127.0.0.1:$DP_PORT"
@@ -92,8 +82,16 @@ ax is running.
   Data plane:  http://127.0.0.1:$DP_PORT/v1      key: $(cat "$STATE/demo.key")
   Logs:        $STATE/*.log
 
+  A chat:
   curl -s http://127.0.0.1:$DP_PORT/v1/chat/completions -H 'authorization: Bearer $(cat "$STATE/demo.key")' \\
        -H 'content-type: application/json' -d '{"model":"chat-default","messages":[{"role":"user","content":"Hello!"}]}'
+  A tool call (the mock calls the tool it is offered):
+  curl -s http://127.0.0.1:$DP_PORT/v1/chat/completions -H 'authorization: Bearer $(cat "$STATE/demo.key")' \\
+       -H 'content-type: application/json' -d '{"model":"chat-default","messages":[{"role":"user","content":"Weather in Paris?"}],
+         "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]}'
+  An embedding:
+  curl -s http://127.0.0.1:$DP_PORT/v1/embeddings -H 'authorization: Bearer $(cat "$STATE/demo.key")' \\
+       -H 'content-type: application/json' -d '{"model":"embed-default","input":"ax routes every request"}'
 
 Ctrl-C stops it.
 MSG

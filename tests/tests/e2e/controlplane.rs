@@ -418,6 +418,100 @@ async fn a_put_that_changes_nothing_makes_no_version() {
     assert_eq!(actions, ["route.update", "upstream.update+key"]);
 }
 
+/// Runs `deploy/seed.sh` (the demo seed of `deploy/local.sh`) against `cp`, state in `state`.
+fn run_seed(cp: &str, state: &std::path::Path) {
+    let script = format!("{}/../deploy/seed.sh", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("bash").arg(script).arg(cp).arg(state).output().expect("bash");
+    assert!(out.status.success(), "seed.sh: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "seed.sh printed {out:?}");
+}
+
+/// The demo seed shows what ax does (a tool call, an embedding through a data plane) and can be
+/// rerun: it seeds only what is missing, so an operator's route edit survives and no version is
+/// made; its key is kept and issued again only when it is no longer active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_seed_reruns_without_undoing_an_operators_change() {
+    let s = stack("seed").await;
+    create_operator(&s.db, "admin", "admin");
+    let state = s.dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("admin.password"), ADMIN_PASSWORD).unwrap();
+    run_seed(&s.cp.url, &state);
+    let key = std::fs::read_to_string(state.join("demo.key")).unwrap().trim().to_owned();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(state.join("demo.key")).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // Through a data plane: a tool call and an embedding, with the demo key.
+    let token = create_node(&s.db, "dp-1");
+    let dp = Process::data_plane(&s.cp.url, &token, &s.dir.join("dp1"), "dp");
+    let newest = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", newest, Duration::from_secs(5)).await;
+    let http = reqwest::Client::new();
+    let tools = json!({ "model": "chat-default", "messages": [{ "role": "user", "content": "Weather in Paris?" }],
+        "tools": [{ "type": "function", "function": { "name": "get_weather",
+            "parameters": { "type": "object", "properties": { "city": { "type": "string" } } } } }] });
+    let r: Value = http
+        .post(format!("{}/v1/chat/completions", dp.url))
+        .bearer_auth(&key)
+        .json(&tools)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let call = &r["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(
+        (call["name"].as_str(), call["arguments"].as_str()),
+        (Some("get_weather"), Some("{\"city\":\"Paris\"}")),
+        "{r}"
+    );
+    let r: Value = http
+        .post(format!("{}/v1/embeddings", dp.url))
+        .bearer_auth(&key)
+        .json(&json!({ "model": "embed-default", "input": "ax routes every request" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(r["data"][0]["embedding"].as_array().is_some_and(|v| !v.is_empty()), "{r}");
+
+    // An operator moves the weights; the seed runs again and changes nothing.
+    let edited = s
+        .admin
+        .ok(
+            "PUT",
+            "/api/v1/routes/chat-default",
+            Some(&json!({ "strategy": "weighted", "candidates": [
+        { "upstream": "mock-fast", "model": "mock-small", "weight": 20 },
+        { "upstream": "mock-large", "model": "mock-large", "weight": 80 } ] })),
+        )
+        .await;
+    let versions = s.admin.ok("GET", "/api/v1/versions", None).await["versions"].as_array().unwrap().len();
+    run_seed(&s.cp.url, &state);
+    assert_eq!(s.admin.ok("GET", "/api/v1/routes/chat-default", None).await, edited["route"]);
+    assert_eq!(s.admin.ok("GET", "/api/v1/versions", None).await["versions"].as_array().unwrap().len(), versions);
+    assert_eq!(std::fs::read_to_string(state.join("demo.key")).unwrap().trim(), key, "the key is kept");
+
+    // The kept key revoked: the next run issues a new one.
+    let id = std::fs::read_to_string(state.join("demo.key.id")).unwrap();
+    s.admin.ok("POST", &format!("/api/v1/keys/{}/revoke", id.trim()), None).await;
+    run_seed(&s.cp.url, &state);
+    let fresh = std::fs::read_to_string(state.join("demo.key")).unwrap().trim().to_owned();
+    assert_ne!(fresh, key);
+    let keys = s.admin.ok("GET", "/api/v1/tenants/demo/keys", None).await;
+    let active: Vec<&str> = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["status"] == "active")
+        .filter_map(|k| k["id"].as_str())
+        .collect();
+    assert_eq!(active, [std::fs::read_to_string(state.join("demo.key.id")).unwrap().trim()]);
+}
+
 /// A change made through one control-plane replica reaches a data plane connected to the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_control_plane_replicas_stay_in_step() {
