@@ -26,9 +26,20 @@ for chunk in client.chat.completions.create(
     for c in chunk.choices:
         text += c.delta.content or ""
         finish = c.finish_reason or finish
+    last = chunk
 assert text == "Hello from Claude, 你好 🙂", repr(text)
 assert finish == "stop", finish
 assert usage is not None and usage.total_tokens == 15, usage
+# ax's facts ride in the last chunk (the usage chunk): an extra field the SDK keeps and ignores.
+facts = (last.model_extra or {}).get("ax")
+assert facts and facts["request_id"].startswith("req_") and facts["attempts"] == 1, last
+assert facts["cost_usd"] == "0.000020", facts  # 10 prompt and 5 completion tokens at $0.5 and $3 per million
+
+# 2b. Without usage asked for, every chunk has a choice (the common `chunk.choices[0]` loop works)
+# and the facts are in the finish chunk.
+chunks = list(client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}], stream=True))
+assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Hello from Claude, 你好 🙂"
+assert chunks[-1].choices[0].finish_reason == "stop" and chunks[-1].model_extra["ax"]["attempts"] == 1, chunks[-1]
 
 # 3. Tool-call round trip through the Anthropic protocol, non-stream then stream.
 tools = [{

@@ -582,6 +582,18 @@ pub async fn sse_events(resp: reqwest::Response) -> Vec<String> {
         .collect()
 }
 
+/// A stream's text with the `ax` field ax writes into its last JSON event taken out (what the
+/// upstream sent, byte for byte, when the events were forwarded), and that field.
+pub fn without_ax(text: &str) -> (String, Option<Value>) {
+    let Some(at) = text.rfind("\"ax\":{") else { return (text.to_owned(), None) };
+    // The field is the last of its object: from `"ax":` to the object's closing brace.
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let close = text[..line_end].rfind('}').expect("the event's closing brace");
+    let facts: Value = serde_json::from_str(&text[at + 5..close]).expect("ax's facts are JSON");
+    let start = if text[..at].ends_with(',') { at - 1 } else { at };
+    (format!("{}{}", &text[..start], &text[close..]), Some(facts))
+}
+
 /// What an OpenAI client assembles from a chunk stream.
 #[derive(Debug, Default, PartialEq)]
 pub struct Assembled {

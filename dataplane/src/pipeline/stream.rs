@@ -8,6 +8,13 @@
 //!
 //! An upstream that speaks the caller's protocol (the same-protocol fast path) sends `Raw`
 //! events: each is forwarded as it came, and only what metering needs is read from it.
+//!
+//! The last event of a completed or failed stream (before `[DONE]` where the protocol has one)
+//! carries ax's facts of the call in an `ax` field the SDKs ignore: the request id, the upstream
+//! and model that served, the attempts, and the exact cost as metered (`ax_facts`). The stream's
+//! end is written only when the caller reads it, after the meter has settled, and the event that
+//! may turn out to be the last (one with no content delta, or a choice's finish) is held back
+//! until the next one comes, so that the field can go into it.
 
 use std::collections::VecDeque;
 
@@ -62,6 +69,10 @@ pub struct EgressStream<E> {
     forwarded: bool,
     /// The encoder's `before_end`, awaited before the end goes out.
     before_end: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    /// An event that may be the stream's last, held back until the next one.
+    held: Option<Bytes>,
+    /// The stream ended: its end is written when the caller reads it (`push_end`).
+    end_due: bool,
 }
 
 impl<E: StreamEncoder> EgressStream<E> {
@@ -144,6 +155,8 @@ impl<E: StreamEncoder> EgressStream<E> {
             deltas: 0,
             forwarded,
             before_end: None,
+            held: None,
+            end_due: false,
         }
     }
 
@@ -168,6 +181,10 @@ impl<E: StreamEncoder> EgressStream<E> {
             }
             if let Some(b) = self.pending.pop_front() {
                 return Some(b);
+            }
+            if std::mem::take(&mut self.end_due) {
+                self.push_end();
+                continue;
             }
             if self.done {
                 return None;
@@ -195,7 +212,21 @@ impl<E: StreamEncoder> EgressStream<E> {
             .filter(|ch| ch.content.as_ref().is_some_and(|t| !t.is_empty()) || !ch.tool_calls.is_empty())
             .count();
         self.count_deltas(deltas as u64);
-        self.pending.push_back(self.enc.chunk(&c.choices));
+        let finishes = c.choices.iter().any(|ch| ch.finish_reason.is_some());
+        let event = self.enc.chunk(&c.choices);
+        self.push_event(event, deltas == 0 || finishes);
+    }
+
+    /// Sends `event` after the one held back; holds it back instead when it may be the last.
+    fn push_event(&mut self, event: Bytes, may_be_last: bool) {
+        if let Some(h) = self.held.take() {
+            self.pending.push_back(h);
+        }
+        if may_be_last {
+            self.held = Some(event);
+        } else {
+            self.pending.push_back(event);
+        }
     }
 
     /// An event forwarded as the upstream sent it; what metering needs was read from it.
@@ -207,7 +238,7 @@ impl<E: StreamEncoder> EgressStream<E> {
             return;
         }
         self.count_deltas(u64::from(ev.deltas));
-        self.pending.push_back(ev.bytes);
+        self.push_event(ev.bytes, ev.deltas == 0);
     }
 
     /// Content or tool-call deltas about to go out: the meter counts them (the completion
@@ -229,23 +260,75 @@ impl<E: StreamEncoder> EgressStream<E> {
     }
 
     fn finish(&mut self) {
-        let tail = if self.forwarded { self.enc.end_forwarded() } else { self.enc.finish(self.usage.as_ref()) };
-        self.before_end = self.enc.before_end();
-        if !tail.is_empty() {
-            self.pending.push_back(tail);
-        }
         self.done = true;
         self.end = Some(None);
+        self.end_due = true;
         self.settle();
     }
 
     fn fail(&mut self, e: &AxError) {
         tracing::warn!(code = e.code(), "stream ended by upstream failure");
-        let tail = self.enc.fail(e);
-        self.pending.push_back(tail);
         self.done = true;
         self.end = Some(Some(e.clone()));
+        self.end_due = true;
         self.settle();
+    }
+
+    /// The end of the stream, written as the caller reads it (the meter has settled by then):
+    /// the held-back event, the protocol's end, and ax's facts in the last event that can take
+    /// them.
+    fn push_end(&mut self) {
+        let tail = match &self.end {
+            Some(Some(e)) => self.enc.fail(e),
+            _ if self.forwarded => self.enc.end_forwarded(),
+            _ => self.enc.finish(self.usage.as_ref()),
+        };
+        self.before_end = self.enc.before_end();
+        let facts = self.ax_facts();
+        let mut held = self.held.take();
+        let tail = match (&facts, last_object(&tail)) {
+            (Some(f), Some(at)) => with_facts(&tail, at, f),
+            (Some(f), None) => {
+                held = held.map(|h| last_object(&h).map_or_else(|| h.clone(), |at| with_facts(&h, at, f)));
+                tail
+            }
+            (None, _) => tail,
+        };
+        self.pending.extend(held);
+        if !tail.is_empty() {
+            self.pending.push_back(tail);
+        }
+    }
+
+    /// ax's facts of the call, as JSON: what the headers of a whole answer say (`x-request-id`,
+    /// `x-ax-upstream`, `x-ax-model`, `x-ax-attempts`, `x-ax-fallback`, `x-ax-cost-usd`), from the
+    /// settled record, so the cost is the one metered.
+    fn ax_facts(&self) -> Option<Vec<u8>> {
+        #[derive(serde::Serialize)]
+        struct Facts<'a> {
+            request_id: &'a str,
+            upstream: &'a str,
+            model: &'a str,
+            attempts: u32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            fallback: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cost_usd: Option<String>,
+            /// The tokens (and so the cost) are ax's estimate: the provider reported none.
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            estimated: bool,
+        }
+        let r = &self.ledger.as_ref()?.meter.record;
+        let facts = Facts {
+            request_id: &r.request_id,
+            upstream: &r.upstream,
+            model: &r.model,
+            attempts: r.attempts,
+            fallback: r.fallback.as_deref(),
+            cost_usd: r.cost_micro_usd.map(ax_protocol::price::format_usd),
+            estimated: r.estimated,
+        };
+        serde_json::to_vec(&facts).ok()
     }
 
     /// Reports the end (once known) to the attempt guard and the meter; tokens the provider
@@ -266,6 +349,26 @@ impl<E: StreamEncoder> EgressStream<E> {
             l.finish(200, end.as_ref().map(AxError::code));
         }
     }
+}
+
+/// Where the last event of `events` whose data is one JSON object closes: the index of its `}`.
+fn last_object(events: &[u8]) -> Option<usize> {
+    let start = memchr::memmem::rfind(events, b"data: {")?;
+    let line_end = memchr::memchr(b'\n', &events[start..]).map_or(events.len(), |i| start + i);
+    let line = &events[start..line_end];
+    let close = line.iter().rposition(|&b| !matches!(b, b'\r' | b' ' | b'\t'))?;
+    (line[close] == b'}').then_some(start + close)
+}
+
+/// `events` with `,"ax":<facts>` written before the `}` at `at`.
+fn with_facts(events: &[u8], at: usize, facts: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(events.len() + facts.len() + 6);
+    out.extend_from_slice(&events[..at]);
+    let empty = events[..at].iter().rev().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    out.extend_from_slice(if empty { b"\"ax\":" } else { b",\"ax\":" });
+    out.extend_from_slice(facts);
+    out.extend_from_slice(&events[at..]);
+    Bytes::from(out)
 }
 
 impl<E> Drop for EgressStream<E> {

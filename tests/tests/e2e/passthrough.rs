@@ -145,17 +145,29 @@ async fn stream_events_are_forwarded_as_they_came() {
         }
         b
     };
+    // The last event before `[DONE]` gains ax's facts; everything else is as the upstream sent it.
+    let facts = |events: &mut Vec<String>| -> Value {
+        let last = events.len() - 2;
+        let (plain, facts) = ax_tests::without_ax(&events[last]);
+        events[last] = plain;
+        facts.unwrap_or_else(|| panic!("no ax facts in {events:?}"))
+    };
     // Without usage asked for: every event as sent but the upstream's usage-only one.
-    let events = sse_events(post(&gw.url, "/v1/chat/completions", &ask(false)).await).await;
+    let mut events = sse_events(post(&gw.url, "/v1/chat/completions", &ask(false)).await).await;
+    assert_eq!(assemble(&events).text, "Hello wörld");
+    let ax = facts(&mut events);
     let mut want: Vec<String> = upstream_events.iter().filter(|e| !e.contains("\"usage\"")).cloned().collect();
     assert_eq!(events, want);
-    assert_eq!(assemble(&events).text, "Hello wörld");
-    // With it: the usage event too, as the upstream sent it.
-    let events = sse_events(post(&gw.url, "/v1/chat/completions", &ask(true)).await).await;
-    want = upstream_events.clone();
-    assert_eq!(events, want);
+    assert_eq!((ax["upstream"].as_str(), ax["attempts"].as_u64()), (Some("oa"), Some(1)), "{ax}");
+    assert_eq!(ax["cost_usd"], "0.000016", "10 prompt and 3 completion tokens at this test's prices");
+    assert!(ax["request_id"].as_str().is_some_and(|r| r.starts_with("req_")), "{ax}");
+    // With it: the usage event too, as the upstream sent it, with the facts.
+    let mut events = sse_events(post(&gw.url, "/v1/chat/completions", &ask(true)).await).await;
     let a = assemble(&events);
     assert!(a.done && a.usage.is_some());
+    facts(&mut events);
+    want = upstream_events.clone();
+    assert_eq!(events, want);
 }
 
 #[tokio::test]
@@ -271,4 +283,86 @@ async fn count_tokens_asks_an_anthropic_upstream_and_falls_back_to_the_estimate(
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-ax-token-count"], "estimate");
     assert!(resp.json::<Value>().await.unwrap()["input_tokens"].as_u64().unwrap() > 0);
+}
+
+/// Every stream ends with ax's facts in its last event (before `[DONE]` where the protocol has
+/// one), as a whole answer's headers give them: here translated to Anthropic after the OpenAI
+/// candidate failed. Chat Completions: the usage chunk with `include_usage`, else the finish
+/// chunk; Anthropic Messages: `message_stop`; Responses: `response.completed`. The cost is the one
+/// a whole answer's `x-ax-cost-usd` says for the same tokens.
+#[tokio::test]
+async fn every_stream_ends_with_the_cost_and_ids_of_the_call() {
+    let oa = FakeUpstream::fixed(Reply::status(503, json!({ "error": { "message": "busy", "type": "server_error" } })))
+        .await;
+    let an = FakeUpstream::start(|r| {
+        if r.body["stream"] == true {
+            Reply::sse(&wire::anthropic_stream(&["Hel", "lo"], &[], "end_turn", (12, 4, 0, 0), Default::default()))
+        } else {
+            Reply::json(wire::anthropic_response(Some("Hello"), &[], "end_turn", (12, 4, 0, 0)))
+        }
+    })
+    .await;
+    let gw = gateway(&oa, Some(&an)).await;
+    let chat = |stream: bool, usage: bool| {
+        let mut b = json!({ "model": "mixed", "messages": [{ "role": "user", "content": "hi" }] });
+        if stream {
+            b["stream"] = json!(true);
+        }
+        if usage {
+            b["stream_options"] = json!({ "include_usage": true });
+        }
+        b
+    };
+    let whole = post(&gw.url, "/v1/chat/completions", &chat(false, false)).await;
+    let cost = whole.headers()["x-ax-cost-usd"].to_str().unwrap().to_owned();
+    assert_eq!(cost, "0.000020", "12 prompt and 4 completion tokens at $1 and $2 per million");
+    let check = |facts: &Value, rid: &str| {
+        assert_eq!(facts["cost_usd"], cost.as_str(), "{facts}");
+        assert_eq!((facts["upstream"].as_str(), facts["model"].as_str()), (Some("an"), Some("real-model")), "{facts}");
+        assert_eq!((facts["attempts"].as_u64(), facts["request_id"].as_str()), (Some(2), Some(rid)), "{facts}");
+    };
+
+    for usage in [false, true] {
+        let resp = post(&gw.url, "/v1/chat/completions", &chat(true, usage)).await;
+        let rid = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+        let events = sse_events(resp).await;
+        assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+        let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+        check(&last["ax"], &rid);
+        if usage {
+            assert_eq!(
+                (last["choices"].as_array().map(Vec::len), last["usage"]["total_tokens"].as_u64()),
+                (Some(0), Some(16))
+            );
+        } else {
+            assert_eq!(last["choices"][0]["finish_reason"], "stop", "{last}");
+        }
+        // No other event has them, and the text is whole.
+        assert_eq!(events.iter().filter(|e| e.contains("\"ax\":")).count(), 1);
+        assert_eq!(assemble(&events).text, "Hello");
+    }
+
+    // Anthropic Messages: in `message_stop`.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/messages", gw.url))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({ "model": "mixed", "max_tokens": 50, "stream": true, "messages": [{ "role": "user", "content": "hi" }] }))
+        .send()
+        .await
+        .unwrap();
+    let rid = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let text = resp.text().await.unwrap();
+    let last: Value = serde_json::from_str(text.trim_end().rsplit("data: ").next().unwrap()).unwrap();
+    assert_eq!(last["type"], "message_stop", "{text}");
+    check(&last["ax"], &rid);
+
+    // Responses: in `response.completed`, and not in the response object itself.
+    let resp = post(&gw.url, "/v1/responses", &json!({ "model": "mixed", "stream": true, "input": "hi" })).await;
+    let rid = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let text = resp.text().await.unwrap();
+    let last: Value = serde_json::from_str(text.trim_end().rsplit("data: ").next().unwrap()).unwrap();
+    assert_eq!(last["type"], "response.completed", "{text}");
+    check(&last["ax"], &rid);
+    assert!(last["response"].get("ax").is_none());
 }

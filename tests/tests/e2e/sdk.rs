@@ -76,7 +76,7 @@ async fn openai_python_sdk_against_the_binary() {
     provider: anthropic
     base_url: {}
     api_key: sk-ant-test
-    models: [{{ name: claude-real, context_window: 200000, capabilities: [chat, tools, streaming, vision] }}]
+    models: [{{ name: claude-real, context_window: 200000, capabilities: [chat, tools, streaming, vision], price_per_mtok: {{ input: 0.5, output: 3 }} }}]
 routes:
   - alias: chat
     candidates: [{{ upstream: claude, model: claude-real }}]
