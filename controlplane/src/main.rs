@@ -12,7 +12,58 @@ const USAGE: &str = "usage (DATABASE_URL and AX_MASTER_KEY in the environment):
   ax-controlplane migrate
   ax-controlplane admin create <username> [--role admin|operator|finance]   (password from AX_ADMIN_PASSWORD or stdin)
   ax-controlplane node create <id>           (prints the node token once; AX_NODE_TOKEN registers a chosen one)
-  ax-controlplane rotate-master-key            (re-encrypts every upstream key from AX_MASTER_KEY_PREVIOUS to AX_MASTER_KEY)";
+  ax-controlplane rotate-master-key            (re-encrypts every upstream key from AX_MASTER_KEY_PREVIOUS to AX_MASTER_KEY)
+  ax-controlplane help [command]";
+
+const HELP_SERVE: &str = "ax-controlplane serve: the admin API (/api/v1), the admin UI, the configuration push to data
+planes (websocket /api/v1/nodes/connect) and usage ingestion. Migrates the database first.
+
+  --listen <addr>      the address to serve on (default 127.0.0.1:8090)
+  --addr-file <path>   write the bound address there once listening (for --listen 127.0.0.1:0)
+  --ui-dir <dir>       the built admin UI (ui/build.sh writes ui/dist); else AX_UI_DIR; none: API only
+
+environment:
+  DATABASE_URL            Postgres, e.g. postgres://user@host/ax
+  AX_MASTER_KEY           32 bytes, base64: seals upstream keys in the database
+  AX_MASTER_KEY_PREVIOUS  the key before a rotation, still accepted for reading
+  AX_COOKIE_SECURE=0      session cookies without `Secure` (plain-HTTP development only)
+  AX_LOG                  log filter, `tracing` syntax (default info)
+
+SIGTERM or Ctrl-C: stops accepting, finishes the requests in flight, closes the data planes'
+websockets (they move to another replica), then exits.";
+
+const HELP_MIGRATE: &str = "ax-controlplane migrate: applies the database migrations (idempotent) and makes the usage
+partitions of the coming months. `serve` does the same at start. Needs DATABASE_URL.";
+
+const HELP_ADMIN: &str = "ax-controlplane admin create <username> [--role admin|operator|finance]: creates an operator
+of the admin UI and API, or resets the password (and role) of an existing one. The password comes
+from AX_ADMIN_PASSWORD, else the first line of stdin (12 characters or more). Roles: admin (everything), operator (routes,
+weights, tenants' limits and budgets, keys), finance (cost reports). Default role: admin.";
+
+const HELP_NODE: &str =
+    "ax-controlplane node create <id>: registers a data plane and prints its token once (the database
+keeps its digest). AX_NODE_TOKEN registers a token chosen by the deployment instead (24 characters
+or more). Give the token to the data plane as --node-token or AX_NODE_TOKEN.";
+
+const HELP_ROTATE: &str = "ax-controlplane rotate-master-key: re-encrypts every stored upstream key from the previous
+master key (AX_MASTER_KEY_PREVIOUS) to the new one (AX_MASTER_KEY), in one transaction. Run it
+with both set, then drop AX_MASTER_KEY_PREVIOUS.";
+
+/// `help [command]`, `<command> --help`: the usage, or one command's help.
+fn help(command: Option<&str>) -> Option<String> {
+    Some(match command {
+        None => format!(
+            "ax-controlplane: the control plane of ax, an LLM API gateway.\n\n{USAGE}\n\n{HELP_SERVE}\n\n{HELP_MIGRATE}\n\n{HELP_ADMIN}\n\n{HELP_NODE}\n\n{HELP_ROTATE}"
+        ),
+        Some("serve") => HELP_SERVE.to_owned(),
+        Some("migrate") => HELP_MIGRATE.to_owned(),
+        Some("admin") => HELP_ADMIN.to_owned(),
+        Some("node") => HELP_NODE.to_owned(),
+        Some("rotate-master-key") => HELP_ROTATE.to_owned(),
+        Some("help") => USAGE.to_owned(),
+        Some(_) => return None,
+    })
+}
 
 /// Logs to stderr at `AX_LOG`, else `info` for the server and `warn` for the one-shot commands
 /// (whose output is their answer, not the database driver's INFO lines).
@@ -26,9 +77,25 @@ fn init_logs(serving: bool) {
 #[expect(clippy::print_stdout, reason = "the usage asked for")]
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| matches!(a.as_str(), "-h" | "--help" | "help")) {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
+    let first = args.first().map(String::as_str);
+    let asked = if first == Some("help") {
+        Some(args.get(1).map(String::as_str))
+    } else if args.iter().any(|a| matches!(a.as_str(), "-h" | "--help")) {
+        Some(first.filter(|c| !c.starts_with('-')))
+    } else {
+        None
+    };
+    if let Some(command) = asked {
+        return match help(command) {
+            Some(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            None => {
+                eprintln!("error: no command '{}'\n{USAGE}", command.unwrap_or_default());
+                ExitCode::from(2)
+            }
+        };
     }
     init_logs(matches!(args.first().map(String::as_str), None | Some("serve")));
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {

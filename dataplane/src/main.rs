@@ -23,7 +23,53 @@ const USAGE: &str = "usage:
   ax-dataplane [serve] --control-plane <url>[,<url>…] [--node-token <token> | AX_NODE_TOKEN] [--state-dir <dir>]
                        [--config <file.yaml> (server and metering sections)] [--listen <addr>] [--addr-file <path>]
   ax-dataplane check --config <file.yaml>
-  ax-dataplane keygen";
+  ax-dataplane keygen
+  ax-dataplane help [serve|check|keygen]";
+
+const HELP_SERVE: &str = "ax-dataplane [serve]: serves the gateway (the default command).
+
+  --config, -c <file.yaml>    the configuration: upstreams, routes, tenants, server, metering (DB-less);
+                              with --control-plane only its server and metering sections count
+  --control-plane <url>[,…]   follow a control plane: configuration and upstream keys arrive over a
+                              websocket; several URLs are tried in turn
+  --node-token <token>        this node's token (`ax-controlplane node create`); else AX_NODE_TOKEN
+  --state-dir <dir>           with --control-plane: the last applied configuration (served when the
+                              control plane is unreachable at start) and the usage spool (default ax-state)
+  --listen <addr>             the address to serve on (default: server.listen, 127.0.0.1:8080)
+  --addr-file <path>          write the bound address there once listening (for --listen 127.0.0.1:0)
+
+environment:
+  AX_LOG        log filter, `tracing` syntax (default info: one JSON usage line per request on stderr;
+                warn keeps only problems)
+  AX_THREADS    serving threads (default: one per core)
+  AX_NODE_TOKEN the node token, when --node-token is not given
+  ${NAME}       any variable a configuration names as `${NAME}` (upstream keys)
+
+SIGTERM or Ctrl-C: stops accepting, finishes the requests in flight, then exits.";
+
+const HELP_CHECK: &str = "ax-dataplane check --config <file.yaml>: validates a configuration as `serve` would load it
+(every reference, price and limit; `${NAME}` variables must be set) and prints `<file>: ok` or the
+first error with its field path. Exit 0 when valid, 1 when not.";
+
+const HELP_KEYGEN: &str = "ax-dataplane keygen: prints a new caller key and its SHA-256. Put the sha256 line in the
+configuration (tenants[].keys[].sha256) and hand the key to its caller once: ax keeps only the digest.";
+
+/// `help [command]`, `--help`, `-h`: the usage, or one command's help, on stdout.
+#[expect(clippy::print_stdout, reason = "help is the command's product")]
+fn help(command: Option<&str>) -> ExitCode {
+    match command {
+        None => println!("ax-dataplane: the data plane of ax, an LLM API gateway.\n\n{USAGE}\n\n{HELP_SERVE}\n\n{HELP_CHECK}\n\n{HELP_KEYGEN}"),
+        Some("serve") => println!("{HELP_SERVE}"),
+        Some("check") => println!("{HELP_CHECK}"),
+        Some("keygen") => println!("{HELP_KEYGEN}"),
+        Some("help") => println!("{USAGE}"),
+        Some(other) => {
+            eprintln!("error: no command '{other}'\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}
 
 struct Args {
     command: String,
@@ -38,7 +84,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1).peekable();
     let command = match it.peek().map(String::as_str) {
-        Some("serve" | "check" | "keygen") => it.next().unwrap_or_default(),
+        Some("serve" | "check" | "keygen" | "help") => it.next().unwrap_or_default(),
         _ => "serve".to_owned(),
     };
     let mut a = Args {
@@ -50,6 +96,11 @@ fn parse_args() -> Result<Args, String> {
         node_token: None,
         state_dir: None,
     };
+    if a.command == "help" {
+        // `help [command]`: the command, if any, in `config`'s place.
+        a.config = it.next().map(PathBuf::from);
+        return Ok(a);
+    }
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -59,7 +110,12 @@ fn parse_args() -> Result<Args, String> {
             "--control-plane" => a.control_plane = Some(value()?),
             "--node-token" => a.node_token = Some(value()?),
             "--state-dir" => a.state_dir = Some(PathBuf::from(value()?)),
-            "-h" | "--help" => return Err(String::new()),
+            "-h" | "--help" => {
+                a.config = (a.command != "serve" || std::env::args().nth(1).as_deref() == Some("serve"))
+                    .then(|| PathBuf::from(&a.command));
+                a.command = "help".to_owned();
+                return Ok(a);
+            }
             other => return Err(format!("unknown argument '{other}'")),
         }
     }
@@ -123,6 +179,7 @@ fn main() -> ExitCode {
         }
     };
     match args.command.as_str() {
+        "help" => help(args.config.as_deref().and_then(std::path::Path::to_str)),
         "keygen" => keygen(),
         "check" => check(&args),
         _ => serve(args),
