@@ -66,7 +66,10 @@ pub struct Caller {
     pub username: String,
     pub role: Role,
     pub csrf: String,
-    token_digest: String,
+    /// Logged in with a one-time password: only the session, logout and the password change
+    /// answer until it chooses its own.
+    pub must_change_password: bool,
+    pub(crate) token_digest: String,
 }
 
 impl Caller {
@@ -102,8 +105,18 @@ impl FromRequestParts<AppState> for Caller {
         let token = cookie_value(&parts.headers, COOKIE).ok_or_else(ApiError::unauthorized)?;
         let token_digest = crypto::digest(&token);
         let row = store::operators::session(&state.db, &token_digest).await?;
-        let (operator_id, username, role, csrf) = row.ok_or_else(ApiError::unauthorized)?;
+        let (operator_id, username, role, csrf, must_change_password) = row.ok_or_else(ApiError::unauthorized)?;
         let role = Role::parse(&role).ok_or_else(|| ApiError::internal("session", "unknown role in the database"))?;
+        // Nested under /api/v1, the path may come without that prefix.
+        let path = parts.uri.path();
+        let path = path.strip_prefix("/api/v1").unwrap_or(path);
+        if must_change_password && !matches!(path, "/session" | "/logout" | "/session/password") {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "password_change_required",
+                "this login used a one-time password: choose your own first (POST /api/v1/session/password)",
+            ));
+        }
         if !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
             let sent = parts.headers.get("x-csrf-token").and_then(|v| v.to_str().ok()).unwrap_or_default();
             if !same(sent, &csrf) {
@@ -114,7 +127,7 @@ impl FromRequestParts<AppState> for Caller {
                 ));
             }
         }
-        Ok(Self { operator_id, username, role, csrf, token_digest })
+        Ok(Self { operator_id, username, role, csrf, must_change_password, token_digest })
     }
 }
 
@@ -140,6 +153,8 @@ pub struct SessionInfo {
     username: String,
     role: Role,
     csrf_token: String,
+    /// A one-time password was used: the operator must choose its own before anything else.
+    must_change_password: bool,
 }
 
 fn session_cookie(state: &AppState, value: &str, max_age: i64) -> HeaderValue {
@@ -169,18 +184,27 @@ pub async fn login(
     let ok = tokio::task::spawn_blocking(move || verify_password(&password, &phc))
         .await
         .map_err(|e| ApiError::internal("argon2", e))?;
-    let Some((operator_id, _, role)) = row.filter(|_| ok) else {
+    let Some((operator_id, _, role, disabled, must_change_password)) = row.filter(|_| ok) else {
         // The slot taken above stays: it is this attempt's failure.
         tracing::warn!(username = %req.username, client = %client, "failed login");
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_credentials", "wrong username or password"));
     };
     store::operators::clear_failures(&state.db, &req.username).await?;
+    if disabled {
+        tracing::warn!(username = %req.username, client = %client, "login of a disabled operator");
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "operator_disabled",
+            "this operator is disabled; ask an admin",
+        ));
+    }
     let token = crypto::token(32);
     let csrf = crypto::token(24);
     store::operators::create_session(&state.db, &crypto::digest(&token), operator_id, &csrf, SESSION_HOURS as i32)
         .await?;
     let role = Role::parse(&role).ok_or_else(|| ApiError::internal("login", "unknown role"))?;
-    let mut resp = Json(SessionInfo { username: req.username, role, csrf_token: csrf }).into_response();
+    let mut resp =
+        Json(SessionInfo { username: req.username, role, csrf_token: csrf, must_change_password }).into_response();
     resp.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, &token, SESSION_HOURS * 3600));
     Ok(resp)
 }
@@ -213,13 +237,65 @@ pub async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<
 }
 
 pub async fn session(caller: Caller) -> Json<SessionInfo> {
-    Json(SessionInfo { username: caller.username, role: caller.role, csrf_token: caller.csrf })
+    Json(SessionInfo {
+        username: caller.username,
+        role: caller.role,
+        csrf_token: caller.csrf,
+        must_change_password: caller.must_change_password,
+    })
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordChange {
+    current_password: String,
+    new_password: String,
+}
+
+/// `POST /session/password`: the caller chooses its own password (the current one, or the
+/// one-time one, proves it is the caller); its other sessions end.
+pub async fn change_password(
+    State(state): State<AppState>,
+    caller: Caller,
+    crate::extract::ApiBody(body): crate::extract::ApiBody,
+) -> ApiResult<StatusCode> {
+    let req: PasswordChange = crate::error::decode(&body)?;
+    if req.new_password.chars().count() < MIN_PASSWORD_CHARS {
+        return Err(ApiError::field("new_password", format!("at least {MIN_PASSWORD_CHARS} characters")));
+    }
+    if req.new_password == req.current_password {
+        return Err(ApiError::field("new_password", "must differ from the current password"));
+    }
+    let mut tx = state.db.begin().await?;
+    let phc = store::operators::password_hash(&mut tx, caller.operator_id).await?.unwrap_or_default();
+    let current = req.current_password;
+    let ok = tokio::task::spawn_blocking(move || verify_password(&current, &phc))
+        .await
+        .map_err(|e| ApiError::internal("argon2", e))?;
+    if !ok {
+        return Err(ApiError::field("current_password", "wrong password"));
+    }
+    let new = req.new_password;
+    let phc = tokio::task::spawn_blocking(move || hash_password(&new))
+        .await
+        .map_err(|e| ApiError::internal("argon2", e))?
+        .map_err(|e| ApiError::internal("argon2", e))?;
+    store::operators::set_password(&mut tx, &caller.username, &phc, false).await?;
+    store::operators::end_other_sessions(&mut tx, caller.operator_id, &caller.token_digest).await?;
+    store::versions::audit(&mut tx, &caller.username, "operator.password", &caller.username, None, None).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The shortest password an operator may have.
+pub const MIN_PASSWORD_CHARS: usize = 12;
 
 /// `ax-controlplane admin create`: the first admin (or any operator) from the command line.
 pub async fn create_operator(db: &sqlx::PgPool, username: &str, password: &str, role: Role) -> Result<(), String> {
-    if username.is_empty() || password.chars().count() < 12 {
-        return Err("username must not be empty and the password must have at least 12 characters".to_owned());
+    if username.is_empty() || password.chars().count() < MIN_PASSWORD_CHARS {
+        return Err(format!(
+            "username must not be empty and the password must have at least {MIN_PASSWORD_CHARS} characters"
+        ));
     }
     let password = password.to_owned();
     let phc = tokio::task::spawn_blocking(move || hash_password(&password)).await.map_err(|e| e.to_string())??;

@@ -24,6 +24,7 @@ pub mod document;
 pub mod error;
 pub mod extract;
 pub mod listener;
+pub mod operators;
 pub mod push;
 pub mod store;
 pub mod ui;
@@ -92,6 +93,10 @@ pub fn router(state: AppState) -> Router {
         .route("/login", post(auth::login))
         .route("/logout", post(auth::logout))
         .route("/session", get(auth::session))
+        .route("/session/password", post(auth::change_password))
+        .route("/operators", get(operators::list).post(operators::create))
+        .route("/operators/{username}", put(operators::change))
+        .route("/operators/{username}/reset-password", post(operators::reset_password))
         .route("/tenants", get(list_tenants))
         .route("/tenants/{id}", put(put_tenant))
         .route("/tenants/{id}/keys", get(list_keys).post(create_key))

@@ -512,6 +512,129 @@ async fn the_demo_seed_reruns_without_undoing_an_operators_change() {
     assert_eq!(active, [std::fs::read_to_string(state.join("demo.key.id")).unwrap().trim()]);
 }
 
+/// Operator accounts (admin only): one created with a generated one-time password may do nothing
+/// but choose its own; its role changes at once; disabled, its session ends at once and it cannot
+/// log in; a reset password ends its sessions; the last enabled admin can be neither demoted nor
+/// disabled; every action is audited, with no password in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admins_manage_operator_accounts() {
+    let s = stack("operators").await;
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
+    let r = s.admin.send("POST", "/api/v1/operators", Some(&json!({ "username": "olga", "role": "operator" }))).await;
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    let otp = created["one_time_password"].as_str().unwrap().to_owned();
+    assert!(otp.len() >= 16, "{created}");
+    assert_eq!(
+        (created["operator"]["role"].as_str(), created["operator"]["must_change_password"].as_bool()),
+        (Some("operator"), Some(true))
+    );
+    let r = s.admin.send("POST", "/api/v1/operators", Some(&json!({ "username": "olga", "role": "finance" }))).await;
+    assert_eq!(r.status(), 409);
+    let r =
+        s.admin.send("POST", "/api/v1/operators", Some(&json!({ "username": "bad name", "role": "finance" }))).await;
+    assert_eq!(r.status(), 422);
+
+    // The one-time password: the session says so, and nothing else answers until it is replaced.
+    let olga = Session::login(&s.cp.url, "olga", &otp).await.unwrap_or_else(|_| panic!("olga logs in"));
+    assert_eq!(olga.ok("GET", "/api/v1/session", None).await["must_change_password"], true);
+    let r = olga.send("GET", "/api/v1/routes", None).await;
+    assert_eq!((r.status().as_u16(), code(&r.json().await.unwrap())), (403, "password_change_required".to_owned()));
+    let own = "olga's own long password";
+    let r = olga
+        .send(
+            "POST",
+            "/api/v1/session/password",
+            Some(&json!({ "current_password": "wrong one", "new_password": own })),
+        )
+        .await;
+    assert_eq!(r.status(), 422);
+    let r = olga
+        .send("POST", "/api/v1/session/password", Some(&json!({ "current_password": otp, "new_password": "short" })))
+        .await;
+    assert_eq!(r.status(), 422);
+    let r = olga
+        .send("POST", "/api/v1/session/password", Some(&json!({ "current_password": otp, "new_password": own })))
+        .await;
+    assert_eq!(r.status(), 204);
+    assert_eq!(olga.send("GET", "/api/v1/routes", None).await.status(), 200);
+    // An operator may not manage operators.
+    assert_eq!(olga.send("GET", "/api/v1/operators", None).await.status(), 403);
+
+    // Its role changes at once; disabled, its session ends and it cannot log in again.
+    let v = s.admin.ok("PUT", "/api/v1/operators/olga", Some(&json!({ "role": "finance" }))).await;
+    assert_eq!(v["role"], "finance");
+    assert_eq!(olga.send("GET", "/api/v1/routes", None).await.status(), 403);
+    assert_eq!(olga.send("GET", "/api/v1/reports/cost", None).await.status(), 200);
+    let v = s.admin.ok("PUT", "/api/v1/operators/olga", Some(&json!({ "disabled": true }))).await;
+    assert_eq!((v["disabled"].as_bool(), v["sessions"].as_i64()), (Some(true), Some(0)));
+    assert_eq!(olga.send("GET", "/api/v1/session", None).await.status(), 401);
+    let r = Session::login(&s.cp.url, "olga", own).await.err().expect("a disabled operator cannot log in");
+    assert_eq!((r.status().as_u16(), code(&r.json().await.unwrap())), (403, "operator_disabled".to_owned()));
+
+    // Enabled again and reset: the new one-time password works, the old password does not.
+    s.admin.ok("PUT", "/api/v1/operators/olga", Some(&json!({ "disabled": false }))).await;
+    let olga = Session::login(&s.cp.url, "olga", own).await.unwrap_or_else(|_| panic!("enabled again"));
+    let reset = s.admin.ok("POST", "/api/v1/operators/olga/reset-password", None).await;
+    assert_eq!(olga.send("GET", "/api/v1/session", None).await.status(), 401, "a reset ends its sessions");
+    assert!(Session::login(&s.cp.url, "olga", own).await.is_err());
+    let again = Session::login(&s.cp.url, "olga", reset["one_time_password"].as_str().unwrap()).await;
+    assert!(again.is_ok_and(|_| true));
+    let r = s.admin.send("POST", "/api/v1/operators/nobody/reset-password", None).await;
+    assert_eq!(r.status(), 404);
+
+    // The last enabled admin stays one; with a second admin, the first may step down.
+    for change in [json!({ "role": "operator" }), json!({ "disabled": true })] {
+        let r = s.admin.send("PUT", "/api/v1/operators/root", Some(&change)).await;
+        assert_eq!((r.status().as_u16(), code(&r.json().await.unwrap())), (409, "last_admin".to_owned()), "{change}");
+    }
+    s.admin.ok("PUT", "/api/v1/operators/olga", Some(&json!({ "role": "admin" }))).await;
+    let v = s.admin.ok("PUT", "/api/v1/operators/root", Some(&json!({ "role": "operator" }))).await;
+    assert_eq!(v["role"], "operator");
+    assert_eq!(s.admin.send("GET", "/api/v1/operators", None).await.status(), 403, "root is an operator now");
+
+    // Listed by an admin; audited, without a password anywhere.
+    let olga_admin = Session::login(&s.cp.url, "olga", reset["one_time_password"].as_str().unwrap())
+        .await
+        .unwrap_or_else(|_| panic!("login"));
+    olga_admin
+        .ok(
+            "POST",
+            "/api/v1/session/password",
+            Some(&json!({ "current_password": reset["one_time_password"], "new_password": own })),
+        )
+        .await;
+    let list = olga_admin.ok("GET", "/api/v1/operators", None).await;
+    let names: Vec<(&str, &str)> = list["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["username"].as_str().unwrap(), o["role"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, [("olga", "admin"), ("root", "operator")]);
+    let audit = olga_admin.ok("GET", "/api/v1/audit?limit=1000", None).await;
+    let actions: Vec<&str> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .filter(|a| a.starts_with("operator."))
+        .collect();
+    for want in [
+        "operator.create",
+        "operator.password",
+        "operator.role",
+        "operator.disable",
+        "operator.enable",
+        "operator.reset_password",
+    ] {
+        assert!(actions.contains(&want), "{want} not in {actions:?}");
+    }
+    let text = audit.to_string();
+    assert!(!text.contains(&otp) && !text.contains(own) && !text.contains("argon2"), "a password in the audit log");
+    assert!(!list.to_string().contains("argon2"));
+}
+
 /// A change made through one control-plane replica reaches a data plane connected to the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_control_plane_replicas_stay_in_step() {

@@ -1,0 +1,191 @@
+//! Operator accounts in the admin API (admin only): list, create with a generated one-time
+//! password, change the role, disable and enable, reset the password. Every change is audited
+//! (never a password); the last enabled admin cannot be demoted or disabled; a disabled operator's
+//! sessions end at once, and so do those of one whose password was reset. An operator given a
+//! one-time password must choose its own (`POST /session/password`) before anything else.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sqlx::PgConnection;
+
+use crate::auth::{hash_password, Caller, Role};
+use crate::error::{decode, ApiError, ApiResult};
+use crate::extract::{ApiBody, ApiPath};
+use crate::store::operators::{self as ops, OperatorRow};
+use crate::store::versions::audit;
+use crate::{crypto, AppState};
+
+/// One operator as the API shows it.
+#[derive(Serialize)]
+pub struct OperatorView {
+    pub username: String,
+    pub role: String,
+    pub disabled: bool,
+    /// Logged in with a one-time password that is not yet replaced (or never logged in since).
+    pub must_change_password: bool,
+    pub created_at: String,
+    /// Live sessions.
+    pub sessions: i64,
+}
+
+impl From<OperatorRow> for OperatorView {
+    fn from(r: OperatorRow) -> Self {
+        Self {
+            username: r.username,
+            role: r.role,
+            disabled: r.disabled,
+            must_change_password: r.must_change_password,
+            created_at: r.created_at,
+            sessions: r.sessions,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct OperatorList {
+    pub operators: Vec<OperatorView>,
+}
+
+/// A new operator, or a reset one: its one-time password, shown in this response only.
+#[derive(Serialize)]
+pub struct OperatorPassword {
+    pub operator: OperatorView,
+    pub one_time_password: String,
+    pub note: &'static str,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorIn {
+    pub username: String,
+    pub role: Role,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorChange {
+    #[serde(default)]
+    pub role: Option<Role>,
+    #[serde(default)]
+    pub disabled: Option<bool>,
+}
+
+const NOTE: &str = "give this password to the operator once: it is not stored in plaintext and is shown only now; \
+                    at its first login the operator chooses its own";
+
+/// What the audit log keeps of an operator.
+fn audited(r: &OperatorRow) -> serde_json::Value {
+    json!({ "username": r.username, "role": r.role, "disabled": r.disabled })
+}
+
+fn valid_username(name: &str) -> ApiResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::field("username", "1-64 characters: letters, digits, - _ . @"))
+    }
+}
+
+/// A generated one-time password and its argon2 hash.
+async fn one_time_password() -> ApiResult<(String, String)> {
+    let password = crypto::token(18);
+    let p = password.clone();
+    let phc = tokio::task::spawn_blocking(move || hash_password(&p))
+        .await
+        .map_err(|e| ApiError::internal("argon2", e))?
+        .map_err(|e| ApiError::internal("argon2", e))?;
+    Ok((password, phc))
+}
+
+async fn found(conn: &mut PgConnection, username: &str) -> ApiResult<OperatorRow> {
+    ops::one_for_update(conn, username).await?.ok_or_else(|| ApiError::not_found(format!("operator '{username}'")))
+}
+
+pub async fn list(State(s): State<AppState>, caller: Caller) -> ApiResult<Json<OperatorList>> {
+    caller.require(Role::Admin)?;
+    let operators = ops::list(&mut *s.db.acquire().await?).await?.into_iter().map(OperatorView::from).collect();
+    Ok(Json(OperatorList { operators }))
+}
+
+/// `POST /operators`: a new operator with a generated one-time password (409 if the name is taken).
+pub async fn create(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiBody(body): ApiBody,
+) -> ApiResult<(StatusCode, Json<OperatorPassword>)> {
+    caller.require(Role::Admin)?;
+    let req: OperatorIn = decode(&body)?;
+    valid_username(&req.username)?;
+    let (password, phc) = one_time_password().await?;
+    let mut tx = s.db.begin().await?;
+    if !ops::insert(&mut tx, &req.username, &phc, req.role.as_str()).await? {
+        return Err(ApiError::conflict(format!("operator '{}' exists", req.username)));
+    }
+    let row = found(&mut tx, &req.username).await?;
+    audit(&mut tx, &caller.username, "operator.create", &req.username, None, Some(audited(&row))).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(OperatorPassword { operator: row.into(), one_time_password: password, note: NOTE })))
+}
+
+/// `PUT /operators/{username}`: its role and whether it is disabled (the fields given). The last
+/// enabled admin keeps its role and stays enabled (409 `last_admin`).
+pub async fn change(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(username): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Json<OperatorView>> {
+    caller.require(Role::Admin)?;
+    let req: OperatorChange = decode(&body)?;
+    let mut tx = s.db.begin().await?;
+    ops::lock_admins(&mut tx).await?;
+    let before = found(&mut tx, &username).await?;
+    let role = req.role.map_or_else(|| before.role.clone(), |r| r.as_str().to_owned());
+    let disabled = req.disabled.unwrap_or(before.disabled);
+    if role == before.role && disabled == before.disabled {
+        return Ok(Json(before.into()));
+    }
+    let was_admin = before.role == "admin" && !before.disabled;
+    let stays_admin = role == "admin" && !disabled;
+    if was_admin && !stays_admin && ops::other_admins(&mut tx, &username).await? == 0 {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "last_admin",
+            format!("'{username}' is the last enabled admin: make another admin first"),
+        ));
+    }
+    ops::set_role_and_state(&mut tx, &username, &role, disabled).await?;
+    let after = found(&mut tx, &username).await?;
+    let action = match (before.disabled, after.disabled) {
+        (false, true) => "operator.disable",
+        (true, false) => "operator.enable",
+        _ => "operator.role",
+    };
+    audit(&mut tx, &caller.username, action, &username, Some(audited(&before)), Some(audited(&after))).await?;
+    tx.commit().await?;
+    Ok(Json(after.into()))
+}
+
+/// `POST /operators/{username}/reset-password`: a new one-time password; its sessions end.
+pub async fn reset_password(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(username): ApiPath<String>,
+) -> ApiResult<Json<OperatorPassword>> {
+    caller.require(Role::Admin)?;
+    let (password, phc) = one_time_password().await?;
+    let mut tx = s.db.begin().await?;
+    found(&mut tx, &username).await?;
+    ops::set_password(&mut tx, &username, &phc, true).await?;
+    ops::end_sessions(&mut tx, &username).await?;
+    let row = found(&mut tx, &username).await?;
+    audit(&mut tx, &caller.username, "operator.reset_password", &username, None, None).await?;
+    tx.commit().await?;
+    Ok(Json(OperatorPassword { operator: row.into(), one_time_password: password, note: NOTE }))
+}
