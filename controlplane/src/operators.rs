@@ -4,10 +4,11 @@
 //! sessions end at once, and so do those of one whose password was reset. An operator given a
 //! one-time password must choose its own (`POST /session/password`) before anything else.
 
+use ax_protocol::admin::{OperatorList, OperatorPassword, OperatorView};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
 use sqlx::PgConnection;
 
@@ -17,45 +18,6 @@ use crate::extract::{ApiBody, ApiPath};
 use crate::store::operators::{self as ops, OperatorRow};
 use crate::store::versions::audit;
 use crate::{crypto, AppState};
-
-/// One operator as the API shows it.
-#[derive(Serialize)]
-pub struct OperatorView {
-    pub username: String,
-    pub role: String,
-    pub disabled: bool,
-    /// Logged in with a one-time password that is not yet replaced (or never logged in since).
-    pub must_change_password: bool,
-    pub created_at: String,
-    /// Live sessions.
-    pub sessions: i64,
-}
-
-impl From<OperatorRow> for OperatorView {
-    fn from(r: OperatorRow) -> Self {
-        Self {
-            username: r.username,
-            role: r.role,
-            disabled: r.disabled,
-            must_change_password: r.must_change_password,
-            created_at: r.created_at,
-            sessions: r.sessions,
-        }
-    }
-}
-
-#[derive(Serialize)]
-pub struct OperatorList {
-    pub operators: Vec<OperatorView>,
-}
-
-/// A new operator, or a reset one: its one-time password, shown in this response only.
-#[derive(Serialize)]
-pub struct OperatorPassword {
-    pub operator: OperatorView,
-    pub one_time_password: String,
-    pub note: &'static str,
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -75,6 +37,17 @@ pub struct OperatorChange {
 
 const NOTE: &str = "give this password to the operator once: it is not stored in plaintext and is shown only now; \
                     at its first login the operator chooses its own";
+
+fn view(r: OperatorRow) -> OperatorView {
+    OperatorView {
+        username: r.username,
+        role: r.role,
+        disabled: r.disabled,
+        must_change_password: r.must_change_password,
+        created_at: r.created_at,
+        sessions: r.sessions,
+    }
+}
 
 /// What the audit log keeps of an operator.
 fn audited(r: &OperatorRow) -> serde_json::Value {
@@ -109,7 +82,7 @@ async fn found(conn: &mut PgConnection, username: &str) -> ApiResult<OperatorRow
 
 pub async fn list(State(s): State<AppState>, caller: Caller) -> ApiResult<Json<OperatorList>> {
     caller.require(Role::Admin)?;
-    let operators = ops::list(&mut *s.db.acquire().await?).await?.into_iter().map(OperatorView::from).collect();
+    let operators = ops::list(&mut *s.db.acquire().await?).await?.into_iter().map(view).collect();
     Ok(Json(OperatorList { operators }))
 }
 
@@ -130,7 +103,10 @@ pub async fn create(
     let row = found(&mut tx, &req.username).await?;
     audit(&mut tx, &caller.username, "operator.create", &req.username, None, Some(audited(&row))).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(OperatorPassword { operator: row.into(), one_time_password: password, note: NOTE })))
+    Ok((
+        StatusCode::CREATED,
+        Json(OperatorPassword { operator: view(row), one_time_password: password, note: NOTE.to_owned() }),
+    ))
 }
 
 /// `PUT /operators/{username}`: its role and whether it is disabled (the fields given). The last
@@ -149,7 +125,7 @@ pub async fn change(
     let role = req.role.map_or_else(|| before.role.clone(), |r| r.as_str().to_owned());
     let disabled = req.disabled.unwrap_or(before.disabled);
     if role == before.role && disabled == before.disabled {
-        return Ok(Json(before.into()));
+        return Ok(Json(view(before)));
     }
     let was_admin = before.role == "admin" && !before.disabled;
     let stays_admin = role == "admin" && !disabled;
@@ -169,7 +145,7 @@ pub async fn change(
     };
     audit(&mut tx, &caller.username, action, &username, Some(audited(&before)), Some(audited(&after))).await?;
     tx.commit().await?;
-    Ok(Json(after.into()))
+    Ok(Json(view(after)))
 }
 
 /// `POST /operators/{username}/reset-password`: a new one-time password; its sessions end.
@@ -187,5 +163,5 @@ pub async fn reset_password(
     let row = found(&mut tx, &username).await?;
     audit(&mut tx, &caller.username, "operator.reset_password", &username, None, None).await?;
     tx.commit().await?;
-    Ok(Json(OperatorPassword { operator: row.into(), one_time_password: password, note: NOTE }))
+    Ok(Json(OperatorPassword { operator: view(row), one_time_password: password, note: NOTE.to_owned() }))
 }

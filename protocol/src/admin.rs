@@ -460,3 +460,35 @@ mod tests {
         assert_eq!(serde_json::from_str::<UpstreamView>(&text).ok(), Some(v));
     }
 }
+
+// ---------- operators ----------
+
+/// One operator account as the API shows it (`GET /operators`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorView {
+    pub username: String,
+    /// `admin`, `operator` or `finance`.
+    pub role: String,
+    pub disabled: bool,
+    /// Has a one-time password it has not replaced yet.
+    pub must_change_password: bool,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// Live sessions.
+    pub sessions: i64,
+}
+
+/// `GET /operators`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorList {
+    pub operators: Vec<OperatorView>,
+}
+
+/// `POST /operators` and `POST /operators/{username}/reset-password`: the operator and its
+/// one-time password, shown in this response only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperatorPassword {
+    pub operator: OperatorView,
+    pub one_time_password: String,
+    pub note: String,
+}

@@ -25,6 +25,9 @@ pub struct Session {
     pub username: String,
     pub role: String,
     pub csrf_token: String,
+    /// Logged in with a one-time password: it chooses its own before anything else.
+    #[serde(default)]
+    pub must_change_password: bool,
 }
 
 impl Session {
@@ -80,7 +83,9 @@ fn App() -> impl IntoView {
         <Router>
             <Show when=move || checked.get() fallback=|| view! { <p class="loading">"Loading…"</p> }>
                 <Show when=move || auth.0.get().is_some() fallback=pages::login::Login>
-                    <Shell/>
+                    <Show when=move || auth.0.get().is_some_and(|s| !s.must_change_password) fallback=pages::login::ChoosePassword>
+                        <Shell/>
+                    </Show>
                 </Show>
             </Show>
         </Router>
@@ -111,6 +116,9 @@ fn Shell() -> impl IntoView {
                     <A href="/tenants">"Tenants & keys"</A>
                     <A href="/audit">"Audit"</A>
                 </Show>
+                <Show when=move || role("admin")>
+                    <A href="/operators">"Operators"</A>
+                </Show>
                 <A href="/reports">"Cost"</A>
             </nav>
             <span class="who">
@@ -128,6 +136,7 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/nodes") view=move || guarded("operator", pages::nodes::Nodes)/>
                 <Route path=path!("/versions") view=move || guarded("operator", pages::versions::Versions)/>
                 <Route path=path!("/tenants") view=move || guarded("operator", pages::tenants::Tenants)/>
+                <Route path=path!("/operators") view=move || guarded("admin", pages::operators::Operators)/>
                 <Route path=path!("/reports") view=pages::reports::Reports/>
             </Routes>
         </main>

@@ -627,3 +627,68 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
         }
     }
 }
+
+/// An admin manages operators in the browser: creates one (its one-time password shown once), the
+/// new operator logs in with it and must choose its own password before it sees anything, then
+/// the admin changes its role and disables it; the last admin cannot be demoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_manages_operators_in_the_browser() {
+    let (_db, _dir, cp, admin) = admin_plane("operators").await;
+    let b = Browser::start("operators").await;
+    b.login(&cp.url, "root").await;
+    b.find("nav a[href='/operators']").await.click().await.unwrap();
+    b.find("table.operators").await;
+    b.type_into("form[aria-label='new operator'] input[name=username]", "olga").await;
+    b.find("form[aria-label='new operator'] button[type=submit]").await.click().await.unwrap();
+    let otp = b.find("code.one-time-password").await.text().await.unwrap();
+    assert!(otp.len() >= 16, "one-time password: {otp}");
+    b.wait_text("one-time password pending", 10).await;
+    b.screenshot("operators").await;
+
+    // The new operator: a one-time password leads to the password form, and nothing else.
+    let o = Browser::start("operators-olga").await;
+    o.client.goto(&cp.url).await.unwrap();
+    o.find("input[name=username]").await.send_keys("olga").await.unwrap();
+    o.find("input[name=password]").await.send_keys(&otp).await.unwrap();
+    o.find("button[type=submit]").await.click().await.unwrap();
+    o.wait_text("Choose your password", 10).await;
+    assert!(o.client.find_all(Locator::Css("header.top")).await.unwrap().is_empty());
+    o.find("input[name=current_password]").await.send_keys(&otp).await.unwrap();
+    o.find("input[name=new_password]").await.send_keys("olga chose this one").await.unwrap();
+    o.screenshot("operators-choose-password").await;
+    o.find("button[type=submit]").await.click().await.unwrap();
+    o.find("header.top").await;
+    let nav = o.find("nav").await.text().await.unwrap();
+    assert!(nav.contains("Routes") && !nav.contains("Operators"), "an operator's navigation: {nav}");
+
+    // The admin makes her finance, then disables her: her next call finds no session.
+    b.client.refresh().await.unwrap();
+    let role = b.find("tr[data-operator=olga] select").await;
+    role.select_by_value("finance").await.unwrap();
+    let start = Instant::now();
+    loop {
+        let list = admin.ok("GET", "/api/v1/operators", None).await;
+        if list["operators"].as_array().unwrap().iter().any(|x| x["username"] == "olga" && x["role"] == "finance") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the role never changed: {list}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.find("tr[data-operator=olga] button").await.click().await.unwrap();
+    b.wait_text("disabled", 10).await;
+    let olga = Session::login(&cp.url, "olga", "olga chose this one").await;
+    assert_eq!(olga.err().map(|r| r.status().as_u16()), Some(403), "a disabled operator cannot log in");
+    o.client.goto(&format!("{}/reports", cp.url)).await.unwrap();
+    o.find("input[name=username]").await;
+
+    // The last admin cannot be demoted: the server says why, on the page.
+    b.find("tr[data-operator=root] select").await.select_by_value("operator").await.unwrap();
+    b.wait_text("last enabled admin", 10).await;
+    // The list is read again: root's role shows what the server kept.
+    let start = Instant::now();
+    while b.find("tr[data-operator=root] select").await.prop("value").await.unwrap().as_deref() != Some("admin") {
+        assert!(start.elapsed() < Duration::from_secs(10), "root's role never showed admin again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.screenshot("operators-last-admin").await;
+}

@@ -52,3 +52,48 @@ pub fn Login() -> impl IntoView {
         </section>
     }
 }
+
+/// After a login with a one-time password: the operator chooses its own before anything else
+/// (the server refuses every other call until then).
+#[component]
+pub fn ChoosePassword() -> impl IntoView {
+    let auth = expect_context::<Auth>();
+    let current = RwSignal::new(String::new());
+    let new = RwSignal::new(String::new());
+    let error = RwSignal::new(None::<api::ApiError>);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let body = json!({ "current_password": current.get_untracked(), "new_password": new.get_untracked() });
+        leptos::task::spawn_local(async move {
+            match api::send::<(), _>("POST", "/api/v1/session/password", &body).await {
+                Ok(()) => {
+                    if let Ok(s) = api::get::<Session>("/api/v1/session").await {
+                        crate::set_session(auth, Some(s));
+                    }
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    let field = move |path: &'static str| error.get().and_then(|e| e.field(path));
+    view! {
+        <section class="login">
+            <h1>"Choose your password"</h1>
+            <p>"You logged in with a one-time password. Choose your own (12 characters or more) to go on."</p>
+            <form on:submit=submit>
+                <label>"One-time password"
+                    <input name="current_password" type="password" autocomplete="current-password" required
+                        prop:value=move || current.get() on:input=move |ev| current.set(event_target_value(&ev))/>
+                </label>
+                {move || field("current_password").map(|m| view! { <p class="field-error">{m}</p> })}
+                <label>"New password"
+                    <input name="new_password" type="password" autocomplete="new-password" required minlength="12"
+                        prop:value=move || new.get() on:input=move |ev| new.set(event_target_value(&ev))/>
+                </label>
+                {move || field("new_password").map(|m| view! { <p class="field-error">{m}</p> })}
+                {move || error.get().filter(|e| e.fields.is_empty()).map(|e| view! { <p class="error" role="alert">{e.message}</p> })}
+                <button type="submit" class="primary">"Save and continue"</button>
+            </form>
+        </section>
+    }
+}

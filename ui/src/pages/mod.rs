@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod login;
 pub mod nodes;
+pub mod operators;
 pub mod overview;
 pub mod reports;
 pub mod routes;
