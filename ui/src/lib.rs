@@ -97,10 +97,15 @@ fn App() -> impl IntoView {
 fn Shell() -> impl IntoView {
     let auth = expect_context::<Auth>();
     let role = move |r: &'static str| auth.0.get().is_some_and(|s| s.at_least(r));
+    // After a logout the next login (maybe another user's) starts at its own home page, not at
+    // the page this one left open (a deep link opened while logged out is kept).
+    let navigate = use_navigate();
     let logout = move |_| {
+        let navigate = navigate.clone();
         leptos::task::spawn_local(async move {
             let _ = api::send_empty::<()>("POST", "/api/v1/logout").await;
             set_session(auth, None);
+            navigate("/", Default::default());
         });
     };
     view! {
@@ -152,13 +157,21 @@ fn Home() -> impl IntoView {
     Effect::new(move |_| navigate(to, Default::default()));
 }
 
-/// Runs `tick` now and then every `ms` for as long as the calling page is shown.
+/// Runs `tick` now and then every `ms` for as long as the calling page is shown. The flag is a
+/// plain atomic, not a signal: the loop wakes after the page (and every signal it owned) is
+/// gone, and reading a disposed signal panics (a `tick` may still `set` its page's signals: a set
+/// on a disposed signal does nothing).
 pub fn every<F: std::future::Future<Output = ()> + 'static>(ms: u32, tick: impl Fn() -> F + 'static) {
-    let alive = RwSignal::new(true);
-    on_cleanup(move || alive.set(false));
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let alive = std::sync::Arc::new(AtomicBool::new(true));
+    let ended = alive.clone();
+    on_cleanup(move || ended.store(false, Ordering::Relaxed));
     leptos::task::spawn_local(async move {
-        while alive.get_untracked() {
+        while alive.load(Ordering::Relaxed) {
             tick().await;
+            if !alive.load(Ordering::Relaxed) {
+                break;
+            }
             gloo_timers::future::TimeoutFuture::new(ms).await;
         }
     });

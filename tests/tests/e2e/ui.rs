@@ -692,3 +692,56 @@ async fn admin_manages_operators_in_the_browser() {
     }
     b.screenshot("operators-last-admin").await;
 }
+
+/// An admin walks every page through the navigation, leaving pages that refresh themselves
+/// (Overview, Data planes) before their next tick: no panic and no console error, then or later.
+/// After a logout on the routes page, a finance user who logs in lands on its own home page (the
+/// cost report), not on the page the admin left open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_walks_without_an_error_and_the_next_user_lands_home() {
+    let (db, _dir, cp, _admin) = admin_plane("walk").await;
+    create_operator(&db, "fin", "finance");
+    let b = Browser::start("walk").await;
+    b.login(&cp.url, "root").await;
+    // Every console error (a wasm panic is one: console_error_panic_hook) and uncaught error.
+    b.client
+        .execute(
+            "window.__axErrors = [];
+             const original = console.error.bind(console);
+             console.error = (...a) => { window.__axErrors.push(a.map(String).join(' ')); original(...a); };
+             window.addEventListener('error', e => window.__axErrors.push(String(e.message)));
+             window.addEventListener('unhandledrejection', e => window.__axErrors.push(String(e.reason)));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let pages = ["overview", "routes", "nodes", "upstreams", "versions", "tenants", "audit", "operators", "reports"];
+    for round in 0..2 {
+        for page in pages {
+            b.find(&format!("nav a[href='/{page}']")).await.click().await.unwrap();
+            b.find("main h1").await;
+            // Long enough for a page's first fetch, shorter than its refresh.
+            tokio::time::sleep(Duration::from_millis(if round == 0 { 1500 } else { 300 })).await;
+        }
+    }
+    // The timers of the pages left behind fire now (Overview every 5 s, Data planes every 2 s).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let errors = b.client.execute("return window.__axErrors;", vec![]).await.unwrap();
+    assert_eq!(errors, json!([]), "errors in the browser while walking every page");
+
+    b.find("nav a[href='/routes']").await.click().await.unwrap();
+    b.find("main h1").await;
+    assert!(b.client.current_url().await.unwrap().path().ends_with("/routes"));
+    b.find("header.top button.link").await.click().await.unwrap();
+    b.find("input[name=username]").await.send_keys("fin").await.unwrap();
+    b.find("input[name=password]").await.send_keys(ADMIN_PASSWORD).await.unwrap();
+    b.find("button[type=submit]").await.click().await.unwrap();
+    b.find("header.top").await;
+    let start = Instant::now();
+    while !b.client.current_url().await.unwrap().path().ends_with("/reports") {
+        assert!(start.elapsed() < Duration::from_secs(10), "finance did not land on the cost report");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let page = b.find("main").await.text().await.unwrap();
+    assert!(!page.contains("Not allowed"), "{page}");
+}
