@@ -137,6 +137,21 @@ pub fn hash_password(password: &str) -> Result<String, String> {
     Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
 }
 
+/// `hash_password` on the blocking pool (argon2 takes tens of milliseconds).
+pub async fn hash_off_thread(password: String) -> ApiResult<String> {
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| ApiError::internal("argon2", e))?
+        .map_err(|e| ApiError::internal("argon2", e))
+}
+
+/// `verify_password` on the blocking pool.
+async fn verify_off_thread(password: String, phc: String) -> ApiResult<bool> {
+    tokio::task::spawn_blocking(move || verify_password(&password, &phc))
+        .await
+        .map_err(|e| ApiError::internal("argon2", e))
+}
+
 fn verify_password(password: &str, phc: &str) -> bool {
     PasswordHash::new(phc).is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
 }
@@ -180,10 +195,7 @@ pub async fn login(
     take_login_slot(&state.db, &req.username, &client).await?;
     let row = store::operators::by_username(&state.db, &req.username).await?;
     let phc = row.as_ref().map_or_else(|| decoy_hash().to_owned(), |r| r.1.clone());
-    let password = req.password.clone();
-    let ok = tokio::task::spawn_blocking(move || verify_password(&password, &phc))
-        .await
-        .map_err(|e| ApiError::internal("argon2", e))?;
+    let ok = verify_off_thread(req.password.clone(), phc).await?;
     let Some((operator_id, _, role, disabled, must_change_password)) = row.filter(|_| ok) else {
         // The slot taken above stays: it is this attempt's failure.
         tracing::warn!(username = %req.username, client = %client, "failed login");
@@ -268,18 +280,10 @@ pub async fn change_password(
     }
     let mut tx = state.db.begin().await?;
     let phc = store::operators::password_hash(&mut tx, caller.operator_id).await?.unwrap_or_default();
-    let current = req.current_password;
-    let ok = tokio::task::spawn_blocking(move || verify_password(&current, &phc))
-        .await
-        .map_err(|e| ApiError::internal("argon2", e))?;
-    if !ok {
+    if !verify_off_thread(req.current_password, phc).await? {
         return Err(ApiError::field("current_password", "wrong password"));
     }
-    let new = req.new_password;
-    let phc = tokio::task::spawn_blocking(move || hash_password(&new))
-        .await
-        .map_err(|e| ApiError::internal("argon2", e))?
-        .map_err(|e| ApiError::internal("argon2", e))?;
+    let phc = hash_off_thread(req.new_password).await?;
     store::operators::set_password(&mut tx, &caller.username, &phc, false).await?;
     store::operators::end_other_sessions(&mut tx, caller.operator_id, &caller.token_digest).await?;
     store::versions::audit(&mut tx, &caller.username, "operator.password", &caller.username, None, None).await?;
@@ -297,8 +301,7 @@ pub async fn create_operator(db: &sqlx::PgPool, username: &str, password: &str, 
             "username must not be empty and the password must have at least {MIN_PASSWORD_CHARS} characters"
         ));
     }
-    let password = password.to_owned();
-    let phc = tokio::task::spawn_blocking(move || hash_password(&password)).await.map_err(|e| e.to_string())??;
+    let phc = hash_off_thread(password.to_owned()).await.map_err(|e| e.message)?;
     store::operators::upsert(db, username, &phc, role.as_str()).await.map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -12,10 +12,10 @@ use serde::Deserialize;
 use serde_json::json;
 use sqlx::PgConnection;
 
-use crate::auth::{hash_password, Caller, Role};
+use crate::auth::{hash_off_thread, Caller, Role};
 use crate::error::{decode, ApiError, ApiResult};
 use crate::extract::{ApiBody, ApiPath};
-use crate::store::operators::{self as ops, OperatorRow};
+use crate::store::operators as ops;
 use crate::store::versions::audit;
 use crate::{crypto, AppState};
 
@@ -38,19 +38,8 @@ pub struct OperatorChange {
 const NOTE: &str = "give this password to the operator once: it is not stored in plaintext and is shown only now; \
                     at its first login the operator chooses its own";
 
-fn view(r: OperatorRow) -> OperatorView {
-    OperatorView {
-        username: r.username,
-        role: r.role,
-        disabled: r.disabled,
-        must_change_password: r.must_change_password,
-        created_at: r.created_at,
-        sessions: r.sessions,
-    }
-}
-
 /// What the audit log keeps of an operator.
-fn audited(r: &OperatorRow) -> serde_json::Value {
+fn audited(r: &OperatorView) -> serde_json::Value {
     json!({ "username": r.username, "role": r.role, "disabled": r.disabled })
 }
 
@@ -68,21 +57,17 @@ fn valid_username(name: &str) -> ApiResult<()> {
 /// A generated one-time password and its argon2 hash.
 async fn one_time_password() -> ApiResult<(String, String)> {
     let password = crypto::token(18);
-    let p = password.clone();
-    let phc = tokio::task::spawn_blocking(move || hash_password(&p))
-        .await
-        .map_err(|e| ApiError::internal("argon2", e))?
-        .map_err(|e| ApiError::internal("argon2", e))?;
+    let phc = hash_off_thread(password.clone()).await?;
     Ok((password, phc))
 }
 
-async fn found(conn: &mut PgConnection, username: &str) -> ApiResult<OperatorRow> {
+async fn found(conn: &mut PgConnection, username: &str) -> ApiResult<OperatorView> {
     ops::one_for_update(conn, username).await?.ok_or_else(|| ApiError::not_found(format!("operator '{username}'")))
 }
 
 pub async fn list(State(s): State<AppState>, caller: Caller) -> ApiResult<Json<OperatorList>> {
     caller.require(Role::Admin)?;
-    let operators = ops::list(&mut *s.db.acquire().await?).await?.into_iter().map(view).collect();
+    let operators = ops::list(&mut *s.db.acquire().await?).await?;
     Ok(Json(OperatorList { operators }))
 }
 
@@ -105,7 +90,7 @@ pub async fn create(
     tx.commit().await?;
     Ok((
         StatusCode::CREATED,
-        Json(OperatorPassword { operator: view(row), one_time_password: password, note: NOTE.to_owned() }),
+        Json(OperatorPassword { operator: row, one_time_password: password, note: NOTE.to_owned() }),
     ))
 }
 
@@ -125,7 +110,7 @@ pub async fn change(
     let role = req.role.map_or_else(|| before.role.clone(), |r| r.as_str().to_owned());
     let disabled = req.disabled.unwrap_or(before.disabled);
     if role == before.role && disabled == before.disabled {
-        return Ok(Json(view(before)));
+        return Ok(Json(before));
     }
     let was_admin = before.role == "admin" && !before.disabled;
     let stays_admin = role == "admin" && !disabled;
@@ -145,7 +130,7 @@ pub async fn change(
     };
     audit(&mut tx, &caller.username, action, &username, Some(audited(&before)), Some(audited(&after))).await?;
     tx.commit().await?;
-    Ok(Json(view(after)))
+    Ok(Json(after))
 }
 
 /// `POST /operators/{username}/reset-password`: a new one-time password; its sessions end.
@@ -163,5 +148,5 @@ pub async fn reset_password(
     let row = found(&mut tx, &username).await?;
     audit(&mut tx, &caller.username, "operator.reset_password", &username, None, None).await?;
     tx.commit().await?;
-    Ok(Json(OperatorPassword { operator: view(row), one_time_password: password, note: NOTE.to_owned() }))
+    Ok(Json(OperatorPassword { operator: row, one_time_password: password, note: NOTE.to_owned() }))
 }

@@ -1,5 +1,6 @@
 //! Operators, their sessions and failed logins.
 
+use ax_protocol::admin::OperatorView;
 use sqlx::{PgConnection, PgPool};
 
 use crate::error::ApiResult;
@@ -122,21 +123,10 @@ pub async fn purge_expired(db: &PgPool) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// One operator as the admin API lists it.
-pub struct OperatorRow {
-    pub username: String,
-    pub role: String,
-    pub disabled: bool,
-    pub must_change_password: bool,
-    pub created_at: String,
-    /// Live sessions.
-    pub sessions: i64,
-}
-
 /// Every operator, by username.
-pub async fn list(conn: &mut PgConnection) -> ApiResult<Vec<OperatorRow>> {
+pub async fn list(conn: &mut PgConnection) -> ApiResult<Vec<OperatorView>> {
     Ok(sqlx::query_as!(
-        OperatorRow,
+        OperatorView,
         r#"SELECT o.username, o.role, o.disabled, o.must_change_password,
                   to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "created_at!",
                   (SELECT count(*) FROM sessions s WHERE s.operator_id = o.id AND s.expires_at > now()) AS "sessions!"
@@ -147,9 +137,9 @@ pub async fn list(conn: &mut PgConnection) -> ApiResult<Vec<OperatorRow>> {
 }
 
 /// One operator, its row locked for the rest of the transaction.
-pub async fn one_for_update(conn: &mut PgConnection, username: &str) -> ApiResult<Option<OperatorRow>> {
+pub async fn one_for_update(conn: &mut PgConnection, username: &str) -> ApiResult<Option<OperatorView>> {
     Ok(sqlx::query_as!(
-        OperatorRow,
+        OperatorView,
         r#"SELECT o.username, o.role, o.disabled, o.must_change_password,
                   to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "created_at!",
                   (SELECT count(*) FROM sessions s WHERE s.operator_id = o.id AND s.expires_at > now()) AS "sessions!"

@@ -446,36 +446,32 @@ async fn the_demo_seed_reruns_without_undoing_an_operators_change() {
     let dp = Process::data_plane(&s.cp.url, &token, &s.dir.join("dp1"), "dp");
     let newest = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
     wait_applied(&s.admin, "dp-1", newest, Duration::from_secs(5)).await;
-    let http = reqwest::Client::new();
+    let call = |path: &'static str, body: Value| {
+        let (url, key) = (format!("{}{path}", dp.url), key.clone());
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
     let tools = json!({ "model": "chat-default", "messages": [{ "role": "user", "content": "Weather in Paris?" }],
         "tools": [{ "type": "function", "function": { "name": "get_weather",
             "parameters": { "type": "object", "properties": { "city": { "type": "string" } } } } }] });
-    let r: Value = http
-        .post(format!("{}/v1/chat/completions", dp.url))
-        .bearer_auth(&key)
-        .json(&tools)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let call = &r["choices"][0]["message"]["tool_calls"][0]["function"];
+    let r = call("/v1/chat/completions", tools).await;
+    let f = &r["choices"][0]["message"]["tool_calls"][0]["function"];
     assert_eq!(
-        (call["name"].as_str(), call["arguments"].as_str()),
+        (f["name"].as_str(), f["arguments"].as_str()),
         (Some("get_weather"), Some("{\"city\":\"Paris\"}")),
         "{r}"
     );
-    let r: Value = http
-        .post(format!("{}/v1/embeddings", dp.url))
-        .bearer_auth(&key)
-        .json(&json!({ "model": "embed-default", "input": "ax routes every request" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r = call("/v1/embeddings", json!({ "model": "embed-default", "input": "ax routes every request" })).await;
     assert!(r["data"][0]["embedding"].as_array().is_some_and(|v| !v.is_empty()), "{r}");
 
     // An operator moves the weights; the seed runs again and changes nothing.
