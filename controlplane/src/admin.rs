@@ -428,12 +428,25 @@ pub async fn preview_route(
     };
     let shares_after = shares(&doc);
     let shares_before = shares(&live);
+    let summary = |requests: i64, prompt: i64, completion: i64, hours: f64| {
+        let n = requests.max(1) as f64;
+        UsageSummary {
+            requests_per_day: requests as f64 * 24.0 / hours,
+            avg_prompt_tokens: prompt as f64 / n,
+            avg_completion_tokens: completion as f64 / n,
+        }
+    };
     let (requests, prompt, completion) = store::usage::alias_week(&s.db, &alias).await?;
-    let n = requests.max(1) as f64;
-    let usage = UsageSummary {
-        requests_per_day: requests as f64 / 7.0,
-        avg_prompt_tokens: prompt as f64 / n,
-        avg_completion_tokens: completion as f64 / n,
+    let week = summary(requests, prompt, completion, 7.0 * 24.0);
+    // The projection's traffic: the recent window when it has enough requests to be read, else
+    // the week; the answer says which.
+    let (requests, prompt, completion, hours) = store::usage::alias_recent(&s.db, &alias).await?;
+    let (usage, usage_window_hours, usage_window) = if requests >= RECENT_ENOUGH {
+        let usage = summary(requests, prompt, completion, hours);
+        (usage, hours, format!("the last {hours:.0} h (since yesterday 00:00 UTC)"))
+    } else {
+        let why = format!("the last 7 days (fewer than {RECENT_ENOUGH} requests since yesterday 00:00 UTC)");
+        (week.clone(), 7.0 * 24.0, why)
     };
     let projected_daily_cost_usd_before = projected_daily_cost(&live, &shares_before, &usage);
     let projected_daily_cost_usd_after = projected_daily_cost(&doc, &shares_after, &usage);
@@ -444,11 +457,17 @@ pub async fn preview_route(
         after,
         shares_before,
         shares_after,
-        usage_last_7_days: usage,
+        usage_last_7_days: week,
+        usage,
+        usage_window_hours,
+        usage_window,
         projected_daily_cost_usd_before,
         projected_daily_cost_usd_after,
     }))
 }
+
+/// The requests since yesterday 00:00 UTC that make a recent rate worth projecting from.
+const RECENT_ENOUGH: i64 = 20;
 
 /// Requests per day × each candidate's share × its model's price for the average request. An
 /// estimate for the preview (money that is billed is always integer micro-USD); `None` without

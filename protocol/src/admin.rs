@@ -387,7 +387,14 @@ pub struct RoutePreview {
     pub shares_before: Vec<Share>,
     pub shares_after: Vec<Share>,
     pub usage_last_7_days: UsageSummary,
-    /// USD per day, 4 places; `None` without traffic or prices.
+    /// The traffic the projection is made from: since yesterday 00:00 UTC (24 to 48 hours) when
+    /// the alias had 20 requests or more there, else the last 7 days.
+    pub usage: UsageSummary,
+    /// The hours `usage` was measured over.
+    pub usage_window_hours: f64,
+    /// Which window, in words, for the UI ("the last 31 h (since yesterday 00:00 UTC)").
+    pub usage_window: String,
+    /// USD per day at `usage`'s rate, 4 places; `None` without traffic or prices.
     pub projected_daily_cost_usd_before: Option<String>,
     pub projected_daily_cost_usd_after: Option<String>,
 }

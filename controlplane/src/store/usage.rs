@@ -296,6 +296,21 @@ pub async fn month_spend(db: &PgPool) -> ApiResult<Vec<(String, String, i64, i64
 }
 
 /// An alias's traffic over the last 7 days: (requests, prompt tokens, completion tokens).
+/// An alias's traffic since yesterday 00:00 UTC from the daily rollups: requests, prompt and
+/// completion tokens, and the hours since then (24 to 48).
+pub async fn alias_recent(db: &PgPool, alias: &str) -> ApiResult<(i64, i64, i64, f64)> {
+    let r = sqlx::query!(
+        r#"SELECT coalesce(sum(requests), 0)::bigint AS "requests!", coalesce(sum(prompt_tokens), 0)::bigint AS "prompt!",
+                  coalesce(sum(completion_tokens), 0)::bigint AS "completion!",
+                  (extract(epoch FROM now() - (((now() AT TIME ZONE 'UTC')::date - 1)::timestamp AT TIME ZONE 'UTC')) / 3600)::float8 AS "hours!"
+           FROM usage_daily WHERE alias = $1 AND day >= (now() AT TIME ZONE 'UTC')::date - 1"#,
+        alias,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((r.requests, r.prompt, r.completion, r.hours))
+}
+
 pub async fn alias_week(db: &PgPool, alias: &str) -> ApiResult<(i64, i64, i64)> {
     let r = sqlx::query!(
         r#"SELECT coalesce(sum(requests), 0)::bigint AS "requests!", coalesce(sum(prompt_tokens), 0)::bigint AS "prompt!",

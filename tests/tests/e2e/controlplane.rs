@@ -749,8 +749,15 @@ async fn usage_reaches_postgres_exactly_once_through_a_kill_9() {
     let p = s.admin.ok("POST", "/api/v1/routes/chat/preview", Some(&chat_route(50, 50))).await;
     let per_day = p["usage_last_7_days"]["requests_per_day"].as_f64().unwrap();
     assert!((per_day - rows as f64 / 7.0).abs() < 0.01, "{p}");
+    // Every request is recent: the projection reads the window since yesterday 00:00 UTC, and says so.
+    let hours = p["usage_window_hours"].as_f64().unwrap();
+    assert!((24.0..=48.0).contains(&hours), "{p}");
+    assert!(p["usage_window"].as_str().unwrap().contains("since yesterday 00:00 UTC"), "{p}");
+    let recent = p["usage"]["requests_per_day"].as_f64().unwrap();
+    assert!((recent - rows as f64 * 24.0 / hours).abs() < 0.5, "{p}");
     let projected: f64 = p["projected_daily_cost_usd_after"].as_str().unwrap().parse().unwrap();
-    let expected = sum as f64 / 1e6 / 7.0; // same prices on both upstreams: the average request's cost
+    // Same prices on both upstreams: the average request's cost at the recent rate.
+    let expected = sum as f64 / 1e6 * 24.0 / hours;
     assert!((projected - expected).abs() <= expected * 0.01 + 0.0001, "projected {projected} vs {expected}");
 }
 

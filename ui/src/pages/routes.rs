@@ -335,7 +335,10 @@ fn Preview(p: RoutePreview) -> impl IntoView {
         .collect();
     let cost = |v: &Option<String>| v.as_ref().map(|s| format!("${s}/day"));
     let projection = match (cost(&p.projected_daily_cost_usd_before), cost(&p.projected_daily_cost_usd_after)) {
-        (Some(b), Some(a)) => format!("Projected cost at the last 7 days' traffic: {b} → {a}"),
+        (Some(b), Some(a)) => format!(
+            "Projected cost at the traffic of {} ({:.0} requests/day): {b} → {a}",
+            p.usage_window, p.usage.requests_per_day
+        ),
         _ => "Projected cost: no usage in the last 7 days to project from.".to_owned(),
     };
     view! {
