@@ -64,6 +64,14 @@ pub fn breaker(s: BreakerState) -> &'static str {
     }
 }
 
+/// The rolling window the data planes' rates and percentiles cover, in words ("60 s"): the
+/// longest any node reports (their breaker window).
+fn window(nodes: &NodeList) -> Option<String> {
+    let ms =
+        nodes.nodes.iter().filter_map(|n| n.health.as_ref()).flat_map(|h| &h.upstreams).map(|u| u.window_ms).max()?;
+    Some(if ms >= 120_000 { format!("{} min", ms / 60_000) } else { format!("{} s", ms / 1000) })
+}
+
 fn fleet(nodes: &NodeList) -> BTreeMap<String, Up> {
     let mut out: BTreeMap<String, Up> = BTreeMap::new();
     for u in nodes.nodes.iter().filter_map(|n| n.health.as_ref()).flat_map(|h| &h.upstreams) {
@@ -90,6 +98,7 @@ pub fn Overview() -> impl IntoView {
             Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
             Some(Ok(v)) => {
                 let ups = fleet(&v);
+                let over = window(&v).map_or_else(String::new, |w| format!(" (last {w})"));
                 let total: f64 = ups.values().map(|u| u.requests).sum();
                 let ok: f64 = ups.values().map(|u| u.ok).sum();
                 let per_min: f64 = ups.values().map(|u| u.per_min).sum();
@@ -99,8 +108,8 @@ pub fn Overview() -> impl IntoView {
                 let connected = v.nodes.iter().filter(|n| n.connected).count();
                 view! {
                     <div class="tiles">
-                        <div class="tile"><span>"Requests / min"</span><strong>{fmt::int(per_min.round() as i64)}</strong></div>
-                        <div class="tile"><span>"Error rate"</span><strong>{if total > 0.0 { fmt::pct((total - ok) * 100.0 / total) } else { "–".to_owned() }}</strong></div>
+                        <div class="tile"><span>{format!("Requests / min{over}")}</span><strong>{fmt::int(per_min.round() as i64)}</strong></div>
+                        <div class="tile"><span>{format!("Error rate{over}")}</span><strong>{if total > 0.0 { fmt::pct((total - ok) * 100.0 / total) } else { "–".to_owned() }}</strong></div>
                         <div class="tile"><span>"p95 latency (worst upstream)"</span><strong>{fmt::ms(p95)}</strong></div>
                         <div class="tile"><span>"p95 time to first token"</span><strong>{fmt::ms(ttft)}</strong></div>
                         <div class="tile"><span>"Spend today (UTC)"</span><strong>{move || match spend.get() {
