@@ -241,7 +241,7 @@ pub async fn put_upstream(
     // The key is a change only when it differs from the stored one.
     let same_key = match new_key {
         None => true,
-        Some(k) => store::config::upstream_keys(&mut tx, &s.keys).await?.get(&name).is_some_and(|old| old == k),
+        Some(k) => store::config::upstream_key(&mut tx, &s.keys, &name).await?.is_some_and(|old| old == k),
     };
     store::config::write_upstream(&mut tx, &u).await?;
     if let Some(key) = new_key.filter(|_| !same_key) {

@@ -140,13 +140,13 @@ pub async fn reset_password(
     ApiPath(username): ApiPath<String>,
 ) -> ApiResult<Json<OperatorPassword>> {
     caller.require(Role::Admin)?;
-    let (password, phc) = one_time_password().await?;
     let mut tx = s.db.begin().await?;
-    found(&mut tx, &username).await?;
+    let before = found(&mut tx, &username).await?;
+    let (password, phc) = one_time_password().await?;
     ops::set_password(&mut tx, &username, &phc, true).await?;
     ops::end_sessions(&mut tx, &username).await?;
-    let row = found(&mut tx, &username).await?;
     audit(&mut tx, &caller.username, "operator.reset_password", &username, None, None).await?;
     tx.commit().await?;
-    Ok(Json(OperatorPassword { operator: row, one_time_password: password, note: NOTE.to_owned() }))
+    let operator = OperatorView { must_change_password: true, sessions: 0, ..before };
+    Ok(Json(OperatorPassword { operator, one_time_password: password, note: NOTE.to_owned() }))
 }

@@ -73,6 +73,8 @@ fn help(command: Option<&str>) -> ExitCode {
 
 struct Args {
     command: String,
+    /// With `help`: the command asked about (none: all of them).
+    topic: Option<String>,
     config: Option<PathBuf>,
     listen: Option<String>,
     addr_file: Option<PathBuf>,
@@ -83,12 +85,11 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1).peekable();
-    let command = match it.peek().map(String::as_str) {
-        Some("serve" | "check" | "keygen" | "help") => it.next().unwrap_or_default(),
-        _ => "serve".to_owned(),
-    };
+    let named = matches!(it.peek().map(String::as_str), Some("serve" | "check" | "keygen" | "help"));
+    let command = if named { it.next().unwrap_or_default() } else { "serve".to_owned() };
     let mut a = Args {
         command,
+        topic: None,
         config: None,
         listen: None,
         addr_file: None,
@@ -97,8 +98,7 @@ fn parse_args() -> Result<Args, String> {
         state_dir: None,
     };
     if a.command == "help" {
-        // `help [command]`: the command, if any, in `config`'s place.
-        a.config = it.next().map(PathBuf::from);
+        a.topic = it.next();
         return Ok(a);
     }
     while let Some(flag) = it.next() {
@@ -110,9 +110,9 @@ fn parse_args() -> Result<Args, String> {
             "--control-plane" => a.control_plane = Some(value()?),
             "--node-token" => a.node_token = Some(value()?),
             "--state-dir" => a.state_dir = Some(PathBuf::from(value()?)),
+            // `<command> --help`: that command's help; a bare `--help`: all of it.
             "-h" | "--help" => {
-                a.config = (a.command != "serve" || std::env::args().nth(1).as_deref() == Some("serve"))
-                    .then(|| PathBuf::from(&a.command));
+                a.topic = named.then(|| a.command.clone());
                 a.command = "help".to_owned();
                 return Ok(a);
             }
@@ -179,7 +179,7 @@ fn main() -> ExitCode {
         }
     };
     match args.command.as_str() {
-        "help" => help(args.config.as_deref().and_then(std::path::Path::to_str)),
+        "help" => help(args.topic.as_deref()),
         "keygen" => keygen(),
         "check" => check(&args),
         _ => serve(args),

@@ -211,7 +211,7 @@ impl ResponseStore {
         }
         match &self.backend {
             Backend::Local(l) => {
-                let mut l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut l = lock(l);
                 l.put(r, dropped, Instant::now() + self.retention);
                 Ok(())
             }
@@ -234,7 +234,7 @@ impl ResponseStore {
         }
         let (links, fetched) = match &self.backend {
             Backend::Local(l) => {
-                let mut l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut l = lock(l);
                 (l.chain(tenant, id, max_total), false)
             }
             Backend::Redis(s) => match s.recent_chain(tenant, id, max_total) {
@@ -273,7 +273,7 @@ impl ResponseStore {
         }
         let links = match &self.backend {
             Backend::Local(l) => {
-                let l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let l = lock(l);
                 l.one(tenant, id)
             }
             Backend::Redis(s) => s.one(tenant, id).await?,
@@ -288,7 +288,7 @@ impl ResponseStore {
         }
         let deleted = match &self.backend {
             Backend::Local(l) => {
-                let mut l = l.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut l = lock(l);
                 l.delete(tenant, id)
             }
             Backend::Redis(s) => s.delete(tenant, id).await?,
@@ -654,28 +654,29 @@ impl RedisStore {
             ),
         };
         pipe.pexpire(&key, i64::try_from(retention.as_millis()).unwrap_or(i64::MAX)).ignore();
-        let subscribed = self.subscribed.load(std::sync::atomic::Ordering::Acquire);
-        let expires = Instant::now() + RECENT.min(retention);
         let permit = if r.behind { self.behind.clone().try_acquire_owned().ok() } else { None };
-        let Some(permit) = permit else {
-            run("put", pipe.query_async::<()>(&mut conn)).await?;
-            if subscribed {
-                self.recent().put(r, dropped, expires);
-            }
-            return Ok(());
-        };
         let id = r.id.clone();
-        if subscribed {
-            self.recent().put(r, dropped, expires);
+        if self.subscribed.load(std::sync::atomic::Ordering::Acquire) {
+            self.recent().put(r, dropped, Instant::now() + RECENT.min(retention));
         }
         let recent = self.recent.clone();
-        tokio::spawn(async move {
-            if run("put", pipe.query_async::<()>(&mut conn)).await.is_err() {
+        let write = async move {
+            let written = run("put", pipe.query_async::<()>(&mut conn)).await;
+            if written.is_err() {
                 lock(&recent).forget(&id);
             }
-            drop(permit);
-        });
-        Ok(())
+            written
+        };
+        match permit {
+            None => write.await,
+            Some(permit) => {
+                tokio::spawn(async move {
+                    let _ = write.await;
+                    drop(permit);
+                });
+                Ok(())
+            }
+        }
     }
 
     async fn walk(&self, tenant: &str, id: &str, links: usize, max_total: u64) -> Result<Vec<redis::Value>, AxError> {

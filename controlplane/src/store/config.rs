@@ -231,10 +231,27 @@ struct SealedRow {
 pub async fn upstream_keys(conn: &mut PgConnection, keys: &MasterKeys) -> ApiResult<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for (name, ct, nonce, key_id) in sealed_keys(conn, false).await? {
-        let plain = keys.open(&key_id, &nonce, &ct, &name).map_err(|e| ApiError::internal("upstream key", e))?;
-        out.insert(name, String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))?);
+        let plain = open_key(keys, &name, &ct, &nonce, &key_id)?;
+        out.insert(name, plain);
     }
     Ok(out)
+}
+
+/// One upstream's stored key, decrypted.
+pub async fn upstream_key(conn: &mut PgConnection, keys: &MasterKeys, name: &str) -> ApiResult<Option<String>> {
+    let row = sqlx::query!(
+        r#"SELECT key_ciphertext AS "ct!", key_nonce AS "nonce!", key_id AS "key_id!" FROM upstreams
+           WHERE name = $1 AND key_ciphertext IS NOT NULL"#,
+        name
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|r| open_key(keys, name, &r.ct, &r.nonce, &r.key_id)).transpose()
+}
+
+fn open_key(keys: &MasterKeys, name: &str, ct: &[u8], nonce: &[u8], key_id: &str) -> ApiResult<String> {
+    let plain = keys.open(key_id, nonce, ct, name).map_err(|e| ApiError::internal("upstream key", e))?;
+    String::from_utf8(plain).map_err(|e| ApiError::internal("upstream key", e))
 }
 
 /// Stores an upstream's key, sealed under the current master key.

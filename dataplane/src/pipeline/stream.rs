@@ -284,16 +284,18 @@ impl<E: StreamEncoder> EgressStream<E> {
             _ => self.enc.finish(self.usage.as_ref()),
         };
         self.before_end = self.enc.before_end();
-        let facts = self.ax_facts();
         let mut held = self.held.take();
-        let tail = match (&facts, last_object(&tail)) {
-            (Some(f), Some(at)) => with_facts(&tail, at, f),
-            (Some(f), None) => {
-                held = held.map(|h| last_object(&h).map_or_else(|| h.clone(), |at| with_facts(&h, at, f)));
-                tail
+        let mut tail = tail;
+        // Into the tail's last JSON event, else into the held-back one.
+        if let Some(f) = self.ax_facts() {
+            if let Some(at) = last_object(&tail) {
+                tail = with_facts(&tail, at, &f);
+            } else if let Some(h) = held.as_mut() {
+                if let Some(at) = last_object(h) {
+                    *h = with_facts(h, at, &f);
+                }
             }
-            (None, _) => tail,
-        };
+        }
         self.pending.extend(held);
         if !tail.is_empty() {
             self.pending.push_back(tail);
