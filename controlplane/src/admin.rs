@@ -235,6 +235,7 @@ pub async fn put_upstream(
     if u.name != name {
         return Err(ApiError::field("name", "does not match the URL"));
     }
+    document::check_upstream(&u).map_err(ApiError::invalid)?;
     let mut tx = s.db.begin().await?;
     let before = upstream_view(&mut tx, &name).await?;
     let new_key = u.api_key.as_deref().filter(|k| !k.is_empty());
@@ -420,7 +421,7 @@ pub async fn preview_route(
     let mut next = live.clone();
     document::refresh(&mut tx, &mut next, Focus::Route(&alias)).await?;
     let (valid, mut doc) = document::validate(next);
-    valid.map_err(|f| ApiError::invalid(vec![Focus::Route(&alias).rebase(&doc, f)]))?;
+    valid.map_err(|all| ApiError::invalid(all.into_iter().map(|f| Focus::Route(&alias).rebase(&doc, f)).collect()))?;
     let after = route_view(&mut tx, &alias).await?;
     tx.rollback().await?;
     let shares = |d: &ax_protocol::snapshot::Document| -> Vec<Share> {

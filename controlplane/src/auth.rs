@@ -22,7 +22,7 @@ use crate::store;
 use crate::AppState;
 
 pub const COOKIE: &str = "ax_session";
-const SESSION_HOURS: i64 = 12;
+pub(crate) const SESSION_HOURS: i64 = 12;
 /// Failed logins allowed per username (and 4× per client address) in `THROTTLE_WINDOW_S`.
 const MAX_FAILURES: i64 = 5;
 const THROTTLE_WINDOW_S: i64 = 900;
@@ -86,7 +86,7 @@ impl Caller {
     }
 }
 
-fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|kv| {
         let (k, v) = kv.trim().split_once('=')?;
         (k == name).then(|| v.to_owned())
@@ -94,7 +94,7 @@ fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// Constant-time comparison (CSRF tokens).
-fn same(a: &str, b: &str) -> bool {
+pub(crate) fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -172,7 +172,7 @@ pub struct SessionInfo {
     must_change_password: bool,
 }
 
-fn session_cookie(state: &AppState, value: &str, max_age: i64) -> HeaderValue {
+pub(crate) fn session_cookie(state: &AppState, value: &str, max_age: i64) -> HeaderValue {
     let secure = if state.settings.secure_cookies { "; Secure" } else { "" };
     let c = format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
     HeaderValue::from_str(&c).unwrap_or(HeaderValue::from_static(""))
@@ -191,6 +191,13 @@ pub async fn login(
     crate::extract::ApiBody(body): crate::extract::ApiBody,
 ) -> ApiResult<Response> {
     let req: Login = crate::error::decode(&body)?;
+    if !state.settings.password_login {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "password_login_disabled",
+            "passwords are turned off here (AX_PASSWORD_LOGIN=0): sign in with single sign-on",
+        ));
+    }
     let client = peer.ip().to_string();
     take_login_slot(&state.db, &req.username, &client).await?;
     let row = store::operators::by_username(&state.db, &req.username).await?;
@@ -210,15 +217,21 @@ pub async fn login(
             "this operator is disabled; ask an admin",
         ));
     }
-    let token = crypto::token(32);
-    let csrf = crypto::token(24);
-    store::operators::create_session(&state.db, &crypto::digest(&token), operator_id, &csrf, SESSION_HOURS as i32)
-        .await?;
     let role = Role::parse(&role).ok_or_else(|| ApiError::internal("login", "unknown role"))?;
+    let (token, csrf) = start_session(&state, operator_id).await?;
     let mut resp =
         Json(SessionInfo { username: req.username, role, csrf_token: csrf, must_change_password }).into_response();
     resp.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, &token, SESSION_HOURS * 3600));
     Ok(resp)
+}
+
+/// A new session of `SESSION_HOURS` for an operator: its token (for the cookie) and CSRF token.
+pub(crate) async fn start_session(state: &AppState, operator_id: i64) -> ApiResult<(String, String)> {
+    let token = crypto::token(32);
+    let csrf = crypto::token(24);
+    store::operators::create_session(&state.db, &crypto::digest(&token), operator_id, &csrf, SESSION_HOURS as i32)
+        .await?;
+    Ok((token, csrf))
 }
 
 /// Takes a login attempt's slot before its password is checked: under transaction-scoped advisory

@@ -82,15 +82,30 @@ fn replace_sorted<T>(list: &mut Vec<T>, name: &str, item: Option<T>, key: impl F
 /// Validates a document with the rules every data plane applies (`ax_protocol::validate`): what
 /// passes here, every data plane accepts. The document is moved in and handed back (not copied:
 /// 10,000 aliases).
-pub fn validate(doc: Document) -> (Result<(), FieldError>, Document) {
+pub fn validate(doc: Document) -> (Result<(), Vec<FieldError>>, Document) {
     let Document { upstreams, routes, tenants } = doc;
     let spec = ax_protocol::config::ConfigSpec { upstreams, routes, tenants, ..Default::default() };
     // `${NAME}` references are resolved on each data plane; here any name resolves.
-    let result = ax_protocol::validate::validate(&spec, &|_| Some("x".to_owned()))
+    let result = ax_protocol::validate::validate_all(&spec, &|_| Some("x".to_owned()))
         .map(drop)
-        .map_err(|e| FieldError::new(e.path, e.message));
+        .map_err(|all| all.into_iter().map(|e| FieldError::new(e.path, e.message)).collect());
     let ax_protocol::config::ConfigSpec { upstreams, routes, tenants, .. } = spec;
     (result, Document { upstreams, routes, tenants })
+}
+
+/// An upstream's own problems (the rules that need nothing else of the document), every one, with
+/// paths relative to it. Checked before its rows are written: two models of one name would break
+/// the table's key (a 500), not answer 422.
+pub fn check_upstream(u: &ax_protocol::config::UpstreamSpec) -> Result<(), Vec<FieldError>> {
+    let spec = ax_protocol::config::ConfigSpec { upstreams: vec![u.clone()], ..Default::default() };
+    ax_protocol::validate::validate_all(&spec, &|_| Some("x".to_owned())).map(drop).map_err(|all| {
+        all.into_iter()
+            .map(|e| {
+                let path = e.path.strip_prefix("upstreams[0]").map(|r| r.trim_start_matches('.').to_owned());
+                FieldError::new(path.unwrap_or(e.path), e.message)
+            })
+            .collect()
+    })
 }
 
 /// Ends a mutation: validates the whole resulting configuration (422 naming the field if it
@@ -120,7 +135,7 @@ pub async fn commit(
     let load_ms = ms(t);
     let t = std::time::Instant::now();
     let (valid, doc) = validate(doc);
-    valid.map_err(|f| ApiError::invalid(vec![focus.rebase(&doc, f)]))?;
+    valid.map_err(|all| ApiError::invalid(all.into_iter().map(|f| focus.rebase(&doc, f)).collect()))?;
     let validate_ms = ms(t);
     let t = std::time::Instant::now();
     let text = serde_json::to_string(&doc).map_err(|e| ApiError::internal("document", e))?;

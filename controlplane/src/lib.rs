@@ -6,6 +6,7 @@
 //!   preview, versions, nodes, audit); usage ingestion and reports; the data planes' websocket.
 //!   Each decodes, calls the store, and a mutation ends in `document::commit`.
 //! - `auth`     — operators, sessions (cookie), CSRF, roles, login throttling.
+//! - `sso`      — single sign-on: OpenID Connect (code flow + PKCE) into an ordinary session.
 //! - `document` — tables → `Document`; validation with the rules every data plane applies;
 //!   versions; NOTIFY.
 //! - `store`    — every SQL statement, by table group.
@@ -26,6 +27,7 @@ pub mod extract;
 pub mod listener;
 pub mod operators;
 pub mod push;
+pub mod sso;
 pub mod store;
 pub mod ui;
 pub mod usage;
@@ -48,6 +50,9 @@ pub struct Settings {
     pub verify_documents: bool,
     /// `AX_TEST_HOOKS=1` (the tests): `POST /api/v1/test/push` pushes a document unvalidated.
     pub test_hooks: bool,
+    /// Operators may log in with a password (`AX_PASSWORD_LOGIN=0` turns it off when single
+    /// sign-on is configured).
+    pub password_login: bool,
 }
 
 impl Settings {
@@ -63,6 +68,7 @@ impl Settings {
             ui_dir,
             verify_documents: var("AX_VERIFY_DOCUMENTS").as_deref() == Some("1"),
             test_hooks: var("AX_TEST_HOOKS").as_deref() == Some("1"),
+            password_login: var("AX_PASSWORD_LOGIN").is_none_or(|v| v != "0"),
         }
     }
 }
@@ -72,6 +78,8 @@ pub struct State {
     pub keys: crypto::MasterKeys,
     pub hub: push::Hub,
     pub settings: Settings,
+    /// Single sign-on, when `AX_OIDC_ISSUER` is set.
+    pub sso: Option<sso::Sso>,
     /// This process's Prometheus recorder (`/metrics`), if it could be installed.
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
@@ -94,6 +102,9 @@ pub fn router(state: AppState) -> Router {
         .route("/logout", post(auth::logout))
         .route("/session", get(auth::session))
         .route("/session/password", post(auth::change_password))
+        .route("/sso", get(sso::options))
+        .route("/sso/login", get(sso::login))
+        .route("/sso/callback", get(sso::callback))
         .route("/operators", get(operators::list).post(operators::create))
         .route("/operators/{username}", put(operators::change))
         .route("/operators/{username}/reset-password", post(operators::reset_password))

@@ -27,6 +27,20 @@ environment:
   AX_MASTER_KEY           32 bytes, base64: seals upstream keys in the database
   AX_MASTER_KEY_PREVIOUS  the key before a rotation, still accepted for reading
   AX_COOKIE_SECURE=0      session cookies without `Secure` (plain-HTTP development only)
+  AX_PUBLIC_URL           the admin UI's public URL (e.g. https://ax.example.com): SSO's callback
+  AX_PASSWORD_LOGIN=0     no password logins (single sign-on only)
+
+single sign-on (OpenID Connect, authorization code + PKCE; on when AX_OIDC_ISSUER is set):
+  AX_OIDC_ISSUER          the provider's issuer URL (its /.well-known/openid-configuration)
+  AX_OIDC_CLIENT_ID       this control plane's client id at the provider
+  AX_OIDC_CLIENT_SECRET   its secret (unset: a public client, PKCE alone)
+  AX_OIDC_ROLES           claim value → role, e.g. ax-admins=admin,ax-ops=operator,finance=finance
+  AX_OIDC_ROLE_CLAIM      the claim those values are in (default groups)
+  AX_OIDC_USERNAME_CLAIM  the claim that names the operator (default preferred_username)
+  AX_OIDC_SCOPES          scopes to ask for (default \"openid profile email\")
+  AX_OIDC_REDIRECT_URL    the callback URL registered at the provider (default
+                          AX_PUBLIC_URL/api/v1/sso/callback, else from the request's Host)
+  AX_OIDC_LABEL           the login page's button (default \"Single sign-on\")
   AX_LOG                  log filter, `tracing` syntax (default info)
 
 SIGTERM or Ctrl-C: stops accepting, finishes the requests in flight, closes the data planes'
@@ -201,7 +215,17 @@ async fn serve(args: &[String]) -> Result<(), String> {
         None => tracing::info!("no admin UI directory (build it with ui/build.sh); the API is at /api/"),
     }
     let metrics = ax_controlplane::prometheus();
-    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), settings, metrics });
+    let sso = match ax_controlplane::sso::Config::from_env()? {
+        Some(config) => {
+            tracing::info!(issuer = %config.issuer, "single sign-on through OpenID Connect");
+            Some(ax_controlplane::sso::Sso::new(config)?)
+        }
+        None => None,
+    };
+    if !settings.password_login && sso.is_none() {
+        return Err("AX_PASSWORD_LOGIN=0 leaves no way to log in: configure single sign-on (AX_OIDC_ISSUER)".to_owned());
+    }
+    let state = Arc::new(State { db: db.clone(), keys, hub: push::Hub::default(), settings, sso, metrics });
     tokio::spawn(push::follow(state.clone()));
     tokio::spawn(async move {
         let mut t = tokio::time::interval(std::time::Duration::from_secs(3600));

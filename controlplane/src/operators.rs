@@ -43,11 +43,15 @@ fn audited(r: &OperatorView) -> serde_json::Value {
     json!({ "username": r.username, "role": r.role, "disabled": r.disabled })
 }
 
-fn valid_username(name: &str) -> ApiResult<()> {
-    let ok = !name.is_empty()
+/// 1-64 characters: letters, digits, `-` `_` `.` `@` (an SSO operator's name follows the same rule).
+pub fn is_valid_username(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'));
-    if ok {
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'))
+}
+
+fn valid_username(name: &str) -> ApiResult<()> {
+    if is_valid_username(name) {
         Ok(())
     } else {
         Err(ApiError::field("username", "1-64 characters: letters, digits, - _ . @"))
@@ -142,6 +146,13 @@ pub async fn reset_password(
     caller.require(Role::Admin)?;
     let mut tx = s.db.begin().await?;
     let before = found(&mut tx, &username).await?;
+    if before.sso {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "sso_operator",
+            format!("'{username}' signs in with single sign-on and has no password here"),
+        ));
+    }
     let (password, phc) = one_time_password().await?;
     ops::set_password(&mut tx, &username, &phc, true).await?;
     ops::end_sessions(&mut tx, &username).await?;

@@ -479,6 +479,9 @@ pub struct OperatorView {
     pub disabled: bool,
     /// Has a one-time password it has not replaced yet.
     pub must_change_password: bool,
+    /// Signs in through single sign-on (the provider owns its role; it has no password here).
+    #[serde(default)]
+    pub sso: bool,
     /// RFC 3339 UTC.
     pub created_at: String,
     /// Live sessions.
@@ -489,6 +492,15 @@ pub struct OperatorView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperatorList {
     pub operators: Vec<OperatorView>,
+}
+
+/// `GET /sso`: how operators sign in (asked by the login page before anyone is signed in).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignInOptions {
+    /// Username and password (`POST /login`).
+    pub password: bool,
+    /// Single sign-on's button label (`GET /sso/login`), when configured.
+    pub sso: Option<String>,
 }
 
 /// `POST /operators` and `POST /operators/{username}/reset-password`: the operator and its

@@ -1,5 +1,6 @@
 //! Every rule a configuration must satisfy, checked without I/O or live state, with the field path
-//! of the first one broken (`routes[1].candidates[0].upstream`).
+//! of each one broken (`routes[1].candidates[0].upstream`): [`validate_all`] reports every problem
+//! at once, [`validate`] the first.
 //!
 //! Both planes call [`validate`]: the control plane before it stores a version, the data plane
 //! before it compiles one, so what the control plane accepts every data plane accepts. What the
@@ -115,85 +116,125 @@ fn check_limits(spec: &LimitsSpec, path: impl Fn() -> String) -> Result<(), Conf
     Ok(())
 }
 
+/// The problems found so far: validation goes on past the first one, so that one answer names
+/// every broken field (a check that depends on a broken field is skipped, not reported twice).
+#[derive(Default)]
+struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    fn add(&mut self, e: ConfigError) {
+        self.0.push(e);
+    }
+
+    /// `r`'s value, or None with its error recorded.
+    fn ok<T>(&mut self, r: Result<T, ConfigError>) -> Option<T> {
+        r.map_err(|e| self.add(e)).ok()
+    }
+
+    /// `r`'s value, or None with its errors recorded.
+    fn all<T>(&mut self, r: Result<T, Vec<ConfigError>>) -> Option<T> {
+        r.map_err(|e| self.0.extend(e)).ok()
+    }
+
+    /// `value` if nothing was found.
+    fn end<T>(self, value: impl FnOnce() -> T) -> Result<T, Vec<ConfigError>> {
+        if self.0.is_empty() {
+            Ok(value())
+        } else {
+            Err(self.0)
+        }
+    }
+}
+
 /// Checks `spec`; `env` resolves `${NAME}` references (the control plane, which resolves none,
-/// passes one that resolves every name).
+/// passes one that resolves every name). The error is the first problem; [`validate_all`] gives
+/// every one.
 pub fn validate(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> Result<Valid, ConfigError> {
+    validate_all(spec, env).map_err(|all| all.into_iter().next().unwrap_or_else(|| err("", "invalid")))
+}
+
+/// Checks `spec` like [`validate`]; on failure, every problem found, in document order.
+pub fn validate_all(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> Result<Valid, Vec<ConfigError>> {
+    let mut p = Problems::default();
     let rs = &spec.server.response_store;
     if !(1..=400).contains(&rs.retention_days) {
-        return Err(err("server.response_store.retention_days", "must be between 1 and 400"));
+        p.add(err("server.response_store.retention_days", "must be between 1 and 400"));
     }
     if rs.max_response_bytes == 0 || rs.local_max_bytes < rs.max_response_bytes {
-        return Err(err(
-            "server.response_store.max_response_bytes",
-            "must be greater than 0 and at most local_max_bytes",
-        ));
+        p.add(err("server.response_store.max_response_bytes", "must be greater than 0 and at most local_max_bytes"));
     }
     if spec.server.max_body_bytes == 0 {
-        return Err(err("server.max_body_bytes", "must be greater than 0"));
+        p.add(err("server.max_body_bytes", "must be greater than 0"));
     }
     let mut upstreams = Vec::with_capacity(spec.upstreams.len());
     let mut upstream_index = HashMap::with_capacity(spec.upstreams.len());
     for (i, u) in spec.upstreams.iter().enumerate() {
         let path = format!("upstreams[{i}]");
-        check_name(|| format!("{path}.name"), &u.name)?;
+        p.ok(check_name(|| format!("{path}.name"), &u.name));
         if upstream_index.insert(u.name.as_str(), i).is_some() {
-            return Err(err(format!("{path}.name"), format!("duplicate upstream name '{}'", u.name)));
+            p.add(err(format!("{path}.name"), format!("duplicate upstream name '{}'", u.name)));
         }
         if !u.passthrough.is_off() && !matches!(u.provider, ProviderKind::Openai | ProviderKind::AzureOpenai) {
-            return Err(err(
+            p.add(err(
                 format!("{path}.passthrough"),
                 "only OpenAI-compatible upstreams (openai, azure_openai) take fields ax does not know",
             ));
         }
         if u.responses_api == Some(true) && u.provider != ProviderKind::Openai {
-            return Err(err(format!("{path}.responses_api"), "only an `openai` upstream offers the Responses API"));
+            p.add(err(format!("{path}.responses_api"), "only an `openai` upstream offers the Responses API"));
         }
         if let crate::config::Passthrough::Fields(f) = &u.passthrough {
-            if let Some(k) = f.iter().position(|n| n.is_empty() || n.contains('.')) {
-                return Err(err(format!("{path}.passthrough[{k}]"), "a top-level field name"));
+            for (k, _) in f.iter().enumerate().filter(|(_, n)| n.is_empty() || n.contains('.')) {
+                p.add(err(format!("{path}.passthrough[{k}]"), "a top-level field name"));
             }
         }
-        upstreams.push(upstream(u, &path, env)?);
+        if let Some(v) = p.all(upstream(u, &path, env)) {
+            upstreams.push(v);
+        }
     }
 
     let mut aliases = HashSet::with_capacity(spec.routes.len());
     let mut routes = Vec::with_capacity(spec.routes.len());
     for (i, r) in spec.routes.iter().enumerate() {
-        check_name(|| format!("routes[{i}].alias"), &r.alias)?;
+        p.ok(check_name(|| format!("routes[{i}].alias"), &r.alias));
         if r.alias == crate::usage::UNKNOWN_ALIAS {
-            return Err(err(format!("routes[{i}].alias"), "reserved for requests naming no configured alias"));
+            p.add(err(format!("routes[{i}].alias"), "reserved for requests naming no configured alias"));
         }
         if r.candidates.is_empty() {
-            return Err(err(format!("routes[{i}].candidates"), "a route needs at least one candidate"));
+            p.add(err(format!("routes[{i}].candidates"), "a route needs at least one candidate"));
+        } else if r.candidates.iter().all(|c| c.weight == 0) {
+            p.add(err(format!("routes[{i}].candidates"), "at least one candidate needs a weight above 0"));
         }
         let mut candidates: Vec<(usize, usize)> = Vec::with_capacity(r.candidates.len());
         for (j, c) in r.candidates.iter().enumerate() {
-            let &ui = upstream_index.get(c.upstream.as_str()).ok_or_else(|| {
-                err(format!("routes[{i}].candidates[{j}].upstream"), format!("unknown upstream '{}'", c.upstream))
-            })?;
-            let mi = spec.upstreams[ui].models.iter().position(|m| m.name == c.model).ok_or_else(|| {
-                err(
+            let Some(&ui) = upstream_index.get(c.upstream.as_str()) else {
+                p.add(err(
+                    format!("routes[{i}].candidates[{j}].upstream"),
+                    format!("unknown upstream '{}'", c.upstream),
+                ));
+                continue;
+            };
+            let Some(mi) = spec.upstreams[ui].models.iter().position(|m| m.name == c.model) else {
+                p.add(err(
                     format!("routes[{i}].candidates[{j}].model"),
                     format!("upstream '{}' has no model '{}'", c.upstream, c.model),
-                )
-            })?;
+                ));
+                continue;
+            };
             if candidates.contains(&(ui, mi)) {
-                return Err(err(
+                p.add(err(
                     format!("routes[{i}].candidates[{j}]"),
                     format!("candidate {}/{} is listed twice", c.upstream, c.model),
                 ));
             }
             candidates.push((ui, mi));
         }
-        if r.candidates.iter().all(|c| c.weight == 0) {
-            return Err(err(format!("routes[{i}].candidates"), "at least one candidate needs a weight above 0"));
-        }
         if r.failover.max_attempts == 0 {
-            return Err(err(format!("routes[{i}].failover.max_attempts"), "must be at least 1"));
+            p.add(err(format!("routes[{i}].failover.max_attempts"), "must be at least 1"));
         }
-        check_limits(&r.limits, || format!("routes[{i}]"))?;
+        p.ok(check_limits(&r.limits, || format!("routes[{i}]")));
         if !aliases.insert(r.alias.as_str()) {
-            return Err(err(format!("routes[{i}].alias"), format!("duplicate alias '{}'", r.alias)));
+            p.add(err(format!("routes[{i}].alias"), format!("duplicate alias '{}'", r.alias)));
         }
         routes.push(candidates);
     }
@@ -201,12 +242,12 @@ pub fn validate(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> Resu
     for (i, r) in spec.routes.iter().enumerate() {
         for (j, f) in r.fallbacks.iter().enumerate() {
             if f == &r.alias || !aliases.contains(f.as_str()) {
-                return Err(err(format!("routes[{i}].fallbacks[{j}]"), format!("'{f}' is not another alias")));
+                p.add(err(format!("routes[{i}].fallbacks[{j}]"), format!("'{f}' is not another alias")));
             }
         }
         if let Some(l) = &r.long_context_alias {
             if l == &r.alias || !aliases.contains(l.as_str()) {
-                return Err(err(format!("routes[{i}].long_context_alias"), format!("'{l}' is not another alias")));
+                p.add(err(format!("routes[{i}].long_context_alias"), format!("'{l}' is not another alias")));
             }
         }
     }
@@ -216,27 +257,35 @@ pub fn validate(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> Resu
     let mut digests = HashSet::new();
     let mut tenants = Vec::with_capacity(spec.tenants.len());
     for (i, t) in spec.tenants.iter().enumerate() {
-        check_name(|| format!("tenants[{i}].id"), &t.id)?;
+        p.ok(check_name(|| format!("tenants[{i}].id"), &t.id));
         if !tenant_ids.insert(t.id.as_str()) {
-            return Err(err(format!("tenants[{i}].id"), format!("duplicate tenant '{}'", t.id)));
+            p.add(err(format!("tenants[{i}].id"), format!("duplicate tenant '{}'", t.id)));
         }
-        tenants.push(tenant(t, i, &aliases, &mut key_ids, &mut digests, env)?);
+        if let Some(v) = p.all(tenant(t, i, &aliases, &mut key_ids, &mut digests, env)) {
+            tenants.push(v);
+        }
     }
 
     let admin_token = match &spec.server.admin_token {
-        Some(t) => {
-            let token = expand("server.admin_token", t, env)?;
-            if token.len() < 16 {
-                return Err(err("server.admin_token", "use at least 16 characters"));
+        Some(t) => match p.ok(expand("server.admin_token", t, env)) {
+            Some(token) if token.len() < 16 => {
+                p.add(err("server.admin_token", "use at least 16 characters"));
+                None
             }
-            Some(Sha256::digest(token.as_bytes()).into())
-        }
+            Some(token) => Some(Sha256::digest(token.as_bytes()).into()),
+            None => None,
+        },
         None => None,
     };
-    let budget_tz = jiff::tz::TimeZone::get(&spec.server.budget_timezone)
-        .map_err(|e| err("server.budget_timezone", format!("unknown time zone: {e}")))?;
-    let redis_url = spec.server.redis_url.as_deref().map(|u| expand("server.redis_url", u, env)).transpose()?;
-    Ok(Valid { upstreams, routes, tenants, admin_token, budget_tz, redis_url })
+    let budget_tz = p.ok(jiff::tz::TimeZone::get(&spec.server.budget_timezone)
+        .map_err(|e| err("server.budget_timezone", format!("unknown time zone: {e}"))));
+    let redis_url = p.ok(spec.server.redis_url.as_deref().map(|u| expand("server.redis_url", u, env)).transpose());
+    match budget_tz {
+        Some(budget_tz) => {
+            p.end(|| Valid { upstreams, routes, tenants, admin_token, budget_tz, redis_url: redis_url.flatten() })
+        }
+        None => Err(p.0),
+    }
 }
 
 fn tenant<'s>(
@@ -246,50 +295,55 @@ fn tenant<'s>(
     key_ids: &mut HashSet<&'s str>,
     digests: &mut HashSet<[u8; 32]>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<ValidTenant, ConfigError> {
+) -> Result<ValidTenant, Vec<ConfigError>> {
+    let mut p = Problems::default();
     if !t.allowed_aliases.iter().any(|a| a == "*") {
         for (j, a) in t.allowed_aliases.iter().enumerate() {
             if !aliases.contains(a.as_str()) {
-                return Err(err(format!("tenants[{i}].allowed_aliases[{j}]"), format!("unknown alias '{a}'")));
+                p.add(err(format!("tenants[{i}].allowed_aliases[{j}]"), format!("unknown alias '{a}'")));
             }
         }
     }
     let mut keys = Vec::with_capacity(t.keys.len());
     for (j, k) in t.keys.iter().enumerate() {
         let path = || format!("tenants[{i}].keys[{j}]");
-        check_name(|| format!("{}.id", path()), &k.id)?;
+        p.ok(check_name(|| format!("{}.id", path()), &k.id));
         if !key_ids.insert(k.id.as_str()) {
-            return Err(err(format!("{}.id", path()), format!("duplicate key id '{}'", k.id)));
+            p.add(err(format!("{}.id", path()), format!("duplicate key id '{}'", k.id)));
         }
-        let digest = key_digest(k, path, env)?;
+        let digest = p.ok(key_digest(k, path, env));
         let expires_at = match &k.expires_at {
-            Some(t) => Some(
-                t.parse::<jiff::Timestamp>()
-                    .map_err(|e| err(format!("{}.expires_at", path()), format!("not an RFC 3339 time: {e}")))?
-                    .as_second(),
-            ),
-            None => None,
+            Some(t) => p.ok(t
+                .parse::<jiff::Timestamp>()
+                .map(|t| Some(t.as_second()))
+                .map_err(|e| err(format!("{}.expires_at", path()), format!("not an RFC 3339 time: {e}")))),
+            None => Some(None),
         };
-        check_limits(&k.limits, path)?;
-        if !digests.insert(digest) {
-            return Err(err(path(), "the same key is configured twice"));
+        p.ok(check_limits(&k.limits, path));
+        if let Some(digest) = digest {
+            if !digests.insert(digest) {
+                p.add(err(path(), "the same key is configured twice"));
+            }
+            keys.push(ValidKey { digest, expires_at: expires_at.flatten() });
         }
-        keys.push(ValidKey { digest, expires_at });
     }
     let mut budget_limits = Vec::with_capacity(t.budgets.len());
     for (j, b) in t.budgets.iter().enumerate() {
         let path = format!("tenants[{i}].budgets[{j}]");
-        let limit = Prices::from_spec(&PriceSpec {
+        let limit = p.ok(Prices::from_spec(&PriceSpec {
             input: b.usd,
             output: 0.0,
             cached_input: None,
             cache_write: None,
             cache_write_1h: None,
         })
-        .map_err(|_| err(format!("{path}.usd"), "a USD amount with at most 6 decimals"))?
-        .input;
-        if limit == 0 || !(b.warn_at > 0.0 && b.warn_at <= 1.0) {
-            return Err(err(path, "usd must be > 0 and warn_at in (0, 1]"));
+        .map(|p| p.input)
+        .map_err(|_| err(format!("{path}.usd"), "a USD amount with at most 6 decimals")));
+        if limit == Some(0) {
+            p.add(err(format!("{path}.usd"), "must be greater than 0"));
+        }
+        if !(b.warn_at > 0.0 && b.warn_at <= 1.0) {
+            p.add(err(format!("{path}.warn_at"), "must be in (0, 1]"));
         }
         let downgrade_to = match &b.action {
             BudgetAction::DowngradeTo { downgrade_to } => Some(downgrade_to),
@@ -297,13 +351,13 @@ fn tenant<'s>(
         };
         for (field, a) in [("alias", b.alias.as_ref()), ("action.downgrade_to", downgrade_to)] {
             if let Some(a) = a.filter(|a| !aliases.contains(a.as_str())) {
-                return Err(err(format!("{path}.{field}"), format!("unknown alias '{a}'")));
+                p.add(err(format!("{path}.{field}"), format!("unknown alias '{a}'")));
             }
         }
-        budget_limits.push(limit);
+        budget_limits.push(limit.unwrap_or(0));
     }
-    check_limits(&t.limits, || format!("tenants[{i}]"))?;
-    Ok(ValidTenant { keys, budget_limits })
+    p.ok(check_limits(&t.limits, || format!("tenants[{i}]")));
+    p.end(|| ValidTenant { keys, budget_limits })
 }
 
 fn key_digest(
@@ -331,27 +385,40 @@ fn key_digest(
     }
 }
 
-fn upstream(u: &UpstreamSpec, path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<ValidUpstream, ConfigError> {
+fn upstream(
+    u: &UpstreamSpec,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ValidUpstream, Vec<ConfigError>> {
+    let mut p = Problems::default();
+    // None: missing or unusable (reported); "" for a mock upstream.
     let base_url = match (&u.base_url, u.provider) {
-        (Some(b), _) => expand(&format!("{path}.base_url"), b, env)?.trim_end_matches('/').to_owned(),
-        (None, ProviderKind::Mock) => String::new(),
-        (None, _) => return Err(err(format!("{path}.base_url"), "required for this provider")),
+        (Some(b), _) => p.ok(expand(&format!("{path}.base_url"), b, env)).map(|b| b.trim_end_matches('/').to_owned()),
+        (None, ProviderKind::Mock) => Some(String::new()),
+        (None, _) => {
+            p.add(err(format!("{path}.base_url"), "required for this provider"));
+            None
+        }
     };
-    if u.provider != ProviderKind::Mock && !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-        return Err(err(format!("{path}.base_url"), "must start with http:// or https://"));
-    }
+    let base_url = base_url.filter(|b| {
+        let ok = u.provider == ProviderKind::Mock || b.starts_with("http://") || b.starts_with("https://");
+        if !ok {
+            p.add(err(format!("{path}.base_url"), "must start with http:// or https://"));
+        }
+        ok
+    });
     if u.provider == ProviderKind::AzureOpenai && u.api_version.is_none() {
-        return Err(err(format!("{path}.api_version"), "required for azure_openai"));
+        p.add(err(format!("{path}.api_version"), "required for azure_openai"));
     }
     if u.provider != ProviderKind::Mock && u.mock.is_some() {
-        return Err(err(format!("{path}.mock"), "only a 'mock' upstream takes mock settings"));
+        p.add(err(format!("{path}.mock"), "only a 'mock' upstream takes mock settings"));
     }
     let t = &u.timeouts;
     if t.connect_ms == 0 || t.first_byte_ms == 0 || t.idle_ms == 0 || t.total_ms == 0 {
-        return Err(err(format!("{path}.timeouts"), "timeouts must be greater than 0"));
+        p.add(err(format!("{path}.timeouts"), "timeouts must be greater than 0"));
     }
     if u.max_concurrency == 0 {
-        return Err(err(format!("{path}.max_concurrency"), "must be at least 1"));
+        p.add(err(format!("{path}.max_concurrency"), "must be at least 1"));
     }
     let size = |field: &str, v: Option<u64>, default: usize| -> Result<usize, ConfigError> {
         match v {
@@ -360,58 +427,72 @@ fn upstream(u: &UpstreamSpec, path: &str, env: &dyn Fn(&str) -> Option<String>) 
             Some(_) => Err(err(format!("{path}.{field}"), "between 1024 and 1073741824 bytes")),
         }
     };
-    let max_response_bytes = size("max_response_bytes", u.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES)?;
-    let max_event_bytes = size("max_event_bytes", u.max_event_bytes, DEFAULT_MAX_EVENT_BYTES)?;
+    let max_response_bytes =
+        p.ok(size("max_response_bytes", u.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES)).unwrap_or_default();
+    let max_event_bytes = p.ok(size("max_event_bytes", u.max_event_bytes, DEFAULT_MAX_EVENT_BYTES)).unwrap_or_default();
     if !(u.breaker.failure_ratio > 0.0 && u.breaker.failure_ratio <= 1.0) || u.breaker.failures == 0 {
-        return Err(err(format!("{path}.breaker"), "failures must be >= 1 and failure_ratio in (0, 1]"));
+        p.add(err(format!("{path}.breaker"), "failures must be >= 1 and failure_ratio in (0, 1]"));
     }
-    let headers = headers(u, path, env)?;
-    let base = match u.provider {
-        ProviderKind::Mock => None,
-        _ => {
+    let headers = p.ok(headers(u, path, env)).unwrap_or_default();
+    let base = match (u.provider, &base_url) {
+        (ProviderKind::Mock, _) | (_, None) => None,
+        (_, Some(base_url)) => {
             let invalid = |m: String| err(format!("{path}.base_url"), m);
-            let base = url::Url::parse(&base_url).map_err(|e| invalid(format!("invalid URL: {e}")))?;
-            if !base.username().is_empty() || base.password().is_some() {
-                return Err(invalid("credentials in the URL are not supported: use api_key or headers".into()));
+            match url::Url::parse(base_url) {
+                Err(e) => {
+                    p.add(invalid(format!("invalid URL: {e}")));
+                    None
+                }
+                Ok(base) if !base.username().is_empty() || base.password().is_some() => {
+                    p.add(invalid("credentials in the URL are not supported: use api_key or headers".into()));
+                    None
+                }
+                Ok(base) if base.host().is_none() => {
+                    p.add(invalid("the URL has no host".into()));
+                    None
+                }
+                Ok(base) => Some(base),
             }
-            if base.host().is_none() {
-                return Err(invalid("the URL has no host".into()));
-            }
-            Some(base)
         }
     };
 
     if u.models.is_empty() {
-        return Err(err(format!("{path}.models"), "an upstream needs at least one model"));
+        p.add(err(format!("{path}.models"), "an upstream needs at least one model"));
     }
     let mut models = Vec::with_capacity(u.models.len());
     let mut names = HashSet::with_capacity(u.models.len());
     for (j, m) in u.models.iter().enumerate() {
         let mpath = format!("{path}.models[{j}]");
-        check_name(|| format!("{mpath}.name"), &m.name)?;
+        p.ok(check_name(|| format!("{mpath}.name"), &m.name));
         if !names.insert(m.name.as_str()) {
-            return Err(err(format!("{mpath}.name"), format!("duplicate model '{}'", m.name)));
+            p.add(err(format!("{mpath}.name"), format!("duplicate model '{}'", m.name)));
         }
         if m.context_window == 0 {
-            return Err(err(format!("{mpath}.context_window"), "must be greater than 0"));
+            p.add(err(format!("{mpath}.context_window"), "must be greater than 0"));
         }
         if m.capabilities.is_empty() {
-            return Err(err(format!("{mpath}.capabilities"), "list at least one capability"));
+            p.add(err(format!("{mpath}.capabilities"), "list at least one capability"));
         }
         if u.provider == ProviderKind::Anthropic && m.capabilities.contains(&Capability::Embeddings) {
-            return Err(err(format!("{mpath}.capabilities"), "Anthropic has no embeddings API"));
+            p.add(err(format!("{mpath}.capabilities"), "Anthropic has no embeddings API"));
         }
         let prices = match &m.price_per_mtok {
-            Some(p) => {
-                let all = [Some(p.input), Some(p.output), p.cached_input, p.cache_write];
+            Some(pr) => {
+                let all = [Some(pr.input), Some(pr.output), pr.cached_input, pr.cache_write];
                 if all.iter().flatten().any(|v| !v.is_finite() || *v < 0.0) {
-                    return Err(err(format!("{mpath}.price_per_mtok"), "prices must be finite and >= 0"));
+                    p.add(err(format!("{mpath}.price_per_mtok"), "prices must be finite and >= 0"));
+                    None
+                } else {
+                    p.ok(Prices::from_spec(pr).map_err(|e| err(format!("{mpath}.price_per_mtok"), e)))
                 }
-                Some(Prices::from_spec(p).map_err(|e| err(format!("{mpath}.price_per_mtok"), e))?)
             }
             None => None,
         };
-        let [chat, stream, embed] = targets(u, &base_url, &m.name);
+        // The request targets only when the base URL is usable (its problem is reported once).
+        let Some(base_url) = base_url.as_deref().filter(|_| base.is_some() || u.provider == ProviderKind::Mock) else {
+            continue;
+        };
+        let [chat, stream, embed] = targets(u, base_url, &m.name);
         // Parsed as a whole URL (the same rules as the base), then kept as the origin-form target
         // the client sends.
         let parse = |url: String| -> Result<Option<http::Uri>, ConfigError> {
@@ -422,13 +503,14 @@ fn upstream(u: &UpstreamSpec, path: &str, env: &dyn Fn(&str) -> Option<String>) 
             let parsed = url::Url::parse(&url).map_err(|e| invalid(e.to_string()))?;
             parsed[url::Position::BeforePath..].parse::<http::Uri>().map(Some).map_err(|e| invalid(e.to_string()))
         };
-        models.push(ValidModel { prices, chat: parse(chat)?, stream: parse(stream)?, embed: parse(embed)? });
+        let (chat, stream, embed) = (p.ok(parse(chat)), p.ok(parse(stream)), p.ok(parse(embed)));
+        models.push(ValidModel { prices, chat: chat.flatten(), stream: stream.flatten(), embed: embed.flatten() });
     }
     if u.limits.concurrency.is_some() {
-        return Err(err(format!("{path}.limits.concurrency"), "use max_concurrency for upstreams"));
+        p.add(err(format!("{path}.limits.concurrency"), "use max_concurrency for upstreams"));
     }
-    check_limits(&u.limits, || path.to_owned())?;
-    Ok(ValidUpstream { base, headers, max_response_bytes, max_event_bytes, models })
+    p.ok(check_limits(&u.limits, || path.to_owned()));
+    p.end(|| ValidUpstream { base, headers, max_response_bytes, max_event_bytes, models })
 }
 
 /// The headers every request to `u` carries: its provider's authentication and the configured ones.

@@ -29,6 +29,13 @@ pub fn usd_micro(micro: i64) -> String {
     format!("{sign}${}.{:02}", int(i64::try_from(cents / 100).unwrap_or(i64::MAX)), cents % 100)
 }
 
+/// Micro-USD → the exact amount, to the micro-dollar: `$1,234.125904`.
+pub fn usd_exact(micro: i64) -> String {
+    let sign = if micro < 0 { "-" } else { "" };
+    let m = micro.unsigned_abs();
+    format!("{sign}${}.{:06}", int(i64::try_from(m / 1_000_000).unwrap_or(i64::MAX)), m % 1_000_000)
+}
+
 /// `12.5` → `12.5 %`.
 pub fn pct(p: f64) -> String {
     if (p - p.round()).abs() < 0.05 {

@@ -127,7 +127,7 @@ pub async fn purge_expired(db: &PgPool) -> Result<(), sqlx::Error> {
 pub async fn list(conn: &mut PgConnection) -> ApiResult<Vec<OperatorView>> {
     Ok(sqlx::query_as!(
         OperatorView,
-        r#"SELECT o.username, o.role, o.disabled, o.must_change_password,
+        r#"SELECT o.username, o.role, o.disabled, o.must_change_password, o.sso_subject IS NOT NULL AS "sso!",
                   to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "created_at!",
                   (SELECT count(*) FROM sessions s WHERE s.operator_id = o.id AND s.expires_at > now()) AS "sessions!"
              FROM operators o ORDER BY o.username COLLATE "C""#
@@ -140,7 +140,7 @@ pub async fn list(conn: &mut PgConnection) -> ApiResult<Vec<OperatorView>> {
 pub async fn one_for_update(conn: &mut PgConnection, username: &str) -> ApiResult<Option<OperatorView>> {
     Ok(sqlx::query_as!(
         OperatorView,
-        r#"SELECT o.username, o.role, o.disabled, o.must_change_password,
+        r#"SELECT o.username, o.role, o.disabled, o.must_change_password, o.sso_subject IS NOT NULL AS "sso!",
                   to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "created_at!",
                   (SELECT count(*) FROM sessions s WHERE s.operator_id = o.id AND s.expires_at > now()) AS "sessions!"
              FROM operators o WHERE o.username = $1 FOR UPDATE"#,
@@ -232,4 +232,26 @@ pub async fn password_hash(conn: &mut PgConnection, operator_id: i64) -> ApiResu
     Ok(sqlx::query_scalar!("SELECT password_hash FROM operators WHERE id = $1", operator_id)
         .fetch_optional(&mut *conn)
         .await?)
+}
+
+/// The operator a provider's subject signs in as, its row locked: (id, username, role, disabled).
+pub async fn by_subject(conn: &mut PgConnection, subject: &str) -> ApiResult<Option<(i64, String, String, bool)>> {
+    Ok(sqlx::query!("SELECT id, username, role, disabled FROM operators WHERE sso_subject = $1 FOR UPDATE", subject)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| (r.id, r.username, r.role, r.disabled)))
+}
+
+/// A new operator that signs in through the provider (no usable password): its id, or None when
+/// the username is taken.
+pub async fn insert_sso(conn: &mut PgConnection, username: &str, role: &str, subject: &str) -> ApiResult<Option<i64>> {
+    Ok(sqlx::query_scalar!(
+        "INSERT INTO operators (username, password_hash, role, sso_subject) VALUES ($1, '!sso', $2, $3)
+         ON CONFLICT (username) DO NOTHING RETURNING id",
+        username,
+        role,
+        subject,
+    )
+    .fetch_optional(&mut *conn)
+    .await?)
 }

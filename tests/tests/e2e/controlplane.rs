@@ -196,6 +196,41 @@ async fn bad_route_input_is_a_field_error_and_changes_nothing() {
     assert_eq!(s.admin.ok("GET", "/api/v1/routes/chat", None).await["candidates"][0]["weight"], 80);
 }
 
+/// A PUT with several bad fields names every one of them in one 422 (paths relative to the body),
+/// and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_field_error_of_a_put_comes_back_at_once() {
+    let s = stack("fields").await;
+    seed(&s.admin).await;
+    let versions = s.admin.ok("GET", "/api/v1/versions", None).await["versions"].as_array().unwrap().len();
+    let paths = |body: &Value| -> Vec<String> {
+        body["error"]["fields"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap().to_owned()).collect()
+    };
+    let tenant = json!({ "allowed_aliases": ["chat", "nope"], "limits": { "rpm": 0 },
+        "budgets": [{ "window": "day", "usd": 5.0, "warn_at": 1.5, "action": { "downgrade_to": "missing" } }] });
+    let r = s.admin.send("PUT", "/api/v1/tenants/acme", Some(&tenant)).await;
+    assert_eq!(r.status(), 422);
+    let body: Value = r.json().await.unwrap();
+    let got = paths(&body);
+    for want in ["allowed_aliases[1]", "budgets[0].warn_at", "budgets[0].action.downgrade_to", "limits"] {
+        assert!(got.iter().any(|p| p == want), "{want} missing from {got:?}: {body}");
+    }
+    let upstream = json!({ "provider": "openai", "base_url": "ftp://example.test", "max_concurrency": 0,
+        "models": [{ "name": "m", "context_window": 0, "capabilities": [] },
+                   { "name": "m", "context_window": 8000, "capabilities": ["chat"] }] });
+    let r = s.admin.send("PUT", "/api/v1/upstreams/c", Some(&upstream)).await;
+    assert_eq!(r.status(), 422);
+    let body: Value = r.json().await.unwrap();
+    let got = paths(&body);
+    for want in ["base_url", "max_concurrency", "models[0].context_window", "models[0].capabilities", "models[1].name"]
+    {
+        assert!(got.iter().any(|p| p == want), "{want} missing from {got:?}: {body}");
+    }
+    assert_eq!(got.iter().filter(|p| *p == "base_url").count(), 1, "one problem, said once: {got:?}");
+    let after = s.admin.ok("GET", "/api/v1/versions", None).await["versions"].as_array().unwrap().len();
+    assert_eq!(after, versions, "no version was made");
+}
+
 /// A weight change reaches a running data plane within 1 s and traffic follows; the node's applied
 /// version is visible; an invalid pushed snapshot is refused, reported, and the old one keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,6 +133,10 @@ fn mock_upstream() -> Value {
 }
 
 fn control_plane(db: &TestDb, dir: &Path) -> Process {
+    control_plane_with(db, dir, &[])
+}
+
+fn control_plane_with(db: &TestDb, dir: &Path, env: &[(&str, &str)]) -> Process {
     let mut cmd = Command::new(ax_tests::built("ax-controlplane"));
     let ui = repo().join("ui/dist");
     assert!(ui.join("index.html").is_file(), "ui/dist is not built: run `bash ui/build.sh` (.ci/run does)");
@@ -141,7 +145,8 @@ fn control_plane(db: &TestDb, dir: &Path) -> Process {
         .env("DATABASE_URL", &db.url)
         .env("AX_MASTER_KEY", ax_tests::cp::MASTER_KEY)
         .env("AX_COOKIE_SECURE", "0")
-        .env("AX_VERIFY_DOCUMENTS", "1");
+        .env("AX_VERIFY_DOCUMENTS", "1")
+        .envs(env.iter().copied());
     Process::spawn(cmd, dir, "cp")
 }
 
@@ -315,9 +320,11 @@ async fn operator_changes_weights_in_the_browser() {
     drop(dp);
 }
 
-/// Finance lands on the cost report: its total equals the seeded usage rows to the micro-dollar,
-/// the CSV behind "Download CSV" (the same query) has the same numbers; no edit controls; an
-/// operator URL says "not allowed" (the server answers 403 too).
+/// Finance lands on the cost report: its total equals the seeded usage rows to the micro-dollar
+/// (shown exactly, with requests and tokens totalled too), the CSV behind "Download CSV" (the same
+/// query) has the same numbers; requests refused before they had a tenant are one labeled group
+/// that does not drill down, in the table and the legend; a range with no usage says what to do;
+/// no edit controls; an operator URL says "not allowed" (the server answers 403 too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finance_sees_cost_only() {
     let db = TestDb::create("ui_finance");
@@ -329,13 +336,27 @@ async fn finance_sees_cost_only() {
     let seeded: Vec<(&str, u64)> =
         (0..57u64).map(|i| (if i % 3 == 0 { "globex" } else { "acme" }, 1_234 + i * 7_919)).collect();
     let expected = seed_usage(&cp.url, &token, &seeded).await;
+    // Three requests with a wrong key: no tenant, no cost.
+    let refused = (0..3).map(|i| {
+        json!({ "request_id": format!("bad-key-{i}"), "started_at_ms": now_ms(),
+        "tenant": "", "key_id": "", "alias": "", "upstream": "", "model": "", "status": 401,
+        "error_code": "invalid_api_key", "cost_micro_usd": 0, "latency_ms": 1 })
+        .to_string()
+            + "\n"
+    });
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/v1/usage", cp.url))
+        .bearer_auth(&token)
+        .body(refused.collect::<String>())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
     let rows: u64 = db.query("SELECT count(*) FROM usage_events").parse().unwrap();
     let sum: u64 = db.query("SELECT sum(cost_micro_usd) FROM usage_events").parse().unwrap();
-    assert_eq!((rows, sum), (57, expected));
-    let dollars = |micro: u64| {
-        let cents = (micro + 5_000) / 10_000;
-        format!("${}.{:02}", cents / 100, cents % 100)
-    };
+    assert_eq!((rows, sum), (60, expected));
+    let tokens: u64 = db.query("SELECT sum(prompt_tokens + completion_tokens) FROM usage_events").parse().unwrap();
+    let exact = |micro: u64| format!("${}.{:06}", micro / 1_000_000, micro % 1_000_000);
 
     // The UI's files are served compressed when the browser accepts gzip (the wasm is large).
     let wasm = reqwest::Client::new()
@@ -355,8 +376,30 @@ async fn finance_sees_cost_only() {
     b.login(&cp.url, "fin").await;
     let page = b.wait_text("Total", 10).await;
     let total = b.find("th.total").await.text().await.unwrap();
-    assert_eq!(total, dollars(sum), "report total vs the usage rows; page:\n{page}");
+    assert_eq!(total, exact(sum), "report total vs the usage rows; page:\n{page}");
+    let mut foot = Vec::new();
+    for th in b.client.find_all(Locator::Css("table.report tfoot th")).await.unwrap() {
+        foot.push(th.text().await.unwrap());
+    }
+    assert_eq!(
+        foot,
+        ["Total", "60", "3", &thousands(tokens), &exact(sum)],
+        "requests, errors, tokens and cost totalled"
+    );
     assert!(page.contains("acme") && page.contains("globex"), "{page}");
+    // The refused requests: one labeled group, no drill button; every legend entry has a label.
+    assert_eq!(b.find("span.group").await.text().await.unwrap(), "(unauthenticated)");
+    let drills = b.client.find_all(Locator::Css("button.drill")).await.unwrap();
+    for d in &drills {
+        assert!(!d.text().await.unwrap().trim().is_empty(), "a drill button without a name");
+    }
+    for s in b.client.find_all(Locator::Css(".legend .series")).await.unwrap() {
+        assert!(!s.text().await.unwrap().trim().is_empty(), "a legend entry without a label");
+    }
+    // Each row's exact amount on hover.
+    let cell = b.find("table.report tbody td.cost").await;
+    let title = cell.attr("title").await.unwrap().unwrap_or_default();
+    assert!(title.starts_with('$') && title.split('.').nth(1).is_some_and(|f| f.len() == 6), "exact on hover: {title}");
     let bars = b.client.find_all(Locator::Css("figure.chart svg rect")).await.unwrap().len();
     assert!(bars >= 2, "the chart has a bar segment per tenant and day: {bars}");
     let nav = b.find("nav").await.text().await.unwrap();
@@ -383,6 +426,12 @@ async fn finance_sees_cost_only() {
     let table_rows = b.client.find_all(Locator::Css("table.report tbody tr")).await.unwrap().len();
     assert_eq!(table_rows, csv.lines().count() - 1, "the CSV has the rows on screen:\n{csv}");
 
+    // A range with no usage says so, and how to see more.
+    b.type_into("input[name=filter-tenant]", "nobody").await;
+    b.find("input[name=filter-tenant]").await.send_keys(ENTER).await.unwrap();
+    b.wait_text("No usage in this range yet", 10).await;
+    b.wait_text("widen the dates or clear the filters", 10).await;
+
     b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
     b.wait_text("Not allowed", 10).await;
     assert!(b.client.find_all(Locator::Css("input.weight")).await.unwrap().is_empty());
@@ -390,10 +439,27 @@ async fn finance_sees_cost_only() {
     assert_eq!(fin.send("GET", "/api/v1/routes", None).await.status(), 403);
 }
 
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// `1234567` → `1,234,567`, as the UI writes counts.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Ships one usage record per `(tenant, micro-USD)` as a data plane ships them (a second apart,
 /// the newest now); returns their total cost.
 async fn seed_usage(cp: &str, node_token: &str, records: &[(&str, u64)]) -> u64 {
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let now_ms = now_ms();
     let mut body = String::new();
     for (i, (tenant, cost)) in records.iter().enumerate() {
         let rec = json!({ "request_id": format!("seed-{i}"), "started_at_ms": now_ms - i as u64 * 1000,
@@ -598,7 +664,7 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    assert_eq!(b.find("th.total").await.text().await.unwrap(), "$0.006");
+    assert_eq!(b.find("th.total").await.text().await.unwrap(), "$0.006000");
     let href = b.find("a[download]").await.attr("href").await.unwrap().unwrap();
     assert!(href.contains("by=key") && href.contains("tenant=acme") && href.contains("model=m"), "{href}");
     b.screenshot("cost-drill-down").await;
@@ -622,6 +688,21 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
             b.screenshot(&format!("{page}-390-overflow")).await;
         }
         assert!(overflow <= 0, "the {page} page scrolls sideways at 390 px by {overflow} px");
+        if page == "reports" {
+            // The table scrolls; its cost column stays in view at the right edge.
+            let v = b
+                .client
+                .execute(
+                    "const c = document.querySelector('table.report tbody td.cost').getBoundingClientRect();
+                     return [c.left, c.right, window.innerWidth];",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            let [left, right, width] = [0, 1, 2].map(|i| v[i].as_f64().unwrap());
+            assert!(left >= 0.0 && right <= width + 0.5, "the cost column is out of view at 390 px: {v}");
+            b.client.execute("document.querySelector('table.report').scrollIntoView()", vec![]).await.unwrap();
+        }
         if matches!(page, "tenants" | "reports" | "upstreams") {
             b.screenshot(&format!("{page}-390")).await;
         }
@@ -744,4 +825,164 @@ async fn every_page_walks_without_an_error_and_the_next_user_lands_home() {
     }
     let page = b.find("main").await.text().await.unwrap();
     assert!(!page.contains("Not allowed"), "{page}");
+}
+
+/// A real OpenID Connect provider (panva's certified `oidc-provider`, tests/sso/provider.js) on
+/// `port`, with one client `ax` whose redirect URL is `redirect`; `groups` gives each login its
+/// `groups` claim. Stopped with the test.
+struct OidcProvider {
+    child: Child,
+    issuer: String,
+}
+
+const SSO_SECRET: &str = "a client secret only the tests know";
+
+impl OidcProvider {
+    fn start(port: u16, redirect: &str, groups: &Value) -> Self {
+        let dir = repo().join("tests/sso");
+        assert!(
+            dir.join("node_modules/oidc-provider").is_dir(),
+            "tests/sso/node_modules is missing: npm ci --prefix tests/sso (.ci/run does)"
+        );
+        let child = Command::new("node")
+            .arg("provider.js")
+            .current_dir(&dir)
+            .env("PORT", port.to_string())
+            .env("REDIRECT_URI", redirect)
+            .env("CLIENT_SECRET", SSO_SECRET)
+            .env("GROUPS", groups.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node");
+        let issuer = format!("http://127.0.0.1:{port}");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(start.elapsed() < Duration::from_secs(20), "the OpenID provider did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self { child, issuer }
+    }
+}
+
+impl Drop for OidcProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Signs in at the provider's own pages (its development login takes any password), then
+/// consents when it asks.
+async fn provider_sign_in(b: &Browser, login: &str) {
+    b.find("a.sso").await.click().await.unwrap();
+    b.find("input[name=login]").await.send_keys(login).await.unwrap();
+    b.find("input[name=password]").await.send_keys("any password").await.unwrap();
+    b.find("button[type=submit]").await.click().await.unwrap();
+    // The consent page ("Continue") once per account; then back to ax.
+    let start = Instant::now();
+    loop {
+        let url = b.client.current_url().await.unwrap();
+        let on_provider = url.path().starts_with("/interaction/");
+        if !on_provider {
+            break;
+        }
+        if let Ok(button) = b.client.find(Locator::Css("button[type=submit]")).await {
+            let _ = button.click().await;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "stuck at the provider: {url}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Single sign-on in the browser against a real OpenID provider: an admin-group member opens a
+/// deep link, signs in at the provider (code flow with PKCE) and lands on that page as an admin;
+/// a finance-group member lands on the cost report as finance; someone with no mapped group is
+/// sent back to the login page with the reason. The local admin still logs in with a password and
+/// sees the SSO operators (which have no password to reset); their creation is audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_sign_in_with_single_sign_on() {
+    let db = TestDb::create("ui_sso");
+    create_operator(&db, "root", "admin");
+    let dir = ax_tests::temp_dir("ui-sso");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let issuer = format!("http://127.0.0.1:{port}");
+    let cp = control_plane_with(
+        &db,
+        &dir,
+        &[
+            ("AX_OIDC_ISSUER", &issuer),
+            ("AX_OIDC_CLIENT_ID", "ax"),
+            ("AX_OIDC_CLIENT_SECRET", SSO_SECRET),
+            ("AX_OIDC_SCOPES", "openid profile email groups"),
+            ("AX_OIDC_ROLES", "ax-admins=admin,ax-ops=operator,ax-finance=finance"),
+            ("AX_OIDC_LABEL", "Sign in with Example SSO"),
+        ],
+    );
+    let groups = json!({ "alice": ["staff", "ax-admins"], "bob": ["ax-finance"], "carol": ["staff"] });
+    let provider = OidcProvider::start(port, &format!("{}/api/v1/sso/callback", cp.url), &groups);
+    assert_eq!(provider.issuer, issuer);
+    let options: Value = reqwest::get(format!("{}/api/v1/sso", cp.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(options, json!({ "password": true, "sso": "Sign in with Example SSO" }));
+
+    let b = Browser::start("sso").await;
+    b.client.goto(&format!("{}/routes", cp.url)).await.unwrap();
+    b.wait_text("Sign in with Example SSO", 10).await;
+    b.find("input[name=username]").await; // passwords stay on
+    b.screenshot("login-sso").await;
+    provider_sign_in(&b, "alice").await;
+    b.find("header.top").await;
+    b.wait_text("alice · admin", 10).await;
+    assert_eq!(b.client.current_url().await.unwrap().path(), "/routes", "back to the deep link");
+    b.find("nav a[href='/operators']").await.click().await.unwrap();
+    b.wait_text("single sign-on", 10).await;
+    b.screenshot("operators-sso").await;
+
+    // The provider's session would sign the next person in as alice: a fresh start.
+    b.find("button.link").await.click().await.unwrap();
+    b.find("a.sso").await;
+    b.client.delete_all_cookies().await.unwrap();
+    provider_sign_in(&b, "bob").await;
+    b.wait_text("bob · finance", 10).await;
+    b.find("nav a[href='/reports']").await;
+    b.wait_text("No usage in this range yet", 10).await;
+    b.wait_text("bash deploy/local.sh", 10).await;
+    b.screenshot("cost-empty").await;
+    let nav = b.find("nav").await.text().await.unwrap();
+    assert!(!nav.contains("Routes"), "finance sees no routing: {nav}");
+
+    b.find("button.link").await.click().await.unwrap();
+    b.find("a.sso").await;
+    b.client.delete_all_cookies().await.unwrap();
+    provider_sign_in(&b, "carol").await;
+    b.wait_text("no group that gives a role", 10).await;
+    assert!(b.client.current_url().await.unwrap().query().unwrap_or_default().contains("sso_error=sso_no_role"));
+    assert!(b.client.find_all(Locator::Css("header.top")).await.unwrap().is_empty(), "carol is not signed in");
+    b.screenshot("login-sso-refused").await;
+
+    // A callback without this browser's sign-in in progress (a forged or replayed one) signs no one in.
+    let forged = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = forged.get(format!("{}/api/v1/sso/callback?code=x&state=y", cp.url)).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/?sso_error=sso_state_invalid");
+    assert!(!r.headers().get_all("set-cookie").iter().any(|c| c.to_str().unwrap().starts_with("ax_session=")));
+
+    // The local admin: a password still works; the SSO operators are listed and have no password.
+    let admin = Session::login(&cp.url, "root", ADMIN_PASSWORD).await.unwrap_or_else(|_| panic!("login"));
+    let list = admin.ok("GET", "/api/v1/operators", None).await;
+    let ops = list["operators"].as_array().unwrap();
+    let find = |n: &str| ops.iter().find(|o| o["username"] == n).cloned().unwrap_or_else(|| panic!("{n} in {list}"));
+    assert_eq!((find("alice")["role"].clone(), find("alice")["sso"].clone()), (json!("admin"), json!(true)));
+    assert_eq!((find("bob")["role"].clone(), find("bob")["sso"].clone()), (json!("finance"), json!(true)));
+    assert_eq!(find("root")["sso"], json!(false));
+    assert!(ops.iter().all(|o| o["username"] != "carol"), "carol got no account: {list}");
+    let r = admin.send("POST", "/api/v1/operators/alice/reset-password", None).await;
+    assert_eq!(r.status(), 409);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "sso_operator");
+    let audit = admin.ok("GET", "/api/v1/audit?operator=sso", None).await.to_string();
+    assert!(audit.contains("alice") && audit.contains("bob") && audit.contains("operator.create"), "{audit}");
+    // An SSO operator has no password here: a password login as alice fails.
+    assert!(Session::login(&cp.url, "alice", "any password").await.is_err());
+    drop(provider);
 }

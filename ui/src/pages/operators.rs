@@ -108,7 +108,7 @@ pub fn Operators() -> impl IntoView {
             Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
             Some(Ok(list)) => view! {
                 <table class="operators">
-                    <thead><tr><th>"Operator"</th><th>"Role"</th><th>"State"</th><th>"Sessions"</th><th>"Created (UTC)"</th><th></th></tr></thead>
+                    <thead><tr><th>"Operator"</th><th>"Signs in with"</th><th>"Role"</th><th>"State"</th><th>"Sessions"</th><th>"Created (UTC)"</th><th></th></tr></thead>
                     <tbody>
                     {list.into_iter().map(|o| {
                         let (name, name2, name3) = (o.username.clone(), o.username.clone(), o.username.clone());
@@ -119,9 +119,11 @@ pub fn Operators() -> impl IntoView {
                             (false, false) => "active",
                         };
                         let disabled = o.disabled;
+                        let sso = o.sso;
                         view! {
                             <tr data-operator=o.username.clone()>
                                 <td>{o.username.clone()}</td>
+                                <td>{if sso { "single sign-on" } else { "password" }}</td>
                                 <td>
                                     <select aria-label=format!("role of {}", o.username) on:change=move |ev| set_role(name.clone(), prev.clone(), event_target::<web_sys::HtmlSelectElement>(&ev))>
                                         {ROLES.iter().map(|r| view! { <option value=*r selected=*r == current>{*r}</option> }).collect_view()}
@@ -134,7 +136,9 @@ pub fn Operators() -> impl IntoView {
                                     <button on:click=move |_| change(name2.clone(), json!({ "disabled": !disabled }))>
                                         {if disabled { "Enable" } else { "Disable" }}
                                     </button>
-                                    <button on:click=move |_| reset(name3.clone())>"Reset password"</button>
+                                    <Show when=move || !sso>
+                                        <button on:click={let n = name3.clone(); move |_| reset(n.clone())}>"Reset password"</button>
+                                    </Show>
                                 </td>
                             </tr>
                         }

@@ -1,8 +1,10 @@
 //! Cost (the finance role lands here): cost by day or month as a chart and a table, for a date
 //! range and optional tenant, alias and model filters, grouped by tenant, alias, model or key.
 //! A group's name drills down one level (tenant → alias → model → key) and the trail above the
-//! chart climbs back. The total matches the usage rows to the micro-dollar, and the CSV link is
-//! the server's CSV of exactly this query.
+//! chart climbs back. Amounts show in cents, and exactly (to the micro-dollar) on hover and in the
+//! total, which matches the usage rows; the CSV link is the server's CSV of exactly this query.
+//! Requests that failed before they had a tenant (a bad key) are one labeled group that does not
+//! drill down. At 390 px the table scrolls sideways with its cost column kept in view.
 
 use ax_protocol::admin::{CostReport, CostRow};
 use leptos::prelude::*;
@@ -36,6 +38,11 @@ impl Query {
             }
         }
         q
+    }
+
+    /// Whether a date or a group filter narrows the report.
+    fn filtered(&self) -> bool {
+        [self.from, self.to].iter().chain(&self.filters).any(|f| !f.get_untracked().trim().is_empty())
     }
 
     /// Shows `value`'s rows one level down.
@@ -105,9 +112,38 @@ pub fn Reports() -> impl IntoView {
         {move || match data.get() {
             None => view! { <p class="loading">"Loading…"</p> }.into_any(),
             Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(r)) if r.rows.is_empty() => view! { <p class="muted">"No usage in this range."</p> }.into_any(),
+            Some(Ok(r)) if r.rows.is_empty() => view! { <Empty filtered=q.filtered()/> }.into_any(),
             Some(Ok(r)) => view! { <Chart r=r.clone()/> <Table r=r q=q/> }.into_any(),
         }}
+    }
+}
+
+/// No usage to show: why, and what to do.
+#[component]
+fn Empty(filtered: bool) -> impl IntoView {
+    view! {
+        <div class="empty" role="status">
+            <p><strong>"No usage in this range yet."</strong></p>
+            {if filtered {
+                view! { <p>"A filter or the dates narrow this report: widen the dates or clear the filters to see more."</p> }.into_any()
+            } else {
+                view! {
+                    <p>"Costs appear here a few seconds after requests pass through a data plane (each one reports its usage every few seconds)."</p>
+                    <p>"To see some: give a tenant a key (Tenants & keys), point an OpenAI or Anthropic client at a data plane with it, and send a request. "
+                       "The README's quickstart does all of this with " <code>"bash deploy/local.sh"</code> "."</p>
+                }.into_any()
+            }}
+        </div>
+    }
+}
+
+/// What a group with no value stands for: requests refused before they had a tenant (a missing or
+/// wrong key), or without an alias, model or key.
+fn label(by: &str, group: &str) -> String {
+    match (by, group) {
+        (_, g) if !g.is_empty() => g.to_owned(),
+        ("tenant", _) => "(unauthenticated)".to_owned(),
+        (by, _) => format!("(no {by})"),
     }
 }
 
@@ -134,32 +170,45 @@ fn Trail(q: Query) -> impl IntoView {
 #[component]
 fn Table(r: CostReport, q: Query) -> impl IntoView {
     let group = r.by.clone();
-    let can_drill = r.by != "key";
+    let sum = |f: fn(&CostRow) -> i64| r.rows.iter().map(f).sum::<i64>();
+    let (requests, errors) = (sum(|x| x.requests), sum(|x| x.errors));
+    let tokens = sum(|x| x.prompt_tokens + x.completion_tokens);
     view! {
+        <div class="report-scroll">
         <table class="report">
-            <thead><tr><th>"Period"</th><th>{group}</th><th class="num">"Requests"</th><th class="num">"Errors"</th><th class="num">"Tokens"</th><th class="num">"Cost"</th></tr></thead>
+            <thead><tr><th>"Period"</th><th>{group}</th><th class="num">"Requests"</th><th class="num">"Errors"</th><th class="num">"Tokens"</th><th class="num cost">"Cost"</th></tr></thead>
             <tbody>
             {r.rows.into_iter().map(|row| {
                 let tokens = row.prompt_tokens + row.completion_tokens;
                 let name = row.group.clone();
+                let shown = label(&r.by, &row.group);
+                // The last level, and a group with no value (nothing to filter by), stop here.
+                let drills = r.by != "key" && !row.group.is_empty();
                 view! {
                     <tr>
                         <td>{row.period}</td>
-                        <td>{if can_drill {
-                            view! { <button class="link drill" title="show this one level down" on:click=move |_| q.drill(&name)>{row.group}</button> }.into_any()
+                        <td>{if drills {
+                            view! { <button class="link drill" title="show this one level down" on:click=move |_| q.drill(&name)>{shown}</button> }.into_any()
                         } else {
-                            view! { <span>{row.group}</span> }.into_any()
+                            view! { <span class="group">{shown}</span> }.into_any()
                         }}</td>
                         <td class="num">{fmt::int(row.requests)}</td>
                         <td class="num">{fmt::int(row.errors)}</td>
                         <td class="num">{fmt::int(tokens)}</td>
-                        <td class="num" title=format!("${}", row.cost_usd)>{fmt::usd_micro(row.cost_micro_usd)}</td>
+                        <td class="num cost" title=fmt::usd_exact(row.cost_micro_usd)>{fmt::usd_micro(row.cost_micro_usd)}</td>
                     </tr>
                 }
             }).collect_view()}
             </tbody>
-            <tfoot><tr><th colspan="5">"Total"</th><th class="num total" title=format!("${}", r.total_usd)>{fmt::usd_micro(r.total_micro_usd)}</th></tr></tfoot>
+            <tfoot><tr>
+                <th colspan="2">"Total"</th>
+                <th class="num">{fmt::int(requests)}</th>
+                <th class="num">{fmt::int(errors)}</th>
+                <th class="num">{fmt::int(tokens)}</th>
+                <th class="num cost total" title=fmt::usd_micro(r.total_micro_usd)>{fmt::usd_exact(r.total_micro_usd)}</th>
+            </tr></tfoot>
         </table>
+        </div>
     }
 }
 
@@ -171,6 +220,7 @@ const SERIES: usize = 6;
 #[component]
 fn Chart(r: CostReport) -> impl IntoView {
     let (periods, groups, cells) = stack(&r.rows);
+    let groups: Vec<String> = groups.iter().map(|g| label(&r.by, g)).collect();
     let max = periods.iter().map(|p| cells.iter().filter(|c| c.0 == *p).map(|c| c.2).sum::<i64>()).max().unwrap_or(0);
     // Drawn at the window's width, one SVG unit per CSS pixel: text keeps its size on a phone.
     let width = window().inner_width().ok().and_then(|v| v.as_f64()).unwrap_or(1280.0);
@@ -189,7 +239,7 @@ fn Chart(r: CostReport) -> impl IntoView {
             let height = y(v).max(1.0);
             top -= height;
             let x = left + i as f64 * slot + (slot - bar) / 2.0;
-            let tip = format!("{p} · {name}: {}", fmt::usd_micro(v));
+            let tip = format!("{p} · {name}: {}", fmt::usd_exact(v));
             bars.push(view! {
                 <rect class=format!("s{g}") x=format!("{x:.1}") y=format!("{top:.1}") width=format!("{bar:.1}") height=format!("{height:.1}")><title>{tip}</title></rect>
             });
@@ -220,7 +270,7 @@ fn Chart(r: CostReport) -> impl IntoView {
             </svg>
             <figcaption class="legend">
                 {groups.into_iter().enumerate().map(|(g, name)| view! {
-                    <span><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect class=format!("s{g}") width="10" height="10"/></svg>{name}</span>
+                    <span class="series"><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect class=format!("s{g}") width="10" height="10"/></svg>{name}</span>
                 }).collect_view()}
             </figcaption>
         </figure>
