@@ -6,7 +6,9 @@
 //! fold exactly the rows that were new into `usage_daily`. The 200 is the acknowledgement: only
 //! then does the data plane delete the records from its spool. Reports read the rollups.
 
-use ax_protocol::admin::{BudgetBurn, BudgetReport, CostReport, CostRow, TopSpender, TopSpenders, UsageAck};
+use ax_protocol::admin::{
+    BudgetBurn, BudgetReport, CostReport, CostRow, RecentTraffic, RecentUpstream, TopSpender, TopSpenders, UsageAck,
+};
 use ax_protocol::usage::UsageRecord;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -304,6 +306,46 @@ pub async fn top_spenders(
         })
         .collect();
     Ok(Json(TopSpenders { tenants }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecentQuery {
+    #[serde(default)]
+    minutes: Option<i32>,
+}
+
+/// `GET /api/v1/reports/recent?minutes=15`: requests, errors and cost over the last minutes (1 to
+/// 1440, default 15), in all and per upstream with its p95 latency and time to first token: the
+/// overview's figures over a window long enough to read, from the same records as the cost report.
+pub async fn recent_traffic(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<RecentQuery>,
+) -> ApiResult<Json<RecentTraffic>> {
+    caller.require(Role::Operator)?;
+    let minutes = q.minutes.unwrap_or(15);
+    if !(1..=1440).contains(&minutes) {
+        return Err(ApiError::field("minutes", "from 1 to 1440"));
+    }
+    let rows = rows::recent(&state.db, minutes).await?;
+    let sum = |f: fn(&rows::RecentRow) -> i64| rows.iter().map(f).sum::<i64>();
+    Ok(Json(RecentTraffic {
+        minutes: i64::from(minutes),
+        requests: sum(|r| r.1),
+        errors: sum(|r| r.2),
+        cost_micro_usd: sum(|r| r.3),
+        upstreams: rows
+            .into_iter()
+            .map(|(upstream, requests, errors, _, latency_p95_ms, ttft_p95_ms)| RecentUpstream {
+                upstream,
+                requests,
+                errors,
+                latency_p95_ms,
+                ttft_p95_ms,
+            })
+            .collect(),
+    }))
 }
 
 /// `GET /api/v1/reports/budgets`: every tenant budget against what the tenant spent in the

@@ -440,6 +440,30 @@ pub struct TopSpenders {
     pub tenants: Vec<TopSpender>,
 }
 
+/// `GET /reports/recent`: the fleet's traffic over the last minutes, from the usage records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecentTraffic {
+    /// The window, in minutes (ending now).
+    pub minutes: i64,
+    pub requests: i64,
+    /// Requests that ended with an error code.
+    pub errors: i64,
+    pub cost_micro_usd: i64,
+    /// Per upstream (requests refused before one was chosen have an empty name), by name.
+    pub upstreams: Vec<RecentUpstream>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecentUpstream {
+    pub upstream: String,
+    pub requests: i64,
+    pub errors: i64,
+    /// 95th percentile of the whole request's latency, ms (None without requests).
+    pub latency_p95_ms: Option<f64>,
+    /// 95th percentile of the time to the first streamed byte, ms (None without streams).
+    pub ttft_p95_ms: Option<f64>,
+}
+
 /// The answer to a usage batch (`POST /usage`, a data plane's spool).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageAck {

@@ -1,7 +1,11 @@
 // A real OpenID Connect provider for the single sign-on tests: panva's oidc-provider (certified),
 // with its development login and consent pages (any login name, any password).
 //
-//   PORT=<port> REDIRECT_URI=<ax's callback> CLIENT_SECRET=<secret> node provider.js
+//   PORT=<port> REDIRECT_URI=<ax's callback> CLIENT_SECRET=<secret> [ISSUER_HOST=localhost] node provider.js
+//
+// It listens on 127.0.0.1; ISSUER_HOST names it in its issuer URL (`localhost` makes it another
+// site than a gateway at 127.0.0.1, as a real provider is: cookies and SameSite then work as in
+// production).
 //
 // One confidential client, `ax`, with PKCE required. Each account's `groups` claim comes from
 // GROUPS (a JSON object: login → groups; unknown logins have none), released with the `groups`
@@ -11,7 +15,7 @@ import http from 'node:http';
 import Provider from 'oidc-provider';
 
 const port = Number(process.env.PORT);
-const issuer = `http://127.0.0.1:${port}`;
+const issuer = `http://${process.env.ISSUER_HOST || '127.0.0.1'}:${port}`;
 const groups = JSON.parse(process.env.GROUPS || '{}');
 
 const provider = new Provider(issuer, {

@@ -322,3 +322,26 @@ pub async fn alias_week(db: &PgPool, alias: &str) -> ApiResult<(i64, i64, i64)> 
     .await?;
     Ok((r.requests, r.prompt, r.completion))
 }
+
+/// One upstream's recent traffic: (upstream, requests, errors, micro-USD, p95 latency ms, p95 time
+/// to first token ms).
+pub type RecentRow = (String, i64, i64, i64, Option<f64>, Option<f64>);
+
+/// Requests, errors, cost and p95 latencies per upstream over the last `minutes` (by
+/// `started_at`, indexed).
+pub async fn recent(db: &PgPool, minutes: i32) -> ApiResult<Vec<RecentRow>> {
+    Ok(sqlx::query!(
+        r#"SELECT upstream, count(*) AS "requests!", count(*) FILTER (WHERE error_code IS NOT NULL) AS "errors!",
+                  coalesce(sum(cost_micro_usd), 0)::bigint AS "cost!",
+                  percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms) AS p95,
+                  percentile_cont(0.95) WITHIN GROUP (ORDER BY (record->>'ttft_ms')::float8) AS ttft_p95
+         FROM usage_events WHERE started_at > now() - make_interval(mins => $1)
+         GROUP BY upstream ORDER BY upstream COLLATE "C""#,
+        minutes,
+    )
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|r| (r.upstream, r.requests, r.errors, r.cost, r.p95, r.ttft_p95))
+    .collect())
+}

@@ -251,6 +251,23 @@ async fn operator_changes_weights_in_the_browser() {
     b.client.goto(&format!("{}/overview", cp.url)).await.unwrap();
     b.wait_text("Requests / min", 10).await;
     b.wait_text("closed", 15).await;
+    // The 300 requests, counted from their usage records over the last 15 minutes: still there
+    // long after a 10 s health window has forgotten them.
+    let start = Instant::now();
+    loop {
+        let shown = b.find(".tile.requests strong").await.text().await.unwrap();
+        if shown == "300" {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "the overview counts {shown} requests, not 300");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let recent = admin.ok("GET", "/api/v1/reports/recent?minutes=15", None).await;
+    assert_eq!((recent["requests"].as_i64(), recent["errors"].as_i64()), (Some(300), Some(0)), "{recent}");
+    let per_upstream: i64 =
+        recent["upstreams"].as_array().unwrap().iter().map(|u| u["requests"].as_i64().unwrap()).sum();
+    assert_eq!(per_upstream, 300, "{recent}");
+    assert_eq!(admin.send("GET", "/api/v1/reports/recent?minutes=0", None).await.status(), 422);
     b.screenshot("overview").await;
     b.client.goto(&format!("{}/audit", cp.url)).await.unwrap();
     b.wait_text("route.update", 10).await;
@@ -829,7 +846,9 @@ async fn every_page_walks_without_an_error_and_the_next_user_lands_home() {
 
 /// A real OpenID Connect provider (panva's certified `oidc-provider`, tests/sso/provider.js) on
 /// `port`, with one client `ax` whose redirect URL is `redirect`; `groups` gives each login its
-/// `groups` claim. Stopped with the test.
+/// `groups` claim. Its issuer is `http://localhost:<port>`: another site than the control plane
+/// at 127.0.0.1, so the browser applies SameSite and keeps cookies apart as it would in
+/// production. Stopped with the test.
 struct OidcProvider {
     child: Child,
     issuer: String,
@@ -851,18 +870,27 @@ impl OidcProvider {
             .env("REDIRECT_URI", redirect)
             .env("CLIENT_SECRET", SSO_SECRET)
             .env("GROUPS", groups.to_string())
+            .env("ISSUER_HOST", "localhost")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("node");
-        let issuer = format!("http://127.0.0.1:{port}");
+        let issuer = format!("http://localhost:{port}");
         let start = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(start.elapsed() < Duration::from_secs(20), "the OpenID provider did not start");
             std::thread::sleep(Duration::from_millis(100));
         }
         Self { child, issuer }
+    }
+}
+
+impl OidcProvider {
+    /// Deletes the provider's cookies (its sign-in session) in `b`.
+    async fn forget_sessions(&self, b: &Browser) {
+        b.client.goto(&format!("{}/.well-known/openid-configuration", self.issuer)).await.unwrap();
+        b.client.delete_all_cookies().await.unwrap();
     }
 }
 
@@ -907,7 +935,7 @@ async fn operators_sign_in_with_single_sign_on() {
     create_operator(&db, "root", "admin");
     let dir = ax_tests::temp_dir("ui-sso");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let issuer = format!("http://127.0.0.1:{port}");
+    let issuer = format!("http://localhost:{port}");
     let cp = control_plane_with(
         &db,
         &dir,
@@ -939,10 +967,11 @@ async fn operators_sign_in_with_single_sign_on() {
     b.wait_text("single sign-on", 10).await;
     b.screenshot("operators-sso").await;
 
-    // The provider's session would sign the next person in as alice: a fresh start.
+    // The provider's session would sign the next person in as alice: log out, and forget it.
     b.find("button.link").await.click().await.unwrap();
     b.find("a.sso").await;
-    b.client.delete_all_cookies().await.unwrap();
+    provider.forget_sessions(&b).await;
+    b.client.goto(&cp.url).await.unwrap();
     provider_sign_in(&b, "bob").await;
     b.wait_text("bob · finance", 10).await;
     b.find("nav a[href='/reports']").await;
@@ -954,7 +983,8 @@ async fn operators_sign_in_with_single_sign_on() {
 
     b.find("button.link").await.click().await.unwrap();
     b.find("a.sso").await;
-    b.client.delete_all_cookies().await.unwrap();
+    provider.forget_sessions(&b).await;
+    b.client.goto(&cp.url).await.unwrap();
     provider_sign_in(&b, "carol").await;
     b.wait_text("no group that gives a role", 10).await;
     assert!(b.client.current_url().await.unwrap().query().unwrap_or_default().contains("sso_error=sso_no_role"));

@@ -1,10 +1,12 @@
-//! Overview: the fleet at a glance, refreshed every 5 s. Requests per minute, error rate, p95
-//! latency and time to first token from the data planes' health summaries (their rolling windows,
-//! summed over nodes), spend today from the usage rollups, and a row per upstream.
+//! Overview: the fleet at a glance, refreshed every 5 s. Requests, their rate, the error rate and
+//! the p95 latency and time to first token over the last 15 minutes, from the usage records (a
+//! window long enough to read: 200 requests a minute ago still show); the live rates, success and
+//! breakers from the data planes' health summaries (their rolling windows, summed over nodes, each
+//! labeled with its window); spend today from the usage rollups; and a row per upstream with both.
 
 use std::collections::BTreeMap;
 
-use ax_protocol::admin::{CostReport, NodeList};
+use ax_protocol::admin::{CostReport, NodeList, RecentTraffic};
 use ax_protocol::health::{BreakerState, UpstreamStatus};
 use leptos::prelude::*;
 
@@ -80,12 +82,27 @@ fn fleet(nodes: &NodeList) -> BTreeMap<String, Up> {
     out
 }
 
+/// The window of the request counts and rates.
+const RECENT_MINUTES: i64 = 15;
+
+/// Requests per minute: one decimal under 10 (3 requests in 15 minutes read 0.2, not 0).
+fn per_minute(requests: i64, minutes: i64) -> String {
+    let r = requests as f64 / minutes.max(1) as f64;
+    if r > 0.0 && r < 10.0 {
+        format!("{r:.1}")
+    } else {
+        fmt::int(r.round() as i64)
+    }
+}
+
 #[component]
 pub fn Overview() -> impl IntoView {
     let nodes = RwSignal::new(None::<Result<NodeList, ApiError>>);
     let spend = RwSignal::new(None::<Result<i64, ApiError>>);
+    let recent = RwSignal::new(None::<Result<RecentTraffic, ApiError>>);
     crate::every(5000, move || async move {
         nodes.set(Some(api::get::<NodeList>("/api/v1/nodes").await));
+        recent.set(Some(api::get::<RecentTraffic>(&format!("/api/v1/reports/recent?minutes={RECENT_MINUTES}")).await));
         let today = js_sys::Date::new_0().to_iso_string().as_string().unwrap_or_default();
         let day = today.get(..10).unwrap_or("").to_owned();
         let r = api::get::<CostReport>(&format!("/api/v1/reports/cost?period=day&from={day}&to={day}")).await;
@@ -99,19 +116,25 @@ pub fn Overview() -> impl IntoView {
             Some(Ok(v)) => {
                 let ups = fleet(&v);
                 let over = window(&v).map_or_else(String::new, |w| format!(" (last {w})"));
-                let total: f64 = ups.values().map(|u| u.requests).sum();
-                let ok: f64 = ups.values().map(|u| u.ok).sum();
-                let per_min: f64 = ups.values().map(|u| u.per_min).sum();
-                let p95 = ups.values().fold(None, |a, u| max(a, u.p95));
-                let ttft = ups.values().fold(None, |a, u| max(a, u.ttft_p95));
+                let last = format!(" (last {RECENT_MINUTES} min)");
+                let traffic = move || recent.get().and_then(Result::ok);
                 let nodes_n = v.nodes.len();
                 let connected = v.nodes.iter().filter(|n| n.connected).count();
                 view! {
                     <div class="tiles">
-                        <div class="tile"><span>{format!("Requests / min{over}")}</span><strong>{fmt::int(per_min.round() as i64)}</strong></div>
-                        <div class="tile"><span>{format!("Error rate{over}")}</span><strong>{if total > 0.0 { fmt::pct((total - ok) * 100.0 / total) } else { "–".to_owned() }}</strong></div>
-                        <div class="tile"><span>"p95 latency (worst upstream)"</span><strong>{fmt::ms(p95)}</strong></div>
-                        <div class="tile"><span>"p95 time to first token"</span><strong>{fmt::ms(ttft)}</strong></div>
+                        <div class="tile requests"><span>{format!("Requests{last}")}</span><strong>{move || traffic().map_or_else(|| "…".to_owned(), |t| fmt::int(t.requests))}</strong></div>
+                        <div class="tile"><span>{format!("Requests / min{last}")}</span><strong>{move || traffic().map_or_else(|| "…".to_owned(), |t| per_minute(t.requests, t.minutes))}</strong></div>
+                        <div class="tile"><span>{format!("Error rate{last}")}</span><strong>{move || match traffic() {
+                            Some(t) if t.requests > 0 => fmt::pct(t.errors as f64 * 100.0 / t.requests as f64),
+                            Some(_) => "–".to_owned(),
+                            None => "…".to_owned(),
+                        }}</strong></div>
+                        <div class="tile"><span>{format!("p95 latency, worst upstream{last}")}</span><strong>{move || {
+                            fmt::ms(traffic().and_then(|t| t.upstreams.iter().fold(None, |a, u| max(a, u.latency_p95_ms))))
+                        }}</strong></div>
+                        <div class="tile"><span>{format!("p95 time to first token{last}")}</span><strong>{move || {
+                            fmt::ms(traffic().and_then(|t| t.upstreams.iter().fold(None, |a, u| max(a, u.ttft_p95_ms))))
+                        }}</strong></div>
                         <div class="tile"><span>"Spend today (UTC)"</span><strong>{move || match spend.get() {
                             Some(Ok(m)) => fmt::usd_micro(m),
                             Some(Err(_)) => "–".to_owned(),
@@ -120,18 +143,24 @@ pub fn Overview() -> impl IntoView {
                         <div class="tile"><span>"Data planes connected"</span><strong>{format!("{connected} of {nodes_n}")}</strong></div>
                     </div>
                     <table class="upstreams">
-                        <thead><tr><th>"Upstream"</th><th class="num">"Requests / min"</th><th class="num">"Success"</th><th class="num">"p95 latency"</th><th class="num">"p95 TTFT"</th><th>"Breaker (per node)"</th></tr></thead>
+                        <thead><tr><th>"Upstream"</th><th class="num">{format!("Requests{last}")}</th><th class="num">{format!("Requests / min{over}")}</th><th class="num">{format!("Success{over}")}</th><th class="num">{format!("p95 latency{over}")}</th><th class="num">{format!("p95 TTFT{over}")}</th><th>"Breaker (per node)"</th></tr></thead>
                         <tbody>
-                        {ups.into_iter().map(|(name, u)| view! {
+                        {ups.into_iter().map(|(name, u)| {
+                            let n = name.clone();
+                            let counted = move || traffic().map_or_else(|| "…".to_owned(), |t| {
+                                fmt::int(t.upstreams.iter().find(|x| x.upstream == n).map_or(0, |x| x.requests))
+                            });
+                            view! {
                             <tr class:bad=u.breakers.iter().any(|b| b != "closed")>
                                 <td>{name}</td>
+                                <td class="num">{counted}</td>
                                 <td class="num">{fmt::int(u.per_min.round() as i64)}</td>
                                 <td class="num">{u.success()}</td>
                                 <td class="num">{fmt::ms(u.p95)}</td>
                                 <td class="num">{fmt::ms(u.ttft_p95)}</td>
                                 <td>{u.breakers.join(", ")}</td>
                             </tr>
-                        }).collect_view()}
+                        }}).collect_view()}
                         </tbody>
                     </table>
                 }.into_any()
