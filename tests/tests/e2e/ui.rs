@@ -887,10 +887,14 @@ impl OidcProvider {
 }
 
 impl OidcProvider {
-    /// Deletes the provider's cookies (its sign-in session) in `b`.
-    async fn forget_sessions(&self, b: &Browser) {
+    /// Logs out of ax, deletes the provider's cookies (its sign-in session), and opens ax's login
+    /// page at `base` again: the next sign-in is someone else's.
+    async fn next_person(&self, b: &Browser, base: &str) {
+        b.find("button.link").await.click().await.unwrap();
+        b.find("a.sso").await;
         b.client.goto(&format!("{}/.well-known/openid-configuration", self.issuer)).await.unwrap();
         b.client.delete_all_cookies().await.unwrap();
+        b.client.goto(base).await.unwrap();
     }
 }
 
@@ -968,10 +972,7 @@ async fn operators_sign_in_with_single_sign_on() {
     b.screenshot("operators-sso").await;
 
     // The provider's session would sign the next person in as alice: log out, and forget it.
-    b.find("button.link").await.click().await.unwrap();
-    b.find("a.sso").await;
-    provider.forget_sessions(&b).await;
-    b.client.goto(&cp.url).await.unwrap();
+    provider.next_person(&b, &cp.url).await;
     provider_sign_in(&b, "bob").await;
     b.wait_text("bob · finance", 10).await;
     b.find("nav a[href='/reports']").await;
@@ -981,10 +982,7 @@ async fn operators_sign_in_with_single_sign_on() {
     let nav = b.find("nav").await.text().await.unwrap();
     assert!(!nav.contains("Routes"), "finance sees no routing: {nav}");
 
-    b.find("button.link").await.click().await.unwrap();
-    b.find("a.sso").await;
-    provider.forget_sessions(&b).await;
-    b.client.goto(&cp.url).await.unwrap();
+    provider.next_person(&b, &cp.url).await;
     provider_sign_in(&b, "carol").await;
     b.wait_text("no group that gives a role", 10).await;
     assert!(b.client.current_url().await.unwrap().query().unwrap_or_default().contains("sso_error=sso_no_role"));
