@@ -231,6 +231,54 @@ async fn every_field_error_of_a_put_comes_back_at_once() {
     assert_eq!(after, versions, "no version was made");
 }
 
+/// Single sign-on's settings: with `AX_PASSWORD_LOGIN=0` a password login is refused with its own
+/// code and the login page learns it has only the SSO button; without an issuer, or with roles
+/// that do not parse, `serve` stops at once and says why. (The sign-in itself is tested in
+/// Chromium against a real provider: `ui::operators_sign_in_with_single_sign_on`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_logins_can_be_turned_off_for_single_sign_on() {
+    let db = TestDb::create("sso_only");
+    create_operator(&db, "root", "admin");
+    let dir = ax_tests::temp_dir("sso-only");
+    // Discovery waits for the first sign-in: no provider needs to run for these answers.
+    let sso = [
+        ("AX_OIDC_ISSUER", "http://127.0.0.1:9/"),
+        ("AX_OIDC_CLIENT_ID", "ax"),
+        ("AX_OIDC_ROLES", "ax-admins=admin"),
+        ("AX_OIDC_LABEL", "Company SSO"),
+    ];
+    let env: Vec<(&str, &str)> = sso.iter().copied().chain([("AX_PASSWORD_LOGIN", "0")]).collect();
+    let cp = Process::control_plane_with(&db, &dir, "cp", &env);
+    let options: Value = reqwest::get(format!("{}/api/v1/sso", cp.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(options, json!({ "password": false, "sso": "Company SSO" }));
+    let r = Session::login(&cp.url, "root", ADMIN_PASSWORD).await.err().expect("refused");
+    assert_eq!(r.status(), 403);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "password_login_disabled");
+    // The provider is down: the button leads back to the login page, which says so.
+    let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = no_redirects.get(format!("{}/api/v1/sso/login?next=/routes", cp.url)).send().await.unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.headers()["location"].to_str().unwrap()),
+        (303, "/?sso_error=sso_provider_unavailable")
+    );
+    drop(cp);
+
+    let serve = |env: &[(&str, &str)]| {
+        let out = std::process::Command::new(ax_tests::built("ax-controlplane"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("DATABASE_URL", &db.url)
+            .env("AX_MASTER_KEY", ax_tests::cp::MASTER_KEY)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = serve(&[("AX_PASSWORD_LOGIN", "0")]);
+    assert!(!ok && err.contains("no way to log in"), "{err}");
+    let (ok, err) = serve(&[sso[0], sso[1], ("AX_OIDC_ROLES", "ax-admins=superuser")]);
+    assert!(!ok && err.contains("'superuser' is not a role"), "{err}");
+}
+
 /// A weight change reaches a running data plane within 1 s and traffic follows; the node's applied
 /// version is visible; an invalid pushed snapshot is refused, reported, and the old one keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -867,6 +915,9 @@ fn the_cli_helps_and_its_commands_print_only_their_answer() {
         "DATABASE_URL",
         "AX_MASTER_KEY_PREVIOUS",
         "AX_LOG",
+        "AX_OIDC_ISSUER",
+        "AX_OIDC_ROLES",
+        "AX_PASSWORD_LOGIN",
     ];
     let dp_flags = [
         "serve",
