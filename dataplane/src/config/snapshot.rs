@@ -306,8 +306,21 @@ pub fn build(
     env: &dyn Fn(&str) -> Option<String>,
     prev: Option<&Snapshot>,
 ) -> Result<Snapshot, ConfigError> {
-    let valid = ax_protocol::validate::validate(spec, env)?;
+    let valid = ax_protocol::validate::validate_all(spec, env).map_err(all_in_one)?;
     compile(spec, valid, version, prev)
+}
+
+/// Every problem of a configuration in one error: the first's path, and the others after its
+/// message (so `ax-dataplane check`, a refused reload and a refused push name them all).
+fn all_in_one(all: Vec<ConfigError>) -> ConfigError {
+    let mut all = all.into_iter();
+    let Some(first) = all.next() else { return ax_protocol::validate::err("", "invalid configuration") };
+    let rest: Vec<String> = all.map(|e| e.to_string()).collect();
+    if rest.is_empty() {
+        return first;
+    }
+    let message = format!("{} (and {} more: {})", first.message, rest.len(), rest.join("; "));
+    ConfigError { message, ..first }
 }
 
 /// Attaches live state (limiters, budgets, breakers, pools) to a validated spec. Fails only where
@@ -558,6 +571,14 @@ routes:
         let other = || build(&spec(&BASE.replace("alias: a", "alias: b")), 3, &|_| None, Some(&serving)).unwrap();
         assert!(other().replacing(&empty()).is_ok());
         assert!(other().replacing(&serving).is_ok());
+    }
+
+    #[test]
+    fn every_problem_is_named_at_once() {
+        let bad = BASE.replace("context_window: 1000", "context_window: 0").replace("upstream: m,", "upstream: nope,");
+        let e = build(&spec(&bad), 1, &|_| None, None).unwrap_err();
+        assert_eq!(e.path, "upstreams[0].models[0].context_window", "{e}");
+        assert!(e.message.contains("(and 1 more: routes[0].candidates[0].upstream: unknown upstream 'nope')"), "{e}");
     }
 
     #[test]
