@@ -266,10 +266,17 @@ fn cookie(state: &AppState, value: &str, max_age: u64) -> HeaderValue {
     HeaderValue::from_str(&c).unwrap_or(HeaderValue::from_static(""))
 }
 
-/// A UI path to return to: a local absolute path only (never `//host` or a scheme).
+/// A UI path to return to: a local absolute path of visible ASCII only, never `//host`, a
+/// backslash or the API. (Browsers drop tabs and newlines from URLs, so `/\t/evil.example` would
+/// become `//evil.example`: whitespace and control characters are refused, not just `//`.)
 fn local_path(next: Option<&str>) -> String {
     match next {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') && !p.starts_with("/api/") => {
+        Some(p)
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && !p.starts_with("/api/")
+                && p.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') =>
+        {
             p.to_owned()
         }
         _ => "/".to_owned(),
@@ -527,4 +534,31 @@ async fn operator(state: &AppState, subject: &str, username: &str, role: Role) -
     };
     tx.commit().await.map_err(|e| db_err(e.into()))?;
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_path;
+
+    /// `next` cannot send the browser to another host, however it is spelled.
+    #[test]
+    fn next_is_a_local_path_only() {
+        for ok in ["/", "/routes", "/reports?by=alias", "/tenants/a%20b"] {
+            assert_eq!(local_path(Some(ok)), ok);
+        }
+        for bad in [
+            "//evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\\evil.example",
+            "https://evil.example",
+            "evil.example",
+            "/ /evil.example",
+            "/api/v1/sso/login",
+            "",
+        ] {
+            assert_eq!(local_path(Some(bad)), "/", "{bad:?}");
+        }
+        assert_eq!(local_path(None), "/");
+    }
 }
