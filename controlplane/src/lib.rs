@@ -156,13 +156,43 @@ async fn method_not_allowed(method: http::Method, uri: axum::extract::OriginalUr
     )
 }
 
-/// `GET /metrics`: the control plane's Prometheus series (dead-lettered usage records per node).
+/// `GET /metrics`: the control plane's Prometheus series: dead-lettered usage records per node, and
+/// the fleet's state read from the database at the scrape (never per request): each data plane's
+/// versions behind the newest and whether it is connected, each budget's burn and warning level.
 async fn metrics(axum::extract::State(state): axum::extract::State<AppState>) -> axum::response::Response {
     use axum::response::IntoResponse;
     match &state.metrics {
-        Some(h) => ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response(),
+        Some(h) => {
+            if let Err(e) = fleet_gauges(&state).await {
+                tracing::warn!(error = %e.message, "metrics: the fleet gauges are stale (database)");
+            }
+            ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], h.render()).into_response()
+        }
         None => error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no metrics recorder").into_response(),
     }
+}
+
+/// Sets the gauges `/metrics` reads from the database. Labels are registered names (nodes,
+/// tenants, aliases), never what a caller sent.
+async fn fleet_gauges(state: &State) -> error::ApiResult<()> {
+    let latest = state.hub.latest_version().unwrap_or(0) as f64;
+    for n in store::nodes::list(&state.db, push::CONNECTED_WITHIN_S).await? {
+        let node = n.id.clone();
+        metrics::gauge!("ax_node_connected", "node" => node.clone()).set(if n.connected { 1.0 } else { 0.0 });
+        if let Some(applied) = n.applied_version {
+            metrics::gauge!("ax_node_config_lag_versions", "node" => node).set((latest - applied as f64).max(0.0));
+        }
+    }
+    for b in usage::budgets(&state.db).await? {
+        let labels = [
+            ("tenant", b.tenant.clone()),
+            ("window", b.window.clone()),
+            ("alias", b.alias.clone().unwrap_or_default()),
+        ];
+        metrics::gauge!("ax_budget_used_ratio", &labels).set(b.used_pct / 100.0);
+        metrics::gauge!("ax_budget_warn_ratio", &labels).set(b.warn_at);
+    }
+    Ok(())
 }
 
 /// Installs this process's Prometheus recorder (once) and describes its series.
@@ -171,6 +201,18 @@ pub fn prometheus() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
     metrics::describe_counter!(
         "ax_usage_dead_letters_total",
         "Usage records stored in usage_dead_letters instead of usage_events, by node"
+    );
+    // Alert rules use it before anything was set aside: present at 0 from the start.
+    metrics::counter!("ax_usage_dead_letters_total").absolute(0);
+    metrics::describe_gauge!("ax_node_connected", "Whether a data plane holds a websocket to a control-plane replica");
+    metrics::describe_gauge!(
+        "ax_node_config_lag_versions",
+        "Configuration versions a data plane is behind the newest (0: current)"
+    );
+    metrics::describe_gauge!("ax_budget_used_ratio", "A budget's spend in its current UTC window ÷ its cap");
+    metrics::describe_gauge!(
+        "ax_budget_warn_ratio",
+        "A budget's warning level (warn_at), to compare with the used ratio"
     );
     Some(handle)
 }

@@ -352,8 +352,13 @@ pub async fn recent_traffic(
 /// current window (UTC day or month, from the rollups).
 pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<BudgetReport>> {
     caller.require(Role::Finance)?;
-    let tenants = crate::store::config::tenant_specs(&state.db).await?;
-    let spent = rows::month_spend(&state.db).await?;
+    Ok(Json(BudgetReport { budgets: budgets(&state.db).await?, timezone: "UTC".to_owned() }))
+}
+
+/// Every tenant budget against its current window's spend (the report, and `/metrics`).
+pub async fn budgets(db: &sqlx::PgPool) -> ApiResult<Vec<BudgetBurn>> {
+    let tenants = crate::store::config::tenant_specs(db).await?;
+    let spent = rows::month_spend(db).await?;
     let mut out = Vec::new();
     for (tenant, spec) in tenants {
         let Ok(t) = serde_json::from_value::<ax_protocol::config::TenantSpec>(spec) else { continue };
@@ -378,7 +383,7 @@ pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiRe
             });
         }
     }
-    Ok(Json(BudgetReport { budgets: out, timezone: "UTC".to_owned() }))
+    Ok(out)
 }
 
 /// Quotes a CSV field when needed (RFC 4180) and defuses spreadsheet formulas.

@@ -40,6 +40,9 @@ pub fn prometheus() -> Option<PrometheusHandle> {
                 "ax_spool_drain_failures_total",
                 "Usage spool drain passes that failed (retried)"
             );
+            metrics::describe_gauge!("ax_config_version", "The configuration version this data plane serves");
+            // Alert rules use these before anything failed: present at 0 from the start.
+            metrics::counter!("ax_spool_drain_failures_total").absolute(0);
             metrics::describe_counter!(
                 "ax_log_lines_dropped_total",
                 "Log lines dropped because the log writer thread fell behind (the usage record itself is in the spool)"
@@ -364,6 +367,7 @@ pub fn health_table(snap: &crate::config::snapshot::Snapshot) -> ax_protocol::he
 /// Sets the health gauges from the live table; called when `/metrics` is scraped, never per request.
 pub fn health_gauges(snap: &crate::config::snapshot::Snapshot) {
     use crate::state::health::BreakerState;
+    metrics::gauge!("ax_config_version").set(snap.version as f64);
     if let Some(n) = crate::metering::usage_log::dropped() {
         metrics::counter!("ax_log_lines_dropped_total").absolute(n);
     }

@@ -279,6 +279,103 @@ async fn password_logins_can_be_turned_off_for_single_sign_on() {
     assert!(!ok && err.contains("'superuser' is not a role"), "{err}");
 }
 
+/// The metric names a scrape serves (`name{labels} value` lines).
+fn served(scrape: &str) -> std::collections::BTreeSet<String> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next().map(str::to_owned))
+        .collect()
+}
+
+/// `deploy/grafana/ax-dashboard.json` and `deploy/prometheus/alerts.yml` name only metrics that a
+/// running control plane and data plane serve (a renamed metric fails here, not in a silent
+/// dashboard), and both files have the shape their tools load: panels with queries, rule groups
+/// whose alerts each have an expression, a severity and a summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_and_alerts_use_metrics_that_exist() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dashboard = std::fs::read_to_string(repo.join("deploy/grafana/ax-dashboard.json")).unwrap();
+    let alerts = std::fs::read_to_string(repo.join("deploy/prometheus/alerts.yml")).unwrap();
+    let d: Value = serde_json::from_str(&dashboard).unwrap();
+    for p in d["panels"].as_array().unwrap() {
+        let targets = p["targets"].as_array().unwrap();
+        assert!(
+            !targets.is_empty() && targets.iter().all(|t| t["expr"].as_str().is_some_and(|e| !e.is_empty())),
+            "{p}"
+        );
+    }
+    let rules: Value = serde_norway::from_str(&alerts).unwrap();
+    let mut names = Vec::new();
+    for g in rules["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            names.push(r["alert"].as_str().unwrap().to_owned());
+            assert!(r["expr"].as_str().is_some_and(|e| !e.trim().is_empty()), "{r}");
+            assert!(r["labels"]["severity"].is_string() && r["annotations"]["summary"].is_string(), "{r}");
+        }
+    }
+    for want in
+        ["AxHighErrorRate", "AxUpstreamBreakerOpen", "AxBudgetPastWarning", "AxUsageSpoolStalled", "AxDataPlaneBehind"]
+    {
+        assert!(names.iter().any(|n| n == want), "no {want} alert in {names:?}");
+    }
+
+    // A fleet that has served: a tenant with a budget, a data plane, plain and streamed requests.
+    let s = stack("metrics").await;
+    let key = seed(&s.admin).await;
+    let budget = json!({ "allowed_aliases": ["*"], "budgets": [{ "window": "day", "usd": 10.0 }] });
+    s.admin.ok("PUT", "/api/v1/tenants/acme", Some(&budget)).await;
+    let token = create_node(&s.db, "dp-1");
+    let dp = Process::data_plane(&s.cp.url, &token, &s.dir.join("dp1"), "dp");
+    let v = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", v, Duration::from_secs(5)).await;
+    for _ in 0..5 {
+        assert_eq!(chat(&dp.url, &key).await.status(), 200);
+    }
+    let streamed = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", dp.url))
+        .bearer_auth(&key)
+        .json(&json!({ "model": "chat", "stream": true, "messages": [{ "role": "user", "content": "hi" }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status(), 200);
+    streamed.text().await.unwrap();
+    // Scraped until the usage reached the control plane (the spool's delivery gauge).
+    let start = Instant::now();
+    let have = loop {
+        let dp_scrape = reqwest::get(format!("{}/metrics", dp.url)).await.unwrap().text().await.unwrap();
+        let cp_scrape = reqwest::get(format!("{}/metrics", s.cp.url)).await.unwrap().text().await.unwrap();
+        let mut have = served(&dp_scrape);
+        have.extend(served(&cp_scrape));
+        if have.contains("ax_spool_last_commit_timestamp_seconds") {
+            assert!(cp_scrape.contains("ax_node_config_lag_versions{node=\"dp-1\"} 0"), "{cp_scrape}");
+            assert!(cp_scrape.contains("ax_node_connected{node=\"dp-1\"} 1"), "{cp_scrape}");
+            assert!(
+                cp_scrape.contains("ax_budget_warn_ratio{tenant=\"acme\",window=\"day\",alias=\"\"} 0.8"),
+                "{cp_scrape}"
+            );
+            break have;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no spool delivery in /metrics:\n{dp_scrape}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let mut used = std::collections::BTreeSet::new();
+    for text in [&dashboard, &alerts] {
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("ax_") {
+            let name: String =
+                rest[at..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+            rest = &rest[at + name.len()..];
+            used.insert(name);
+        }
+    }
+    assert!(used.len() >= 15, "{used:?}");
+    for name in &used {
+        assert!(have.contains(name.as_str()), "{name} is in deploy/ but no ax process serves it; served: {have:?}");
+    }
+}
+
 /// A weight change reaches a running data plane within 1 s and traffic follows; the node's applied
 /// version is visible; an invalid pushed snapshot is refused, reported, and the old one keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
