@@ -610,6 +610,17 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
     let err = b.find(".model-row .field-error").await.text().await.unwrap();
     assert!(err.contains("expected u32"), "context window error: {err}");
     b.type_into("form.upstream-editor input[name=model-context_window]", "8000").await;
+    // Passthrough and the Responses API are for OpenAI upstreams: on a mock both are refused, each
+    // at its input, in one answer.
+    b.type_into("form.upstream-editor input[name=passthrough]", "seed, store").await;
+    b.find("form.upstream-editor input[name=responses_api]").await.click().await.unwrap();
+    b.find("form.upstream-editor button[type=submit]").await.click().await.unwrap();
+    b.wait_text("only OpenAI-compatible upstreams", 10).await;
+    let page = b.wait_text("only an `openai` upstream offers the Responses API", 10).await;
+    assert_eq!(b.client.find_all(Locator::Css("form.upstream-editor .field-error")).await.unwrap().len(), 2, "{page}");
+    // (A space: WebDriver's clear fires no input event; the form trims it away.)
+    b.type_into("form.upstream-editor input[name=passthrough]", " ").await;
+    b.find("form.upstream-editor input[name=responses_api]").await.click().await.unwrap();
     b.find("form.upstream-editor button[type=submit]").await.click().await.unwrap();
     b.find("section[aria-label='upstream c']").await;
     let c = admin.ok("GET", "/api/v1/upstreams", None).await["upstreams"]

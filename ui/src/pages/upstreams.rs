@@ -125,6 +125,13 @@ fn UpstreamEditor(u: Option<UpstreamView>, close: Callback<bool>) -> impl IntoVi
         form::Field::new(&u, "limits.rpm", "Requests per minute"),
         form::Field::new(&u, "limits.tpm", "Tokens per minute"),
     ];
+    // Unknown request fields sent on: "" none, "*" all, else the names (OpenAI-compatible only).
+    let passthrough = RwSignal::new(match &u["passthrough"] {
+        Value::Bool(true) => "*".to_owned(),
+        Value::Array(a) => a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "),
+        _ => String::new(),
+    });
+    let responses = RwSignal::new(u["responses_api"] == Value::Bool(true));
     let key = RwSignal::new(String::new());
     let next = StoredValue::new(models_in.len());
     let models =
@@ -143,6 +150,13 @@ fn UpstreamEditor(u: Option<UpstreamView>, close: Callback<bool>) -> impl IntoVi
             f.apply(&mut body);
         }
         body["models"] = models.get_untracked().iter().map(ModelRow::body).collect();
+        let fields_on = match passthrough.get_untracked().trim() {
+            "" => None,
+            "*" => Some(Value::Bool(true)),
+            names => Some(form::list(names).into_iter().map(Value::from).collect()),
+        };
+        form::put(&mut body, "passthrough", fields_on);
+        form::put(&mut body, "responses_api", responses.get_untracked().then_some(Value::Bool(true)));
         let k = key.get_untracked();
         if !k.trim().is_empty() {
             body["api_key"] = Value::from(k);
@@ -190,6 +204,16 @@ fn UpstreamEditor(u: Option<UpstreamView>, close: Callback<bool>) -> impl IntoVi
                 </Show>
             </div>
             <div class="fields">{fields.map(|f| f.view(error, "")).collect_view()}</div>
+            <div class="fields">
+                <label class="field"><span>"Unknown fields sent on (OpenAI-compatible: * for all, or names)"</span>
+                    <input type="text" name="passthrough" placeholder="none" prop:value=move || passthrough.get()
+                        on:input=move |ev| passthrough.set(event_target_value(&ev))/>
+                    {err_at("passthrough*".into())}</label>
+                <label class="field"><span>"Responses API"</span>
+                    <span><input type="checkbox" name="responses_api" prop:checked=move || responses.get()
+                        on:change=move |ev| responses.set(event_target_checked(&ev))/>" forward /v1/responses as it is (openai only)"</span>
+                    {err_at("responses_api".into())}</label>
+            </div>
             <fieldset><legend>"Models: capabilities and prices (USD per million tokens)"</legend>
                 {move || models.get().into_iter().enumerate().map(|(i, m)| {
                     let mid = m.id;
@@ -224,7 +248,12 @@ fn UpstreamEditor(u: Option<UpstreamView>, close: Callback<bool>) -> impl IntoVi
                 }>"Add model"</button>
             </fieldset>
             {move || error.get().map(|e| {
-                let text = form::unplaced(&e, |p| p == "name" || p == "provider" || p.starts_with("models[") || fields.iter().any(|f| f.path == p));
+                let text = form::unplaced(&e, |p| {
+                    ["name", "provider", "responses_api"].contains(&p)
+                        || p.starts_with("models[")
+                        || p.starts_with("passthrough")
+                        || fields.iter().any(|f| f.path == p)
+                });
                 view! { <p class="error" role="alert">{text}</p> }
             })}
             <div class="actions">
