@@ -205,12 +205,12 @@ fn UpstreamEditor(u: Option<UpstreamView>, close: Callback<bool>) -> impl IntoVi
             </div>
             <div class="fields">{fields.map(|f| f.view(error, "")).collect_view()}</div>
             <div class="fields">
-                <label class="field"><span>"Unknown fields sent on (OpenAI-compatible: * for all, or names)"</span>
+                <label class="field wide"><span>"Unknown fields sent on (OpenAI-compatible: * for all, or names)"</span>
                     <input type="text" name="passthrough" placeholder="none" prop:value=move || passthrough.get()
                         on:input=move |ev| passthrough.set(event_target_value(&ev))/>
                     {err_at("passthrough*".into())}</label>
                 <label class="field"><span>"Responses API"</span>
-                    <span><input type="checkbox" name="responses_api" prop:checked=move || responses.get()
+                    <span class="check"><input type="checkbox" name="responses_api" prop:checked=move || responses.get()
                         on:change=move |ev| responses.set(event_target_checked(&ev))/>" forward /v1/responses as it is (openai only)"</span>
                     {err_at("responses_api".into())}</label>
             </div>
