@@ -157,6 +157,16 @@ fn Home() -> impl IntoView {
     Effect::new(move |_| navigate(to, Default::default()));
 }
 
+/// A page's data as it loads: its value, or what the page shows meanwhile ("Loading…", or the
+/// server's error).
+pub fn loaded<T>(data: Option<Result<T, api::ApiError>>) -> Result<T, AnyView> {
+    match data {
+        None => Err(view! { <p class="loading">"Loading…"</p> }.into_any()),
+        Some(Err(e)) => Err(view! { <p class="error" role="alert">{e.message}</p> }.into_any()),
+        Some(Ok(v)) => Ok(v),
+    }
+}
+
 /// Runs `tick` now and then every `ms` for as long as the calling page is shown. The flag is a
 /// plain atomic, not a signal: the loop wakes after the page (and every signal it owned) is
 /// gone, and reading a disposed signal panics (a `tick` may still `set` its page's signals: a set

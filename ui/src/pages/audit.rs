@@ -34,11 +34,10 @@ pub fn Audit() -> impl IntoView {
             <label>"Operator " <input name="operator" prop:value=move || operator.get() on:change=move |ev| operator.set(event_target_value(&ev))/></label>
             <label>"Target " <input name="target" placeholder="alias, tenant, key…" prop:value=move || target.get() on:change=move |ev| target.set(event_target_value(&ev))/></label>
         </form>
-        {move || match data.get() {
-            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(list)) if list.is_empty() => view! { <p>"Nothing recorded for these filters."</p> }.into_any(),
-            Some(Ok(list)) => view! {
+        {move || match crate::loaded(data.get()) {
+            Err(pending) => pending,
+            Ok(list) if list.is_empty() => view! { <p>"Nothing recorded for these filters."</p> }.into_any(),
+            Ok(list) => view! {
                 <table class="audit">
                     <thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"Target"</th><th>"Before → after"</th></tr></thead>
                     <tbody>

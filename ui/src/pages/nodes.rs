@@ -15,10 +15,9 @@ pub fn Nodes() -> impl IntoView {
     crate::every(2000, move || async move { data.set(Some(api::get::<NodeList>("/api/v1/nodes").await)) });
     view! {
         <h1>"Data planes"</h1>
-        {move || match data.get() {
-            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(v)) => {
+        {move || match crate::loaded(data.get()) {
+            Err(pending) => pending,
+            Ok(v) => {
                 let latest = v.latest_version;
                 let now = js_sys::Date::now();
                 let nodes = v.nodes;

@@ -103,10 +103,9 @@ pub fn Operators() -> impl IntoView {
                 <button on:click=move |_| shown.set(None)>"Done"</button>
             </div>
         })}
-        {move || match data.get() {
-            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(list)) => view! {
+        {move || match crate::loaded(data.get()) {
+            Err(pending) => pending,
+            Ok(list) => view! {
                 <table class="operators">
                     <thead><tr><th>"Operator"</th><th>"Signs in with"</th><th>"Role"</th><th>"State"</th><th>"Sessions"</th><th>"Created (UTC)"</th><th></th></tr></thead>
                     <tbody>

@@ -110,10 +110,9 @@ pub fn Overview() -> impl IntoView {
     });
     view! {
         <h1>"Overview"</h1>
-        {move || match nodes.get() {
-            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(v)) => {
+        {move || match crate::loaded(nodes.get()) {
+            Err(pending) => pending,
+            Ok(v) => {
                 let ups = fleet(&v);
                 let over = window(&v).map_or_else(String::new, |w| format!(" (last {w})"));
                 let last = format!(" (last {RECENT_MINUTES} min)");

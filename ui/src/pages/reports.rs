@@ -109,11 +109,10 @@ pub fn Reports() -> impl IntoView {
             <a class="button" download="ax-cost.csv" href=move || format!("/api/v1/reports/cost?{}&format=csv", q.string())>"Download CSV"</a>
         </form>
         <Trail q=q/>
-        {move || match data.get() {
-            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(r)) if r.rows.is_empty() => view! { <Empty filtered=q.filtered()/> }.into_any(),
-            Some(Ok(r)) => view! { <Chart r=r.clone()/> <Table r=r q=q/> }.into_any(),
+        {move || match crate::loaded(data.get()) {
+            Err(pending) => pending,
+            Ok(r) if r.rows.is_empty() => view! { <Empty filtered=q.filtered()/> }.into_any(),
+            Ok(r) => view! { <Chart r=r.clone()/> <Table r=r q=q/> }.into_any(),
         }}
     }
 }

@@ -71,10 +71,9 @@ pub fn Tenants() -> impl IntoView {
                 })}
             </form>
         </Show>
-        {move || match tenants.get() {
-            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(list)) => view! {
+        {move || match crate::loaded(tenants.get()) {
+            Err(pending) => pending,
+            Ok(list) => view! {
                 <table class="tenants">
                     <thead><tr><th>"Tenant"</th><th>"Allowed aliases"</th><th>"Limits"</th><th>"Budgets (spent of cap)"</th><th class="num">"Active keys"</th><th></th></tr></thead>
                     <tbody>
@@ -393,10 +392,9 @@ fn Keys(tenant: String, reload: Callback<()>) -> impl IntoView {
                 </div>
             })}
             {move || error.get().map(|e| view! { <p class="error" role="alert">{e.message}</p> })}
-            {move || match keys.get() {
-                None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-                Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-                Some(Ok(list)) => {
+            {move || match crate::loaded(keys.get()) {
+                Err(pending) => pending,
+                Ok(list) => {
                     let revoke = revoke.clone();
                     view! {
                         <table>

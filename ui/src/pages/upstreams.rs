@@ -36,11 +36,10 @@ pub fn Upstreams() -> impl IntoView {
                 if saved { load(); }
             })/>
         </Show>
-        {move || match data.get() {
-            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(list)) if list.is_empty() => view! { <p>"No upstreams yet."</p> }.into_any(),
-            Some(Ok(list)) => list.into_iter().map(|u| view! { <Upstream u=u reload=reload/> }).collect_view().into_any(),
+        {move || match crate::loaded(data.get()) {
+            Err(pending) => pending,
+            Ok(list) if list.is_empty() => view! { <p>"No upstreams yet."</p> }.into_any(),
+            Ok(list) => list.into_iter().map(|u| view! { <Upstream u=u reload=reload/> }).collect_view().into_any(),
         }}
     }
 }

@@ -36,10 +36,9 @@ pub fn Versions() -> impl IntoView {
             Ok(t) => view! { <p class="ok" role="status">{t}</p> }.into_any(),
             Err(e) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
         })}
-        {move || match data.get() {
-            None => view! { <p class="loading">"Loading…"</p> }.into_any(),
-            Some(Err(e)) => view! { <p class="error" role="alert">{e.message}</p> }.into_any(),
-            Some(Ok(list)) => view! {
+        {move || match crate::loaded(data.get()) {
+            Err(pending) => pending,
+            Ok(list) => view! {
                 <table class="versions">
                     <thead><tr><th>"Version"</th><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th></th></tr></thead>
                     <tbody>
