@@ -86,8 +86,13 @@ fn main() {
         })
     );
     // Limits high enough never to refuse: the cost of the admitted path.
-    let limiter =
-        Limiter { rpm: Some(u32::MAX), tpm: Some(u32::MAX), concurrency: Some(u32::MAX), state: LimitState::new() };
+    let limiter = Limiter {
+        rpm: Some(u32::MAX),
+        tpm: Some(u32::MAX),
+        concurrency: Some(u32::MAX),
+        exact: false,
+        state: LimitState::new(),
+    };
     let l2 = limiter.clone();
     println!(
         "| rate-limit decision: rpm + tpm + concurrency, reserve then settle | {:.1} | {:.1} |",
@@ -107,6 +112,7 @@ fn main() {
         alias: None,
         action: ax_protocol::config::BudgetAction::default(),
         warn_at: u64::MAX / 2,
+        exact: false,
         state: Arc::default(),
     };
     let tz = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();

@@ -679,6 +679,10 @@ pub struct BudgetSpec {
     /// Share of the cap from which responses carry `x-ax-budget-warning`.
     #[serde(default = "default_warn_at")]
     pub warn_at: f64,
+    /// With Redis: reserve every request's cost there (one round trip each) instead of drawing
+    /// from it in blocks (docs/budgets.md).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub exact: bool,
 }
 
 fn default_warn_at() -> f64 {
@@ -735,6 +739,10 @@ pub struct LimitsSpec {
     /// Requests in flight (streams count until they end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// With Redis: count every request there (one round trip each) instead of drawing quota in
+    /// blocks (docs/limits.md).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub exact: bool,
 }
 
 /// One API key of a tenant. The config never holds a key in plaintext: either its SHA-256

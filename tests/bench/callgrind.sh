@@ -13,7 +13,9 @@
 # OpenAI one (the same-protocol fast path); AX_CG_CASES=false (or true) measures only non-stream
 # (or the stream); AX_CG_API=messages sends it as an Anthropic caller (POST /v1/messages with
 # anthropic-version; with AX_CG_ALIAS=chat-an, forwarded to the Anthropic upstream);
-# AX_CG_KEEP=<dir> keeps the dumps; AX_CG_DEBUG=1 shows the warm-up answers.
+# AX_CG_KEEP=<dir> keeps the dumps; AX_CG_DEBUG=1 shows the warm-up answers; AX_CG_GOVERN=local
+# (or redis) sends as a tenant with rate limits and a day budget, governed in the process (or
+# fleet-wide through the Redis at 127.0.0.1:6379, with leases).
 # Loopback only; every run is bounded; everything started here is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +24,7 @@ MESSAGES=${AX_CG_MESSAGES:-1}
 ALIAS=${AX_CG_ALIAS:-chat}
 CASES=${AX_CG_CASES:-false true}
 API=${AX_CG_API:-chat}
+GOVERN=${AX_CG_GOVERN:-}
 shift || true
 BINS=("$@")
 for tool in valgrind callgrind_control wrk curl; do
@@ -44,7 +47,10 @@ PIDS+=($!)
 for _ in $(seq 100); do [ -s "$WORK/mock.addr" ] && break; sleep 0.05; done
 MOCK=$(cat "$WORK/mock.addr")
 KEY=ax-bench-key
+SERVER=""
+[ "$GOVERN" = redis ] && SERVER="server: { redis_url: \"redis://127.0.0.1:6379\", redis_prefix: \"cg-$$\" }"
 cat > "$WORK/ax.yaml" <<EOF
+$SERVER
 upstreams:
   - { name: up, provider: openai, base_url: "http://$MOCK/v1", api_key: sk-bench,
       models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming], price_per_mtok: { input: 1, output: 2 } }] }
@@ -55,7 +61,12 @@ routes:
   - { alias: chat-an, candidates: [{ upstream: an, model: m }] }
 tenants:
   - { id: plain, keys: [{ id: k1, sha256: "$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)" }] }
+  - id: governed
+    limits: { rpm: 100000000, tpm: 4000000000, concurrency: 100000 }
+    budgets: [{ window: day, usd: 1000000000 }]
+    keys: [{ id: k2, sha256: "$(printf '%s' "$KEY-gov" | sha256sum | cut -d' ' -f1)" }]
 EOF
+[ -n "$GOVERN" ] && KEY="$KEY-gov"
 body() { # $1 = stream (true|false)
   python3 - "$1" "$MESSAGES" "$ALIAS" <<'PY'
 import json, sys
@@ -113,6 +124,7 @@ for bin in "${BINS[@]}"; do
     [ "$MESSAGES" != 1 ] && case="$case, $MESSAGES messages"
     [ "$ALIAS" != chat ] && case="$case, $ALIAS"
     [ "$API" != chat ] && case="$case, /v1/$API"
+    [ -n "$GOVERN" ] && case="$case, governed ($GOVERN)"
     echo "| $bin | $case | $n | $(( total / n )) |"
   done
 done

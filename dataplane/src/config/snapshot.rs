@@ -294,6 +294,7 @@ fn limiter(spec: &ax_protocol::config::LimitsSpec, prev: Option<&Limiter>) -> Li
         rpm: spec.rpm,
         tpm: spec.tpm,
         concurrency: spec.concurrency,
+        exact: spec.exact,
         state: prev.map_or_else(LimitState::new, |p| p.state.clone()),
     }
 }
@@ -405,6 +406,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
                 alias: b.alias.clone(),
                 action: b.action.clone(),
                 warn_at: (limit as f64 * b.warn_at) as u64,
+                exact: b.exact,
                 // The same budget (window and alias) keeps its spend across reloads.
                 state: prev_tenant
                     .and_then(|pt| pt.budgets.iter().find(|pb| pb.window == b.window && pb.alias == b.alias))

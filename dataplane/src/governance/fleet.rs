@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::state::lease::{Draw, Drawn, Lease, Shape};
+
 /// The longest a request waits on Redis.
 pub const TIMEOUT: Duration = Duration::from_millis(50);
 /// How often the background task checks Redis while it is down (and, less often, while up).
@@ -30,6 +32,8 @@ const PROBE: Duration = Duration::from_millis(250);
 const PROBE_UP: Duration = Duration::from_secs(1);
 /// A subject's hash outlives its last write by this much (the window and a margin).
 const TTL_MS: u64 = 125_000;
+/// A budget's period counter outlives its last draw by this much (a month and a margin).
+const PERIOD_TTL_MS: u64 = 40 * 86_400_000;
 
 /// KEYS: one hash per subject and kind. ARGV: ttl, then limit and amount per key. Fields: `s` the
 /// sum of the buckets counted, `low` the oldest second that may hold one, and a field per second.
@@ -108,6 +112,90 @@ if v < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') end
 return v
 ";
 
+/// Leases (`lease`) on a per-minute limit. KEYS[1]: the subject's hash, as `ADMIT`'s. ARGV: ttl,
+/// limit, want, least, give back (negative: spent past a reservation, counted whatever the
+/// limit), the second to give back to. Gives back first, then grants
+/// `min(want, room)` if that is at least `least`, counted in the current second. Returns {granted,
+/// second, count after} or, refused, {0, wait_ms, count}.
+const LEASE_WINDOW: &str = r"
+local k = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1])
+local ms_into = math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local want = tonumber(ARGV[3])
+local least = tonumber(ARGV[4])
+local back = tonumber(ARGV[5])
+local low = tonumber(redis.call('HGET', k, 'low') or now)
+local sum = tonumber(redis.call('HGET', k, 's') or '0')
+if now - low > 61 then
+  redis.call('DEL', k)
+  sum = 0
+  low = now - 60
+end
+while low < now - 60 do
+  local v = redis.call('HGET', k, low)
+  if v then
+    sum = sum - tonumber(v)
+    redis.call('HDEL', k, low)
+  end
+  low = low + 1
+end
+if back > 0 then
+  local v = redis.call('HGET', k, ARGV[6])
+  if v then
+    local new = math.max(0, tonumber(v) - back)
+    redis.call('HSET', k, ARGV[6], new)
+    sum = sum - (tonumber(v) - new)
+  end
+elseif back < 0 then
+  redis.call('HINCRBY', k, now, -back)
+  sum = sum - back
+end
+redis.call('HSET', k, 'low', low, 's', sum)
+redis.call('PEXPIRE', k, ttl)
+local grant = math.min(want, limit - sum)
+if grant < least or grant <= 0 then
+  if least == 0 then return {0, now, sum} end
+  local wait = 60000 - ms_into
+  if least <= limit then
+    local freed = 0
+    for s = low, now do
+      freed = freed + tonumber(redis.call('HGET', k, s) or '0')
+      if sum - freed + least <= limit then
+        wait = (s + 61 - now) * 1000 - ms_into
+        break
+      end
+    end
+  end
+  return {0, math.max(wait, 1), sum}
+end
+redis.call('HINCRBY', k, now, grant)
+redis.call('HINCRBY', k, 's', grant)
+return {grant, now, sum + grant}
+";
+
+/// Leases on a budget. KEYS[1]: the period's counter. ARGV: ttl, limit, want, least, give back
+/// (negative: spent past a reservation).
+/// Returns {granted, 0, spend after}; refused, {0, 0, spend}.
+const LEASE_PERIOD: &str = r"
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local back = tonumber(ARGV[5])
+if back > 0 and v > 0 then
+  v = math.max(0, v - back)
+  redis.call('SET', KEYS[1], v, 'KEEPTTL')
+elseif back < 0 then
+  v = redis.call('INCRBY', KEYS[1], -back)
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+local grant = math.min(tonumber(ARGV[3]), tonumber(ARGV[2]) - v)
+if grant < tonumber(ARGV[4]) or grant <= 0 then return {0, 0, v} end
+v = redis.call('INCRBY', KEYS[1], grant)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return {grant, 0, v}
+";
+
 /// One limit to check: the key's stem (subject and kind), the limit and this request's amount.
 pub struct Item {
     pub stem: String,
@@ -144,6 +232,10 @@ pub struct Fleet {
     spend: redis::Script,
     settle: redis::Script,
     settle_bucket: redis::Script,
+    lease_window: redis::Script,
+    lease_period: redis::Script,
+    /// Every lease of the process, for the sweep.
+    pub leases: crate::state::lease::Leases,
 }
 
 /// A budget reservation in Redis.
@@ -173,6 +265,9 @@ impl Fleet {
             spend: redis::Script::new(SPEND),
             settle: redis::Script::new(SETTLE),
             settle_bucket: redis::Script::new(SETTLE_BUCKET),
+            lease_window: redis::Script::new(LEASE_WINDOW),
+            lease_period: redis::Script::new(LEASE_PERIOD),
+            leases: crate::state::lease::Leases::default(),
         }))
     }
 
@@ -230,7 +325,10 @@ impl Fleet {
                 },
             };
             match ok {
-                Ok(()) => self.mark_up(),
+                Ok(()) => {
+                    self.mark_up();
+                    self.sweep().await;
+                }
                 Err(e) => self.mark_down(&e),
             }
             if !self.ready.swap(true, Ordering::AcqRel) {
@@ -256,10 +354,28 @@ impl Fleet {
         }
     }
 
+    /// The lease of `stem` (`rl:tenant:acme:rpm`, `budget:…`), made and registered on first use.
+    pub fn lease_of(&self, slot: &OnceLock<Arc<Lease>>, stem: impl FnOnce() -> String, shape: Shape) -> Arc<Lease> {
+        slot.get_or_init(|| {
+            let lease = Arc::new(Lease::new(format!("{}:{}", self.prefix, stem()), shape));
+            self.leases.register(&lease);
+            lease
+        })
+        .clone()
+    }
+
+    /// Once a second while Redis is up: every lease's block follows its traffic, and idle or
+    /// excess quota goes back.
+    pub async fn sweep(&self) {
+        for lease in self.leases.live() {
+            lease.sweep(self).await;
+        }
+    }
+
     /// Checks and reserves all `items` at once.
     pub async fn admit(self: &Arc<Self>, items: &[Item]) -> Decision {
         if items.is_empty() {
-            return Decision::Admitted(FleetHeld { shared: self.clone(), second: 0, reserved: Vec::new() });
+            return Decision::Admitted(FleetHeld::empty(self));
         }
         let mut inv = self.admit.prepare_invoke();
         inv.arg(TTL_MS);
@@ -270,7 +386,9 @@ impl Fleet {
             keys.push((key, it.amount, it.tokens));
         }
         match self.call::<(i64, i64)>(inv).await {
-            Some((0, second)) => Decision::Admitted(FleetHeld { shared: self.clone(), second, reserved: keys }),
+            Some((0, second)) => {
+                Decision::Admitted(FleetHeld { shared: self.clone(), second, reserved: keys, leased: Vec::new() })
+            }
             Some((i, wait_ms)) => Decision::Refused {
                 index: usize::try_from(i - 1).unwrap_or(0),
                 retry_after: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(1).max(1)),
@@ -322,6 +440,38 @@ impl Fleet {
     }
 }
 
+impl Draw for Fleet {
+    const TIMEOUT: Duration = TIMEOUT;
+
+    async fn draw(&self, lease: &Lease, want: u64, least: u64, limit: u64, back: i64) -> Option<Drawn> {
+        let (mut inv, ttl) = match lease.shape() {
+            Shape::Window => (self.lease_window.prepare_invoke(), TTL_MS),
+            Shape::Period => (self.lease_period.prepare_invoke(), PERIOD_TTL_MS),
+        };
+        let key;
+        let key = match lease.shape() {
+            Shape::Window => lease.key(),
+            Shape::Period => {
+                key = format!("{}:{}", lease.key(), lease.mark());
+                key.as_str()
+            }
+        };
+        inv.key(key).arg(ttl).arg(limit).arg(want).arg(least).arg(back).arg(lease.mark().max(0));
+        let (granted, mark, total) = self.call::<(u64, i64, u64)>(inv).await?;
+        Some(Drawn {
+            granted,
+            least,
+            mark,
+            wait_ms: if granted == 0 && lease.shape() == Shape::Window {
+                u64::try_from(mark).unwrap_or(1)
+            } else {
+                1_000
+            },
+            total,
+        })
+    }
+}
+
 async fn ping(mut c: ConnectionManager) -> Result<(), String> {
     let cmd = redis::cmd("PING");
     match tokio::time::timeout(TIMEOUT * 4, cmd.query_async::<String>(&mut c)).await {
@@ -334,17 +484,37 @@ async fn ping(mut c: ConnectionManager) -> Result<(), String> {
 /// The reservations one request holds in Redis; `settle` corrects token counts to actual usage.
 pub struct FleetHeld {
     shared: Arc<Fleet>,
-    /// Redis's second the reservations were counted in.
+    /// Redis's second the exact reservations were counted in.
     second: i64,
-    /// (key, amount, is a token limit).
+    /// Exact reservations: (key, amount, is a token limit).
     reserved: Vec<(String, u64, bool)>,
+    /// Taken from leases: (lease, amount, is a token limit).
+    pub leased: Vec<(Arc<Lease>, u64, bool)>,
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl FleetHeld {
-    /// The request was refused after all (by a local limit): gives back every reservation.
+    /// Nothing held yet.
+    pub fn empty(shared: &Arc<Fleet>) -> Self {
+        Self { shared: shared.clone(), second: 0, reserved: Vec::new(), leased: Vec::new() }
+    }
+
+    /// Adds the exact reservations of `other`.
+    pub fn absorb(&mut self, mut other: FleetHeld) {
+        self.second = other.second;
+        self.reserved.append(&mut other.reserved);
+    }
+
+    /// The request was refused after all (by a later limit): gives back every reservation.
     pub fn cancel(&mut self) {
         for (key, amount, _) in self.reserved.drain(..) {
-            self.shared.adjust_bucket(key, self.second, -i64::try_from(amount).unwrap_or(i64::MAX));
+            self.shared.adjust_bucket(key, self.second, -signed(amount));
+        }
+        for (lease, amount, _) in self.leased.drain(..) {
+            lease.give_back(&self.shared, signed(amount));
         }
     }
 
@@ -352,8 +522,12 @@ impl FleetHeld {
     pub fn settle(&mut self, actual: u64) {
         for (key, amount, tokens) in self.reserved.drain(..) {
             if tokens {
-                let delta = i64::try_from(actual).unwrap_or(i64::MAX) - i64::try_from(amount).unwrap_or(i64::MAX);
-                self.shared.adjust_bucket(key, self.second, delta);
+                self.shared.adjust_bucket(key, self.second, signed(actual) - signed(amount));
+            }
+        }
+        for (lease, amount, tokens) in self.leased.drain(..) {
+            if tokens {
+                lease.give_back(&self.shared, signed(amount) - signed(actual));
             }
         }
     }

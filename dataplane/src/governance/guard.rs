@@ -16,6 +16,7 @@ use crate::error::AxError;
 use crate::error::LimitKind as Kind;
 use crate::governance::fleet::{self, Fleet};
 use crate::state::budget::{Reserved, Verdict};
+use crate::state::lease::{Lease, Shape, Took};
 use crate::state::limits::Held;
 
 /// What a request may use, reserved before it is routed: its prompt estimate and the tokens
@@ -26,10 +27,12 @@ pub struct Demand {
     pub reserve_tokens: u64,
 }
 
-/// One budget reservation: on this process's spend, or on the fleet-wide spend in Redis.
+/// One budget reservation: on this process's spend, or on the fleet-wide spend in Redis (exact,
+/// or taken from this process's lease on it).
 enum BudgetHold {
     Local(Reserved),
     Fleet { fleet: Arc<Fleet>, key: String, amount: u64 },
+    Lease { fleet: Arc<Fleet>, lease: Arc<Lease>, period: u64, amount: u64 },
 }
 
 impl BudgetHold {
@@ -42,6 +45,13 @@ impl BudgetHold {
                     fleet.adjust(key.clone(), delta);
                     *amount = actual;
                 }
+            }
+            Self::Lease { fleet, lease, period, amount } => {
+                if lease.mark() == i64::try_from(*period).unwrap_or(-1) {
+                    let delta = i64::try_from(*amount).unwrap_or(i64::MAX) - i64::try_from(actual).unwrap_or(i64::MAX);
+                    lease.give_back(fleet, delta);
+                }
+                *amount = actual;
             }
         }
     }
@@ -76,36 +86,7 @@ async fn check_limits(
     if let Some(s) = fleet {
         divisor = s.replicas;
         if !s.is_down() {
-            let mut items = Vec::new();
-            let mut which = Vec::new();
-            for (layer, subject, l) in &layers {
-                if let Some(rpm) = l.rpm {
-                    items.push(fleet::Item {
-                        stem: format!("rl:{layer}:{subject}:rpm"),
-                        limit: u64::from(rpm),
-                        amount: 1,
-                        tokens: false,
-                    });
-                    which.push((*layer, Kind::Requests, u64::from(rpm)));
-                }
-                if let Some(tpm) = l.tpm {
-                    items.push(fleet::Item {
-                        stem: format!("rl:{layer}:{subject}:tpm"),
-                        limit: u64::from(tpm),
-                        amount: tokens,
-                        tokens: true,
-                    });
-                    which.push((*layer, Kind::Tokens, u64::from(tpm)));
-                }
-            }
-            match s.admit(&items).await {
-                fleet::Decision::Admitted(h) => shared = Some(h),
-                fleet::Decision::Refused { index, retry_after } => {
-                    let (layer, kind, limit) = which.get(index).copied().unwrap_or(("tenant", Kind::Requests, 0));
-                    return Err(AxError::RateLimitExceeded { layer, kind, limit, remaining: 0, retry_after });
-                }
-                fleet::Decision::Unavailable => {}
-            }
+            shared = fleet_limits(s, &layers, tokens).await?;
         }
     }
     let rates_local = shared.is_none();
@@ -139,6 +120,60 @@ async fn check_limits(
         }
     }
     Ok(Holds { local, shared })
+}
+
+/// The per-minute limits of `layers` fleet-wide: from each subject's lease, or (`exact`) all
+/// in one script call. None when Redis cannot be used now (every limit is then local).
+async fn fleet_limits(
+    s: &Arc<Fleet>,
+    layers: &[(&'static str, &str, &crate::state::limits::Limiter); 3],
+    tokens: u64,
+) -> Result<Option<fleet::FleetHeld>, AxError> {
+    let mut held = fleet::FleetHeld::empty(s);
+    let mut items = Vec::new();
+    let mut which = Vec::new();
+    for &(layer, subject, l) in layers {
+        let kinds = [(Kind::Requests, l.rpm, 1, "rpm"), (Kind::Tokens, l.tpm, tokens, "tpm")];
+        for (i, (kind, limit, amount, name)) in kinds.into_iter().enumerate() {
+            let Some(limit) = limit.map(u64::from) else { continue };
+            if l.exact {
+                let stem = format!("rl:{layer}:{subject}:{name}");
+                items.push(fleet::Item { stem, limit, amount, tokens: kind == Kind::Tokens });
+                which.push((layer, kind, limit));
+                continue;
+            }
+            let lease = s.lease_of(&l.state.leases[i], || format!("rl:{layer}:{subject}:{name}"), Shape::Window);
+            match lease.take(s, amount, limit).await {
+                Took::Taken => held.leased.push((lease, amount, kind == Kind::Tokens)),
+                Took::Refused(retry_after) => {
+                    held.cancel();
+                    return Err(AxError::RateLimitExceeded { layer, kind, limit, remaining: 0, retry_after });
+                }
+                Took::Unavailable => {
+                    held.cancel();
+                    return Ok(None);
+                }
+            }
+        }
+    }
+    if items.is_empty() {
+        return Ok(Some(held));
+    }
+    match s.admit(&items).await {
+        fleet::Decision::Admitted(h) => {
+            held.absorb(h);
+            Ok(Some(held))
+        }
+        fleet::Decision::Refused { index, retry_after } => {
+            held.cancel();
+            let (layer, kind, limit) = which.get(index).copied().unwrap_or(("tenant", Kind::Requests, 0));
+            Err(AxError::RateLimitExceeded { layer, kind, limit, remaining: 0, retry_after })
+        }
+        fleet::Decision::Unavailable => {
+            held.cancel();
+            Ok(None)
+        }
+    }
 }
 
 /// The request's maximum possible cost on `route`: its most expensive candidate at the prompt
@@ -177,7 +212,31 @@ async fn check_budgets<'s>(
         for b in tenant.budgets.iter().filter(|b| b.applies_to(&route.alias)) {
             // Fleet-wide spend through Redis when configured and reachable; else this replica's
             // local spend against its share of the budget.
-            if let Some(shared) = fleet {
+            if let Some(shared) = fleet.filter(|s| !b.exact && !s.is_down()) {
+                let period = crate::state::budget::period(b.window, &snap.budget_tz);
+                let lease = shared.lease_of(
+                    &b.state.lease,
+                    || format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*")),
+                    Shape::Period,
+                );
+                lease.enter_period(period);
+                match lease.take(shared, cost, b.limit).await {
+                    Took::Taken => {
+                        warning = warning.or(b.warning(lease.fleet_total()));
+                        reserved.push(BudgetHold::Lease { fleet: shared.clone(), lease, period, amount: cost });
+                        continue;
+                    }
+                    Took::Refused(_) if b.warns_only() => {
+                        warning = warning.or(Some(b.exceeded()));
+                        continue;
+                    }
+                    Took::Refused(_) => {
+                        exhausted = Some(b);
+                        break;
+                    }
+                    Took::Unavailable => {}
+                }
+            } else if let Some(shared) = fleet {
                 let stem = format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*"));
                 let period = crate::state::budget::period(b.window, &snap.budget_tz);
                 match shared.spend(&stem, period, cost, b.limit, b.ttl()).await {

@@ -19,6 +19,8 @@ pub struct BudgetState {
     period: AtomicU64,
     /// Micro-USD spent and reserved in that period.
     spent: AtomicU64,
+    /// The fleet-wide lease, made on first use with Redis.
+    pub lease: std::sync::OnceLock<Arc<super::lease::Lease>>,
 }
 
 #[derive(Debug, Clone)]
@@ -28,6 +30,8 @@ pub struct Budget {
     pub alias: Option<String>,
     pub action: BudgetAction,
     pub warn_at: u64,
+    /// Fleet-wide: one Redis round trip per request instead of a lease.
+    pub exact: bool,
     pub state: Arc<BudgetState>,
 }
 
@@ -150,6 +154,7 @@ mod tests {
             alias: None,
             action: BudgetAction::default(),
             warn_at: limit * 8 / 10,
+            exact: false,
             state: Arc::default(),
         }
     }

@@ -154,6 +154,8 @@ pub struct LimitState {
     pub requests: SlidingWindow,
     pub tokens: SlidingWindow,
     in_flight: AtomicU32,
+    /// The fleet-wide leases of the requests and tokens limits, made on first use with Redis.
+    pub leases: [OnceLock<Arc<super::lease::Lease>>; 2],
 }
 
 impl LimitState {
@@ -184,6 +186,8 @@ pub struct Limiter {
     pub rpm: Option<u32>,
     pub tpm: Option<u32>,
     pub concurrency: Option<u32>,
+    /// Fleet-wide: one Redis round trip per request instead of leases.
+    pub exact: bool,
     pub state: Arc<LimitState>,
 }
 
@@ -279,7 +283,7 @@ mod tests {
     use super::*;
 
     fn limiter(rpm: Option<u32>, tpm: Option<u32>, concurrency: Option<u32>) -> Limiter {
-        Limiter { rpm, tpm, concurrency, state: LimitState::new() }
+        Limiter { rpm, tpm, concurrency, exact: false, state: LimitState::new() }
     }
 
     /// At three times the limit, accepted requests in every aligned and every sliding 60 s window

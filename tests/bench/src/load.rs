@@ -133,7 +133,7 @@ async fn connection(t: Target, end: Instant, gap: Option<Duration>, offset: Dura
     s
 }
 
-async fn run(t: &Target, conns: usize, dur: Duration, rate: Option<f64>) -> Sample {
+pub async fn run(t: &Target, conns: usize, dur: Duration, rate: Option<f64>) -> Sample {
     let start = Instant::now();
     let end = start + dur;
     let gap = rate.map(|r| Duration::from_secs_f64(conns as f64 / r.max(1.0)));

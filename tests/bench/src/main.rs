@@ -218,6 +218,25 @@ fn summary(s: &load::Sample) -> Value {
     json!({ "p50_us": s.pct(50.0), "p99_us": s.pct(99.0), "rps": s.rps().round() as u64, "errors": s.errors, "n": s.lat_us.len() })
 }
 
+/// Commands Redis (127.0.0.1:6379) was sent, by `redis-cli INFO commandstats`: every command
+/// but those a Lua script ran (`total_commands_processed` counts those too), so one `EVALSHA`
+/// is one.
+fn redis_commands() -> Option<u64> {
+    const IN_SCRIPTS: [&str; 9] = ["hset", "hget", "hdel", "hincrby", "pexpire", "time", "del", "incrby", "exists"];
+    let out = std::process::Command::new("redis-cli").args(["-p", "6379", "INFO", "commandstats"]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut total = 0;
+    for line in text.lines() {
+        let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
+        if IN_SCRIPTS.contains(&name) || name == "info" {
+            continue;
+        }
+        let calls = rest.split(',').find_map(|f| f.strip_prefix("calls=")).and_then(|v| v.parse::<u64>().ok());
+        total += calls.unwrap_or(0);
+    }
+    Some(total)
+}
+
 fn ratio(a: f64, b: f64) -> Value {
     if b > 0.0 {
         json!((a / b * 1000.0).round() / 1000.0)
@@ -616,11 +635,19 @@ async fn run(o: Opts, command: String) -> R<()> {
             load::closed(&target("ax-governed", local.addr, "/v1/chat/completions", true, CHAT), 64, warm, dur).await;
         drop(local);
         let redis_up = std::net::TcpStream::connect("127.0.0.1:6379").is_ok();
+        let mut redis_per_request = None;
         let gr = if redis_up {
             let server =
                 format!("redis_url: \"redis://127.0.0.1:6379\", redis_prefix: \"bench-{}\"", std::process::id());
             let p = procs::ax(&o.ax, &dir, "ax-redis", &yaml(mock.addr, &server, true, 1))?;
-            let s = load::closed(&target("ax-redis", p.addr, "/v1/chat/completions", true, CHAT), 64, warm, dur).await;
+            let t = target("ax-redis", p.addr, "/v1/chat/completions", true, CHAT);
+            load::run(&t, 64, warm, None).await;
+            // Steady state: Redis's commands (every client's) over the measured run's requests.
+            let before = redis_commands();
+            let s = load::run(&t, 64, dur, None).await;
+            let commands = redis_commands().zip(before).map(|(a, b)| a.saturating_sub(b));
+            redis_per_request =
+                commands.map(|c| (c as f64 / (s.lat_us.len() as f64).max(1.0) * 1000.0).round() / 1000.0);
             Some(s)
         } else {
             None
@@ -628,7 +655,9 @@ async fn run(o: Opts, command: String) -> R<()> {
         results.insert(
         "governance".into(),
         json!({ "plain": summary(&plain), "local": summary(&gl), "redis": gr.as_ref().map(summary),
-                "local_rps_ratio": ratio(gl.rps(), plain.rps()), "redis_rps_ratio": gr.as_ref().map(|g| ratio(g.rps(), plain.rps())) }),
+                "local_rps_ratio": ratio(gl.rps(), plain.rps()), "redis_rps_ratio": gr.as_ref().map(|g| ratio(g.rps(), plain.rps())),
+                "redis_vs_local": gr.as_ref().map(|g| ratio(g.rps(), gl.rps())),
+                "redis_commands_per_request": redis_per_request }),
     );
     }
     results.insert("targets".into(), targets_met(&results));
@@ -733,6 +762,13 @@ fn targets_met(r: &serde_json::Map<String, Value>) -> Value {
             |v| v <= 0.5
         ),
         check("failed requests during snapshot swaps", f("swaps/under_swaps/errors"), "0", |v| v == 0.0),
+        check("governed through Redis ÷ governed locally", f("governance/redis_vs_local"), "≥ 0.9", |v| v >= 0.9),
+        check(
+            "Redis commands per governed request (steady state)",
+            f("governance/redis_commands_per_request"),
+            "≤ 0.1",
+            |v| v <= 0.1
+        ),
     ])
 }
 
@@ -974,12 +1010,14 @@ fn markdown(doc: &Value) -> String {
     let g = &r["governance"];
     let _ = writeln!(
         s,
-        "Governance (limits + budget, concurrency 64): plain {} req/s; local {} req/s (×{}); Redis {} req/s (×{}).",
+        "Governance (limits + budget, concurrency 64): plain {} req/s; local {} req/s (×{}); Redis {} req/s (×{}; ×{} of local), {} Redis commands a request.",
         v(&g["plain"]["rps"]),
         v(&g["local"]["rps"]),
         v(&g["local_rps_ratio"]),
         v(&g["redis"]["rps"]),
-        v(&g["redis_rps_ratio"])
+        v(&g["redis_rps_ratio"]),
+        v(&g["redis_vs_local"]),
+        v(&g["redis_commands_per_request"])
     );
     s
 }

@@ -256,7 +256,8 @@ async fn redis_slow_down_and_back_under_load() {
     let slowest = all.iter().map(|r| r.1).max().unwrap();
     let failed = all.iter().filter(|r| r.2 != 200).count();
     let during_pause = all.iter().filter(|r| r.0 >= paused && r.0 < paused + Duration::from_secs(2)).count();
-    assert_eq!(failed, 0, "every request answered");
+    let statuses: Vec<_> = all.iter().filter(|r| r.2 != 200).map(|r| (r.0.duration_since(all[0].0), r.2)).collect();
+    assert_eq!(failed, 0, "every request answered; refused (since the start, status): {statuses:?}");
     assert!(slowest <= REDIS_WAIT_BOUND, "a request waited {slowest:?} on Redis");
     assert!(during_pause > 20, "traffic went on while Redis was paused: {during_pause}");
     let logs = bin.logs();

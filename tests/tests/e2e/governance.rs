@@ -570,7 +570,10 @@ tenants:
     assert!(!a.logs().contains("redis unavailable") && !b.logs().contains("redis unavailable"));
 
     // Redis dies: local limits (40 / 2 replicas = 20 each) take over; nobody waits on Redis.
+    // (A subject Redis refused is not asked again for up to a second: its refusal stands that
+    // long, Redis or not.)
     redis.kill();
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
     for url in [&a.url, &b.url] {
         for _ in 0..10 {
             let started = std::time::Instant::now();
