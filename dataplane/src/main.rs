@@ -403,6 +403,10 @@ fn serve(args: Args) -> ExitCode {
                 failed = true;
             }
         }
+        // Fleet-wide quota this process drew and did not spend goes back to the fleet.
+        if let Some(fleet) = &app.fleet {
+            fleet.release().await;
+        }
         failed
     });
     for h in handles {

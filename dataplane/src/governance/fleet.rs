@@ -372,6 +372,20 @@ impl Fleet {
         }
     }
 
+    /// At shutdown, after the last request: every lease gives back what it holds (at most
+    /// `TIMEOUT` × 4 in all).
+    pub async fn release(&self) {
+        if self.is_down() {
+            return;
+        }
+        let all = async {
+            for lease in self.leases.live() {
+                lease.release(self).await;
+            }
+        };
+        let _ = tokio::time::timeout(TIMEOUT * 4, all).await;
+    }
+
     /// Checks and reserves all `items` at once.
     pub async fn admit(self: &Arc<Self>, items: &[Item]) -> Decision {
         if items.is_empty() {

@@ -17,6 +17,9 @@
 //! - **Returns**: a lease that spent nothing for a second gives its quota back (subtracted from
 //!   the bucket it was counted in, or from the period's counter), and a lease holding more than
 //!   two blocks (reservations settled back) gives the excess back: one call per second at most.
+//!   At shutdown (after the requests in flight) every lease gives back what it holds; a replica
+//!   killed outright loses what it held (never more than two blocks per subject) for the window
+//!   or period: under-admission, never overspend.
 //! - **Bound**: Redis never counts less than was spent, so a window or period overshoots its
 //!   limit only by quota counted earlier than it was spent: at most one block per replica for a
 //!   per-minute limit (a block is counted in the second it was drawn, and spent within about a
@@ -319,6 +322,14 @@ impl Lease {
             if let Some(d) = fleet.draw(self, 0, 0, limit, ret).await {
                 self.total.store(d.total, Ordering::Release);
             }
+        }
+    }
+
+    /// At shutdown: everything the lease holds goes back (and an overrun is counted).
+    pub async fn release<D: Draw>(&self, fleet: &D) {
+        let held = self.avail.swap(0, Ordering::AcqRel);
+        if held != 0 {
+            let _ = fleet.draw(self, 0, 0, self.limit.load(Ordering::Acquire), held).await;
         }
     }
 

@@ -7,6 +7,7 @@ mod conformance;
 mod controlplane;
 mod failover;
 mod faults;
+mod fleet;
 mod governance;
 mod hardening;
 mod ingress;

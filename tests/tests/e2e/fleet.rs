@@ -1,0 +1,253 @@
+//! Fleet-wide governance with leases (docs/limits.md, docs/budgets.md): several real data-plane
+//! processes against one real Redis, under uneven load, and through a replica's kill -9.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ax_tests::{key_digest, wire, Binary, FakeUpstream, RedisServer, Reply, KEY};
+use serde_json::json;
+
+/// Three replicas of one config (each in its own directory).
+fn replicas(tag: &str, yaml: &str) -> (std::path::PathBuf, Vec<Binary>) {
+    let dir = ax_tests::temp_dir(tag);
+    let path = dir.join("ax.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let bins = ["a", "b", "c"]
+        .iter()
+        .map(|n| {
+            let d = dir.join(n);
+            std::fs::create_dir_all(&d).unwrap();
+            Binary::start(&path, &d)
+        })
+        .collect();
+    (dir, bins)
+}
+
+/// What a worker saw: answers 200 (with their cost in micro-USD) and 429s.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    refused: AtomicU64,
+    cost: AtomicU64,
+}
+
+/// Sends requests to `url` until `stop`; anything but 200 and 429 fails the test.
+async fn worker(url: String, body: serde_json::Value, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
+    let client = reqwest::Client::new();
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(r) = client.post(format!("{url}/v1/chat/completions")).bearer_auth(KEY).json(&body).send().await else {
+            // The replica was killed under this worker.
+            return;
+        };
+        let status = r.status().as_u16();
+        let cost = r.headers().get("x-ax-cost-usd").and_then(|v| v.to_str().ok()).map_or(0, micro);
+        let text = r.text().await.unwrap_or_default();
+        match status {
+            200 => {
+                tally.ok.fetch_add(1, Ordering::Relaxed);
+                tally.cost.fetch_add(cost, Ordering::Relaxed);
+            }
+            429 => {
+                tally.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            other => panic!("unexpected {other}: {text}"),
+        }
+    }
+}
+
+/// `0.001001` → 1,001.
+fn micro(usd: &str) -> u64 {
+    let (whole, frac) = usd.split_once('.').unwrap_or((usd, "0"));
+    whole.parse::<u64>().unwrap_or(0) * 1_000_000 + frac.parse::<u64>().unwrap_or(0)
+}
+
+/// Three data planes share an rpm of 1,500 through Redis, with 6, 3 and 1 connections of load
+/// (60 / 30 / 10 %) for 8 seconds, far past the limit, all inside one minute. The leases'
+/// stated bound: the fleet admits at most the limit plus one block (1 %) per replica, and leaves
+/// at most a few blocks unused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_under_uneven_load_admit_within_the_stated_bound_of_one_limit() {
+    let redis = RedisServer::start();
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let limit = 1_500u64;
+    let yaml = format!(
+        r#"
+server: {{ redis_url: "{}", replicas: 3 }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}", models: [{{ name: m, context_window: 8000, capabilities: [chat] }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, limits: {{ rpm: {limit} }}, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        redis.url(),
+        up.url(),
+        key_digest(KEY)
+    );
+    let (dir, bins) = replicas("fleet-rpm", &yaml);
+    let stop = Arc::new(AtomicBool::new(false));
+    let body = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
+    let tallies: Vec<Arc<Tally>> = (0..3).map(|_| Arc::new(Tally::default())).collect();
+    let mut tasks = Vec::new();
+    for (i, conns) in [6, 3, 1].into_iter().enumerate() {
+        for _ in 0..conns {
+            tasks.push(tokio::spawn(worker(bins[i].url.clone(), body.clone(), stop.clone(), tallies[i].clone())));
+        }
+    }
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(started.elapsed() < Duration::from_secs(50), "the whole run fits in one window");
+    let admitted: Vec<u64> = tallies.iter().map(|t| t.ok.load(Ordering::Relaxed)).collect();
+    let refused: u64 = tallies.iter().map(|t| t.refused.load(Ordering::Relaxed)).sum();
+    let total: u64 = admitted.iter().sum();
+    let block = limit / 100;
+    eprintln!("rpm {limit}: admitted {admitted:?} = {total}, refused {refused}");
+    assert!(refused > 0, "the load went past the limit");
+    assert!(total <= limit + 3 * block, "admitted {total}: more than {limit} + one block ({block}) per replica");
+    assert!(total + 6 * block >= limit, "admitted {total}: quota left stranded in leases");
+    assert!(admitted[2] > 0 && admitted[0] > admitted[2], "every replica got its share of the traffic: {admitted:?}");
+    let counted: u64 = redis.cli(&["HGET", "ax:rl:tenant:t:rpm", "s"]).parse().unwrap();
+    assert!(counted <= limit, "Redis counts at most the limit: {counted}");
+    for b in &bins {
+        assert!(!b.logs().contains("panicked"));
+    }
+    drop(bins);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fleet budget of $0.25 a day over three data planes, each request costing exactly $0.001001
+/// (1 prompt token at $1 and 500 output tokens at $2 per Mtok, reserved up front in full), with
+/// one replica killed (SIGKILL) mid-run while it holds a lease. The fleet never spends more than
+/// the budget; what the killed replica held is lost for the day (at most two blocks of 1 %).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_budget_is_never_overspent_through_a_replica_kill() {
+    let redis = RedisServer::start();
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 500, 0)))).await;
+    let cap = 250_000u64;
+    let yaml = format!(
+        r#"
+server: {{ redis_url: "{}", replicas: 3 }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}",
+      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, budgets: [{{ window: day, usd: 0.25 }}], keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        redis.url(),
+        up.url(),
+        key_digest(KEY)
+    );
+    let (dir, mut bins) = replicas("fleet-budget", &yaml);
+    let stop = Arc::new(AtomicBool::new(false));
+    let body = json!({ "model": "chat", "max_tokens": 500, "messages": [{ "role": "user", "content": "hi" }] });
+    let tally = Arc::new(Tally::default());
+    let mut tasks = Vec::new();
+    for b in &bins {
+        for _ in 0..2 {
+            tasks.push(tokio::spawn(worker(b.url.clone(), body.clone(), stop.clone(), tally.clone())));
+        }
+    }
+    // Until about a third of the budget is spent, then replica C dies holding its lease.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tally.cost.load(Ordering::Relaxed) < cap / 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let at_kill = tally.cost.load(Ordering::Relaxed);
+    bins[2].kill();
+    // The others go on until the budget refuses them.
+    while tally.refused.load(Ordering::Relaxed) < 20 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let spent = tally.cost.load(Ordering::Relaxed);
+    let ok = tally.ok.load(Ordering::Relaxed);
+    let key = redis.cli(&["KEYS", "ax:budget:t:day:*"]);
+    let counted: u64 = redis.cli(&["GET", key.lines().next().unwrap_or("none")]).parse().unwrap_or(0);
+    eprintln!("budget {cap} µUSD: {ok} answers cost {spent} (replica C killed at {at_kill}); Redis counts {counted}");
+    assert!(tally.refused.load(Ordering::Relaxed) >= 20, "the budget was reached");
+    assert!(spent <= cap, "spent {spent} µUSD of a {cap} budget");
+    assert!(counted <= cap, "Redis counted {counted}");
+    let block = cap / 100;
+    assert!(spent + 2 * block + 3 * 1_001 >= cap, "spent {spent}: more lost to the kill than two blocks");
+
+    drop(bins);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Quota a replica drew and did not spend goes back to the fleet: when the replica stops
+/// (SIGTERM), and after a second without use. A $10 day budget (blocks up to $0.10), requests of
+/// $0.001001 each: Redis counts more than was spent while the leases hold quota, then exactly
+/// what was spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_quota_goes_back_on_stop_and_when_idle() {
+    let redis = RedisServer::start();
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 500, 0)))).await;
+    let yaml = format!(
+        r#"
+server: {{ redis_url: "{}", replicas: 3 }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}",
+      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, budgets: [{{ window: day, usd: 10 }}], keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        redis.url(),
+        up.url(),
+        key_digest(KEY)
+    );
+    let (dir, bins) = replicas("fleet-return", &yaml);
+    let body = json!({ "model": "chat", "max_tokens": 500, "messages": [{ "role": "user", "content": "hi" }] });
+    let client = reqwest::Client::new();
+    let spend = || {
+        let key = redis.cli(&["KEYS", "ax:budget:t:day:*"]);
+        redis.cli(&["GET", key.lines().next().unwrap_or("none")]).parse::<u64>().unwrap_or(0)
+    };
+    let mut spent = 0;
+    let mut send = |url: String| {
+        let (client, body) = (client.clone(), body.clone());
+        async move {
+            let r =
+                client.post(format!("{url}/v1/chat/completions")).bearer_auth(KEY).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            micro(r.headers()["x-ax-cost-usd"].to_str().unwrap())
+        }
+    };
+    for _ in 0..30 {
+        spent += send(bins[0].url.clone()).await;
+    }
+    let held = spend();
+    eprintln!("30 requests cost {spent} µUSD; Redis counts {held} while replica A holds its lease");
+    assert!(held > spent, "the lease holds quota drawn ahead");
+    bins[0].signal("TERM");
+    let stopped = Instant::now();
+    while spend() != spent && stopped.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(spend(), spent, "a stopping replica gives back what it did not spend");
+
+    for _ in 0..30 {
+        spent += send(bins[1].url.clone()).await;
+    }
+    assert!(spend() > spent);
+    let idle = Instant::now();
+    while spend() != spent && idle.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("replica B's lease went back {:?} after its last request", idle.elapsed());
+    assert_eq!(spend(), spent, "an idle lease gives back what it did not spend");
+    assert!(idle.elapsed() < Duration::from_millis(2_600), "within about two sweeps");
+    drop(bins);
+    let _ = std::fs::remove_dir_all(&dir);
+}
