@@ -215,7 +215,7 @@ tenants:
         redis.cli(&["GET", key.lines().next().unwrap_or("none")]).parse::<u64>().unwrap_or(0)
     };
     let mut spent = 0;
-    let mut send = |url: String| {
+    let send = |url: String| {
         let (client, body) = (client.clone(), body.clone());
         async move {
             let r =
