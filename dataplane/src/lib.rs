@@ -69,14 +69,16 @@ impl AsRef<SnapshotStore> for App {
 impl App {
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
         let metrics = metering::meter::prometheus();
-        let fleet = snapshot.redis.as_ref().and_then(|(url, prefix, replicas)| {
-            governance::fleet::Fleet::new(url, prefix, *replicas)
-                .inspect_err(|e| tracing::error!(error = %e, "redis disabled"))
-                .ok()
+        let fleet = snapshot.redis.as_ref().and_then(|r| {
+            governance::fleet::Fleet::new(r).inspect_err(|e| tracing::error!(error = %e, "redis disabled")).ok()
         });
         let spec = &snapshot.response_store;
         let responses = match &snapshot.redis {
-            Some((url, prefix, _)) => response_store::ResponseStore::redis(url, prefix, spec)
+            Some(r) if r.cluster => {
+                tracing::warn!("redis_cluster: the Responses API's stored responses stay in each process");
+                response_store::ResponseStore::local(spec)
+            }
+            Some(r) => response_store::ResponseStore::redis(&r.url, &r.prefix, spec)
                 .inspect_err(|e| tracing::error!(error = %e, "response store in process memory"))
                 .unwrap_or_else(|_| response_store::ResponseStore::local(spec)),
             None => response_store::ResponseStore::local(spec),

@@ -65,6 +65,11 @@ pub struct ServerSpec {
     /// Share rate limits across replicas through this Redis (read at start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redis_url: Option<String>,
+    /// `redis_url` names a Redis Cluster: one or more of its nodes, comma-separated
+    /// (`redis://10.0.0.1:7000,redis://10.0.0.2:7000`); the client finds the rest and follows
+    /// failovers. Rate limits and budgets use it; the Responses API's store stays in each process.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub redis_cluster: bool,
     /// Prefix of every Redis key (several fleets can share one Redis).
     #[serde(default = "default_redis_prefix")]
     pub redis_prefix: String,
@@ -135,6 +140,7 @@ impl Default for ServerSpec {
             admin_token: None,
             budget_timezone: default_tz(),
             redis_url: None,
+            redis_cluster: false,
             redis_prefix: default_redis_prefix(),
             replicas: default_replicas(),
             response_store: ResponseStoreSpec::default(),

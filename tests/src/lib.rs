@@ -512,6 +512,12 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Whether the process still runs.
+    pub fn alive(&self) -> bool {
+        std::path::Path::new(&format!("/proc/{}", self.child.id())).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).is_ok_and(|s| s.contains(") Z "))
+    }
+
     /// Kills the server now (a test of what happens when Redis dies).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -522,6 +528,107 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A Redis Cluster of private `redis-server`s on loopback: `masters` masters with one replica
+/// each, made by `redis-cli --cluster create`, nodes failing over after 1 s without an answer.
+/// Every node is killed on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> Self {
+        let dir = temp_dir("redis-cluster");
+        let mut nodes = Vec::new();
+        while nodes.len() < masters * 2 {
+            // A node needs its port and the cluster bus's (port + 10,000) free.
+            let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+            if port > 55_000 || std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
+                continue;
+            }
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server (apt-get install redis-server)");
+            let node = RedisServer { port, child };
+            let up = (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            });
+            assert!(up, "cluster node on {port} did not start");
+            nodes.push(node);
+        }
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        let cluster = Self { nodes, dir };
+        cluster.wait_ok(Duration::from_secs(20));
+        cluster
+    }
+
+    /// Waits until every live node says `cluster_state:ok`.
+    pub fn wait_ok(&self, within: Duration) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            let ok = self
+                .nodes
+                .iter()
+                .filter(|n| n.alive())
+                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the cluster is not ok after {within:?}");
+    }
+
+    /// `redis://…` of some nodes, comma-separated, for `redis_url` with `redis_cluster: true`.
+    pub fn url(&self) -> String {
+        self.nodes.iter().take(3).map(RedisServer::url).collect::<Vec<_>>().join(",")
+    }
+
+    /// The node that serves `key` now (its slot's master: the others answer `MOVED`), once the
+    /// key exists.
+    pub fn master_of(&self, key: &str) -> &RedisServer {
+        self.nodes
+            .iter()
+            .filter(|n| n.alive())
+            .find(|n| n.cli(&["EXISTS", key]) == "1")
+            .expect("a master holding the key")
+    }
+
+    /// `redis-cli -c` (following redirections) through a live node.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let node = self.nodes.iter().find(|n| n.alive()).expect("a live node");
+        let out = Command::new("redis-cli")
+            .args(["-c", "-p", &node.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -62,8 +62,8 @@ pub struct Snapshot {
     pub admin_token: Option<[u8; 32]>,
     /// The zone in which budget days and months begin.
     pub budget_tz: jiff::tz::TimeZone,
-    /// (redis_url, key prefix, replicas): used once, at start, by `App::new`.
-    pub redis: Option<(String, String, u32)>,
+    /// `server.redis_*`: used once, at start, by `App::new`.
+    pub redis: Option<RedisTarget>,
     /// The response store's limits: used once, at start, by `App::new`.
     pub response_store: ax_protocol::config::ResponseStoreSpec,
     /// The protocols some route forwards (`Route::protocols`): without one, callers of a protocol
@@ -299,6 +299,16 @@ fn limiter(spec: &ax_protocol::config::LimitsSpec, prev: Option<&Limiter>) -> Li
     }
 }
 
+/// Where the fleet's Redis is: `url` (with `cluster`, seed nodes separated by commas), the key
+/// prefix, and the replicas a limit is divided by when Redis cannot be used.
+#[derive(Debug, Clone)]
+pub struct RedisTarget {
+    pub url: String,
+    pub cluster: bool,
+    pub prefix: String,
+    pub replicas: u32,
+}
+
 /// Validates a spec (`ax_protocol::validate`, the rules the control plane applies too) and
 /// compiles it. `prev` lends unchanged upstreams' HTTP clients and every subject's live state.
 pub fn build(
@@ -423,7 +433,12 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
 
     Ok(Snapshot {
         forwarded: routes.values().fold(crate::canonical::Protocols::NONE, |all, r| all.or(r.protocols)),
-        redis: valid.redis_url.map(|u| (u, spec.server.redis_prefix.clone(), spec.server.replicas.max(1))),
+        redis: valid.redis_url.map(|url| RedisTarget {
+            url,
+            cluster: spec.server.redis_cluster,
+            prefix: spec.server.redis_prefix.clone(),
+            replicas: spec.server.replicas.max(1),
+        }),
         response_store: spec.server.response_store,
         budget_tz: valid.budget_tz,
         admin_token: valid.admin_token,

@@ -216,10 +216,52 @@ pub enum Decision {
     Unavailable,
 }
 
+/// The client of a single Redis (or one behind Sentinel's address) or of a Redis Cluster.
+enum Client {
+    Single(redis::Client),
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+/// A connection that comes back by itself: a `ConnectionManager`, or the cluster client's
+/// connection (which follows `MOVED`, refreshes its slot map and reconnects after a failover).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 pub struct Fleet {
-    client: redis::Client,
+    client: Client,
     /// Made by `keep_connected`; it reconnects by itself.
-    conn: OnceLock<ConnectionManager>,
+    conn: OnceLock<Conn>,
     prefix: String,
     pub replicas: u32,
     /// Known down: requests do not call Redis until the background task sees it answer.
@@ -251,13 +293,26 @@ pub enum Spend {
 }
 
 impl Fleet {
-    pub fn new(url: &str, prefix: &str, replicas: u32) -> Result<Arc<Self>, String> {
-        let client = redis::Client::open(url).map_err(|e| format!("invalid redis_url: {e}"))?;
+    pub fn new(target: &crate::config::snapshot::RedisTarget) -> Result<Arc<Self>, String> {
+        let client = if target.cluster {
+            let nodes: Vec<&str> = target.url.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+            redis::cluster::ClusterClient::builder(nodes)
+                .connection_timeout(TIMEOUT * 4)
+                .response_timeout(TIMEOUT * 4)
+                .retries(2)
+                .min_retry_wait(10)
+                .max_retry_wait(TIMEOUT.as_millis() as u64)
+                .build()
+                .map(|c| Client::Cluster(Box::new(c)))
+        } else {
+            redis::Client::open(target.url.as_str()).map(Client::Single)
+        }
+        .map_err(|e| format!("invalid redis_url: {e}"))?;
         Ok(Arc::new(Self {
             client,
             conn: OnceLock::new(),
-            prefix: prefix.to_owned(),
-            replicas: replicas.max(1),
+            prefix: target.prefix.clone(),
+            replicas: target.replicas.max(1),
             down: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             ready_wait: tokio::sync::watch::channel(false).0,
@@ -290,7 +345,7 @@ impl Fleet {
 
     /// The connection for a request: none while Redis is down. Waits (at most `TIMEOUT`) only
     /// for the first connection attempt of the process.
-    async fn conn(&self) -> Option<ConnectionManager> {
+    async fn conn(&self) -> Option<Conn> {
         if !self.ready.load(Ordering::Acquire) {
             let mut ready = self.ready_wait.subscribe();
             let _ = tokio::time::timeout(TIMEOUT, async { drop(ready.wait_for(|r| *r).await) }).await;
@@ -316,12 +371,12 @@ impl Fleet {
         loop {
             let ok = match self.conn.get() {
                 Some(c) => ping(c.clone()).await,
-                None => match ConnectionManager::new_lazy_with_config(self.client.clone(), config.clone()) {
+                None => match self.connect(&config).await {
                     Ok(c) => {
                         let c = self.conn.get_or_init(|| c).clone();
                         ping(c).await
                     }
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(e),
                 },
             };
             match ok {
@@ -336,6 +391,25 @@ impl Fleet {
             }
             tokio::time::sleep(if self.down.load(Ordering::Acquire) { PROBE } else { PROBE_UP }).await;
         }
+    }
+
+    /// The connection `keep_connected` keeps: made lazily for a single Redis; for a cluster, once
+    /// a node answers (its slot map is read then).
+    async fn connect(&self, config: &ConnectionManagerConfig) -> Result<Conn, String> {
+        match &self.client {
+            Client::Single(c) => ConnectionManager::new_lazy_with_config(c.clone(), config.clone())
+                .map(Conn::Single)
+                .map_err(|e| e.to_string()),
+            Client::Cluster(c) => match tokio::time::timeout(TIMEOUT * 4, c.get_async_connection()).await {
+                Ok(Ok(conn)) => Ok(Conn::Cluster(conn)),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("no cluster node answered".to_owned()),
+            },
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.client, Client::Cluster(_))
     }
 
     /// Runs one script call under `TIMEOUT`; a failure marks Redis down.
@@ -391,6 +465,9 @@ impl Fleet {
         if items.is_empty() {
             return Decision::Admitted(FleetHeld::empty(self));
         }
+        if self.is_cluster() {
+            return self.admit_each(items).await;
+        }
         let mut inv = self.admit.prepare_invoke();
         inv.arg(TTL_MS);
         let mut keys = Vec::with_capacity(items.len());
@@ -400,15 +477,42 @@ impl Fleet {
             keys.push((key, it.amount, it.tokens));
         }
         match self.call::<(i64, i64)>(inv).await {
-            Some((0, second)) => {
-                Decision::Admitted(FleetHeld { shared: self.clone(), second, reserved: keys, leased: Vec::new() })
-            }
+            Some((0, second)) => Decision::Admitted(FleetHeld {
+                shared: self.clone(),
+                reserved: keys.into_iter().map(|(k, a, t)| (k, a, t, second)).collect(),
+                leased: Vec::new(),
+            }),
             Some((i, wait_ms)) => Decision::Refused {
                 index: usize::try_from(i - 1).unwrap_or(0),
                 retry_after: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(1).max(1)),
             },
             None => Decision::Unavailable,
         }
+    }
+
+    /// `admit` on a cluster, whose subjects live in different slots: one call per item, in
+    /// order, each exact; a refusal gives back the items before it (all or nothing, though not
+    /// one atomic step).
+    async fn admit_each(self: &Arc<Self>, items: &[Item]) -> Decision {
+        let mut held = FleetHeld::empty(self);
+        for (index, it) in items.iter().enumerate() {
+            let key = format!("{}:{}", self.prefix, it.stem);
+            let mut inv = self.admit.prepare_invoke();
+            inv.arg(TTL_MS).key(&key).arg(it.limit).arg(it.amount);
+            match self.call::<(i64, i64)>(inv).await {
+                Some((0, second)) => held.reserved.push((key, it.amount, it.tokens, second)),
+                Some((_, wait_ms)) => {
+                    held.cancel();
+                    let retry_after = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(1).max(1));
+                    return Decision::Refused { index, retry_after };
+                }
+                None => {
+                    held.cancel();
+                    return Decision::Unavailable;
+                }
+            }
+        }
+        Decision::Admitted(held)
     }
 
     /// Reserves `cost` micro-USD on the fleet-wide spend `stem` of period `period` if it stays
@@ -486,7 +590,7 @@ impl Draw for Fleet {
     }
 }
 
-async fn ping(mut c: ConnectionManager) -> Result<(), String> {
+async fn ping(mut c: Conn) -> Result<(), String> {
     let cmd = redis::cmd("PING");
     match tokio::time::timeout(TIMEOUT * 4, cmd.query_async::<String>(&mut c)).await {
         Ok(Ok(_)) => Ok(()),
@@ -498,10 +602,8 @@ async fn ping(mut c: ConnectionManager) -> Result<(), String> {
 /// The reservations one request holds in Redis; `settle` corrects token counts to actual usage.
 pub struct FleetHeld {
     shared: Arc<Fleet>,
-    /// Redis's second the exact reservations were counted in.
-    second: i64,
-    /// Exact reservations: (key, amount, is a token limit).
-    reserved: Vec<(String, u64, bool)>,
+    /// Exact reservations: (key, amount, is a token limit, Redis's second it was counted in).
+    reserved: Vec<(String, u64, bool, i64)>,
     /// Taken from leases: (lease, amount, is a token limit).
     pub leased: Vec<(Arc<Lease>, u64, bool)>,
 }
@@ -513,19 +615,18 @@ fn signed(n: u64) -> i64 {
 impl FleetHeld {
     /// Nothing held yet.
     pub fn empty(shared: &Arc<Fleet>) -> Self {
-        Self { shared: shared.clone(), second: 0, reserved: Vec::new(), leased: Vec::new() }
+        Self { shared: shared.clone(), reserved: Vec::new(), leased: Vec::new() }
     }
 
     /// Adds the exact reservations of `other`.
     pub fn absorb(&mut self, mut other: FleetHeld) {
-        self.second = other.second;
         self.reserved.append(&mut other.reserved);
     }
 
     /// The request was refused after all (by a later limit): gives back every reservation.
     pub fn cancel(&mut self) {
-        for (key, amount, _) in self.reserved.drain(..) {
-            self.shared.adjust_bucket(key, self.second, -signed(amount));
+        for (key, amount, _, second) in self.reserved.drain(..) {
+            self.shared.adjust_bucket(key, second, -signed(amount));
         }
         for (lease, amount, _) in self.leased.drain(..) {
             lease.give_back(&self.shared, signed(amount));
@@ -534,9 +635,9 @@ impl FleetHeld {
 
     /// Replaces each token reservation by `actual`; request counts stay.
     pub fn settle(&mut self, actual: u64) {
-        for (key, amount, tokens) in self.reserved.drain(..) {
+        for (key, amount, tokens, second) in self.reserved.drain(..) {
             if tokens {
-                self.shared.adjust_bucket(key, self.second, signed(actual) - signed(amount));
+                self.shared.adjust_bucket(key, second, signed(actual) - signed(amount));
             }
         }
         for (lease, amount, tokens) in self.leased.drain(..) {

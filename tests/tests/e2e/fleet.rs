@@ -251,3 +251,76 @@ tenants:
     drop(bins);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A real Redis Cluster (three masters, a replica each, started here) under load from a data
+/// plane with `redis_cluster: true`: the limits' and budget's leases are drawn across the
+/// masters; then the master holding the tenant's rpm counter is killed (SIGKILL). Every request
+/// is answered 200 through the failover (local shares while the cluster is not ok), and the
+/// fleet-wide count resumes on the promoted replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_master_fails_over_under_load_without_a_failed_request() {
+    let mut cluster = ax_tests::RedisCluster::start(3);
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let yaml = format!(
+        r#"
+server: {{ redis_url: "{}", redis_cluster: true, replicas: 2 }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}",
+      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 1.0 }} }}] }}
+routes:
+  - {{ alias: chat, limits: {{ rpm: 10000000, exact: true }}, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, limits: {{ rpm: 10000000, tpm: 100000000 }}, budgets: [{{ window: day, usd: 1000 }}],
+      keys: [{{ id: k, limits: {{ rpm: 10000000 }}, sha256: "{}" }}] }}
+"#,
+        cluster.url(),
+        up.url(),
+        key_digest(KEY)
+    );
+    let dir = ax_tests::temp_dir("fleet-cluster");
+    let path = dir.join("ax.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let bin = Binary::start(&path, &dir);
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let body = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
+    let tasks: Vec<_> =
+        (0..4).map(|_| tokio::spawn(worker(bin.url.clone(), body.clone(), stop.clone(), tally.clone()))).collect();
+    let count = |c: &ax_tests::RedisCluster| c.cli(&["HGET", "ax:rl:tenant:t:rpm", "s"]).parse::<u64>().unwrap_or(0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = count(&cluster);
+    let exact = cluster.cli(&["HGET", "ax:rl:alias:chat:rpm", "s"]).parse::<u64>().unwrap_or(0);
+    assert!(before > 0 && exact > 0, "counted in the cluster: tenant {before} (leases), alias {exact} (exact)");
+    let spend = cluster.cli(&["KEYS", "ax:budget:*"]);
+    assert!(spend.is_empty() || !spend.contains("MOVED"));
+
+    let port = cluster.master_of("ax:rl:tenant:t:rpm").port;
+    let i = cluster.nodes.iter().position(|n| n.port == port).unwrap();
+    let killed = Instant::now();
+    cluster.nodes[i].kill();
+    // The replica is promoted once the others have missed the master for the node timeout (1 s).
+    let served = |c: &ax_tests::RedisCluster| c.cli(&["HGET", "ax:rl:tenant:t:rpm", "s"]).parse::<u64>().is_ok();
+    while !served(&cluster) && killed.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::task::block_in_place(|| cluster.wait_ok(Duration::from_secs(20)));
+    let failed_over = killed.elapsed();
+    assert_ne!(cluster.master_of("ax:rl:tenant:t:rpm").port, port, "a replica took over the slot");
+    let at_failover = count(&cluster);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = count(&cluster);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let ok = tally.ok.load(Ordering::Relaxed);
+    eprintln!(
+        "{ok} answers; tenant rpm counted {before} before the kill, {at_failover} when the cluster was ok again \
+         ({failed_over:?} after the kill), {after} three seconds later"
+    );
+    assert_eq!(tally.refused.load(Ordering::Relaxed), 0, "no request refused");
+    assert!(after > at_failover, "counting resumed on the promoted replica");
+    assert!(!bin.logs().contains("panicked"));
+    drop(bin);
+    let _ = std::fs::remove_dir_all(&dir);
+}
