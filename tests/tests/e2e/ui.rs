@@ -582,14 +582,17 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
     let spec = admin.ok("GET", "/api/v1/tenants", None).await;
     assert!(spec["tenants"][0]["budgets"].is_null() || spec["tenants"][0]["budgets"] == json!([]), "{spec}");
     b.find("select[name=budget-action]").await.select_by_value("warn").await.unwrap();
+    // Exact across replicas (a Redis call per request instead of leases): the limits, and the budget.
+    b.find("input[name=limits-exact]").await.click().await.unwrap();
+    b.find("input[name=budget-exact]").await.click().await.unwrap();
     b.find("form.tenant-editor button[type=submit]").await.click().await.unwrap();
-    let page = b.wait_text("600 rpm", 10).await;
+    let page = b.wait_text("600 rpm (exact)", 10).await;
     assert!(page.contains("day: $0.006 of $0.01 · 60 % · warn"), "the burn: {page}");
     let meter = b.find("td.burns meter").await.attr("value").await.unwrap();
     assert_eq!(meter.as_deref(), Some("60"));
     let t = &admin.ok("GET", "/api/v1/tenants", None).await["tenants"][0];
-    assert_eq!(t["limits"], json!({ "rpm": 600 }));
-    assert_eq!(t["budgets"], json!([{ "window": "day", "usd": 0.01, "action": "warn", "warn_at": 0.8 }]));
+    assert_eq!(t["limits"], json!({ "rpm": 600, "exact": true }));
+    assert_eq!(t["budgets"], json!([{ "window": "day", "usd": 0.01, "action": "warn", "warn_at": 0.8, "exact": true }]));
     b.screenshot("tenants").await;
 
     // Upstreams: create one with a model and prices; a bad context window is refused at its input.

@@ -120,6 +120,8 @@ fn limits_text(l: &LimitsSpec) -> String {
         .collect();
     if parts.is_empty() {
         "unlimited".to_owned()
+    } else if l.exact {
+        format!("{} (exact)", parts.join(" · "))
     } else {
         parts.join(" · ")
     }
@@ -170,6 +172,7 @@ struct BudgetRow {
     action: RwSignal<String>,
     downgrade_to: RwSignal<String>,
     warn_pct: RwSignal<String>,
+    exact: RwSignal<bool>,
 }
 
 impl BudgetRow {
@@ -189,6 +192,7 @@ impl BudgetRow {
             action: RwSignal::new(action.to_owned()),
             downgrade_to: RwSignal::new(to),
             warn_pct: RwSignal::new(b.map_or(80.0, |b| (b.warn_at * 1000.0).round() / 10.0).to_string()),
+            exact: RwSignal::new(b.is_some_and(|b| b.exact)),
         }
     }
 
@@ -210,6 +214,9 @@ impl BudgetRow {
             None => v,
         });
         form::put(&mut b, "warn_at", warn);
+        if self.exact.get_untracked() {
+            b["exact"] = Value::Bool(true);
+        }
         b
     }
 }
@@ -226,6 +233,7 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
         form::Field::new(&limits, "limits.tpm", "Tokens per minute"),
         form::Field::new(&limits, "limits.concurrency", "In flight"),
     ];
+    let exact = RwSignal::new(t.limits.exact);
     let aliases = RwSignal::new(t.allowed_aliases.join(", "));
     let next = StoredValue::new(t.budgets.len());
     let budgets =
@@ -236,6 +244,9 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
         let mut body = json!({ "allowed_aliases": form::list(&aliases.get_untracked()), "limits": {} });
         for f in &fields {
             f.apply(&mut body);
+        }
+        if exact.get_untracked() {
+            body["limits"]["exact"] = Value::Bool(true);
         }
         body["budgets"] = budgets.get_untracked().iter().map(BudgetRow::body).collect();
         let id = id.clone();
@@ -257,7 +268,11 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
                 {form::error_at(error, "allowed_aliases".into())}
             </label>
             <fieldset><legend>"Limits (blank: unlimited)"</legend>
-                <div class="fields">{fields.map(|f| f.view(error, "")).collect_view()}</div>
+                <div class="fields">{fields.map(|f| f.view(error, "")).collect_view()}
+                    <label class="field"><span>"Across replicas"</span>
+                        <span class="check"><input type="checkbox" name="limits-exact" prop:checked=move || exact.get()
+                            on:change=move |ev| exact.set(event_target_checked(&ev))/>" exact (a Redis call per request)"</span></label>
+                </div>
             </fieldset>
             <fieldset><legend>"Budgets"</legend>
                 {move || {
@@ -294,6 +309,9 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
                                 <label class="field"><span>"Warn at (%)"</span>
                                     <input type="text" inputmode="decimal" name="budget-warn" prop:value=move || r.warn_pct.get() on:input=move |ev| r.warn_pct.set(event_target_value(&ev))/>
                                     {form::error_at(error, format!("budgets[{i}].warn_at"))}</label>
+                                <label class="field"><span>"Across replicas"</span>
+                                    <span class="check"><input type="checkbox" name="budget-exact" prop:checked=move || r.exact.get()
+                                        on:change=move |ev| r.exact.set(event_target_checked(&ev))/>" exact"</span></label>
                                 <button type="button" class="link" on:click=move |_| budgets.update(|l| l.retain(|b| b.id != rid))>"Remove"</button>
                                 {form::error_at(error, format!("budgets[{i}]"))}
                             </div>
