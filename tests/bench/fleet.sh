@@ -29,8 +29,7 @@ trap cleanup EXIT
 source tests/bench/mock.sh
 MOCK=$(free_port); REDIS=$(free_port)
 start_mock "$WORK" "$MOCK"
-redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
-for _ in $(seq 50); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sleep 0.1; done
+start_redis "$WORK" "$REDIS"
 KEY=ax-bench-key
 digest() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 config() { # $1 = file, $2 = server settings, $3 = "exact: true," or ""

@@ -1,5 +1,6 @@
-# Sourced by the wrk benchmarks (sizes.sh, store.sh): free_port, ticks, and start_mock, the nginx
-# mock upstream answering a fixed OpenAI chat completion and a fixed Anthropic message at once.
+# Sourced by the wrk benchmarks (sizes.sh, store.sh, fleet.sh): free_port, ticks, start_mock, the
+# nginx mock upstream answering a fixed OpenAI chat completion and a fixed Anthropic message at
+# once, and start_redis, a private Redis for the run.
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # A process's user + system CPU ticks so far.
@@ -26,4 +27,10 @@ http {
 }
 EOF
   nginx -p "$1" -c "$1/mock.conf"
+}
+
+# start_redis WORKDIR PORT: a redis-server keeping nothing on disk, its pid in WORKDIR/redis.pid.
+start_redis() {
+  redis-server --port "$2" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile "$1/redis.pid" >/dev/null
+  for _ in $(seq 100); do redis-cli -p "$2" ping >/dev/null 2>&1 && break; sleep 0.05; done
 }

@@ -37,8 +37,7 @@ trap cleanup EXIT
 source tests/bench/mock.sh
 MOCK=$(free_port); REDIS=$(free_port)
 start_mock "$WORK" "$MOCK"
-redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
-for _ in $(seq 100); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sleep 0.05; done
+start_redis "$WORK" "$REDIS"
 KEY=ax-bench-key
 cat > "$WORK/ax.yaml" <<EOF
 server: { redis_url: "redis://127.0.0.1:$REDIS" }

@@ -593,7 +593,13 @@ impl RedisCluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("the cluster is not ok after {within:?}");
+        let states: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive())
+            .map(|n| format!("{}: {}", n.port, n.cli(&["CLUSTER", "INFO"]).lines().next().unwrap_or("")))
+            .collect();
+        panic!("the cluster is not ok after {within:?}: {states:?}\n{}", self.cli(&["CLUSTER", "NODES"]));
     }
 
     /// `redis://…` of some nodes, comma-separated, for `redis_url` with `redis_cluster: true`.

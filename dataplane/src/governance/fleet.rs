@@ -35,19 +35,12 @@ const TTL_MS: u64 = 125_000;
 /// A budget's period counter outlives its last draw by this much (a month and a margin).
 const PERIOD_TTL_MS: u64 = 40 * 86_400_000;
 
-/// KEYS: one hash per subject and kind. ARGV: ttl, then limit and amount per key. Fields: `s` the
-/// sum of the buckets counted, `low` the oldest second that may hold one, and a field per second.
-/// Returns {0, now} when admitted (the second the amounts were counted in), or {i, wait_ms} when
-/// the i-th refused.
-const ADMIT: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1])
-local ms_into = math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[1])
-for i = 1, #KEYS do
-  local k = KEYS[i]
-  local limit = tonumber(ARGV[2*i])
-  local amount = tonumber(ARGV[2*i+1])
+/// Lua shared by `ADMIT` and `LEASE_WINDOW`. `window` moves a subject's hash to second `now`:
+/// seconds more than 60 old leave the sum; returns the oldest second counted and the sum.
+/// `wait_ms` is how long until `amount` fits under `limit`: until enough of the oldest buckets
+/// have left (a minute when it never fits).
+const WINDOW: &str = r"
+local function window(k, now)
   local low = tonumber(redis.call('HGET', k, 'low') or now)
   local sum = tonumber(redis.call('HGET', k, 's') or '0')
   if now - low > 61 then
@@ -63,21 +56,42 @@ for i = 1, #KEYS do
     end
     low = low + 1
   end
+  return low, sum
+end
+local function wait_ms(k, low, now, ms_into, sum, amount, limit)
+  local wait = 60000 - ms_into
+  if amount <= limit then
+    local freed = 0
+    for s = low, now do
+      freed = freed + tonumber(redis.call('HGET', k, s) or '0')
+      if sum - freed + amount <= limit then
+        wait = (s + 61 - now) * 1000 - ms_into
+        break
+      end
+    end
+  end
+  return math.max(wait, 1)
+end
+";
+
+/// KEYS: one hash per subject and kind. ARGV: ttl, then limit and amount per key. Fields: `s` the
+/// sum of the buckets counted, `low` the oldest second that may hold one, and a field per second.
+/// Returns {0, now} when admitted (the second the amounts were counted in), or {i, wait_ms} when
+/// the i-th refused. (After `WINDOW`.)
+const ADMIT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1])
+local ms_into = math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local k = KEYS[i]
+  local limit = tonumber(ARGV[2*i])
+  local amount = tonumber(ARGV[2*i+1])
+  local low, sum = window(k, now)
   redis.call('HSET', k, 'low', low, 's', sum)
   redis.call('PEXPIRE', k, ttl)
   if sum + amount > limit then
-    local wait = 60000 - ms_into
-    if amount <= limit then
-      local freed = 0
-      for s = low, now do
-        freed = freed + tonumber(redis.call('HGET', k, s) or '0')
-        if sum - freed + amount <= limit then
-          wait = (s + 61 - now) * 1000 - ms_into
-          break
-        end
-      end
-    end
-    return {i, math.max(wait, 1)}
+    return {i, wait_ms(k, low, now, ms_into, sum, amount, limit)}
   end
 end
 for i = 1, #KEYS do
@@ -114,9 +128,9 @@ return v
 
 /// Leases (`lease`) on a per-minute limit. KEYS[1]: the subject's hash, as `ADMIT`'s. ARGV: ttl,
 /// limit, want, least, give back (negative: spent past a reservation, counted whatever the
-/// limit), the second to give back to. Gives back first, then grants
-/// `min(want, room)` if that is at least `least`, counted in the current second. Returns {granted,
-/// second, count after} or, refused, {0, wait_ms, count}.
+/// limit), the second to give back to. Gives back first, then grants `min(want, room)` if that
+/// is at least `least`, counted in the current second. Returns {granted, second, count after} or,
+/// refused, {0, wait_ms, count}. (After `WINDOW`.)
 const LEASE_WINDOW: &str = r"
 local k = KEYS[1]
 local t = redis.call('TIME')
@@ -127,21 +141,7 @@ local limit = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local least = tonumber(ARGV[4])
 local back = tonumber(ARGV[5])
-local low = tonumber(redis.call('HGET', k, 'low') or now)
-local sum = tonumber(redis.call('HGET', k, 's') or '0')
-if now - low > 61 then
-  redis.call('DEL', k)
-  sum = 0
-  low = now - 60
-end
-while low < now - 60 do
-  local v = redis.call('HGET', k, low)
-  if v then
-    sum = sum - tonumber(v)
-    redis.call('HDEL', k, low)
-  end
-  low = low + 1
-end
+local low, sum = window(k, now)
 if back > 0 then
   local v = redis.call('HGET', k, ARGV[6])
   if v then
@@ -158,18 +158,7 @@ redis.call('PEXPIRE', k, ttl)
 local grant = math.min(want, limit - sum)
 if grant < least or grant <= 0 then
   if least == 0 then return {0, now, sum} end
-  local wait = 60000 - ms_into
-  if least <= limit then
-    local freed = 0
-    for s = low, now do
-      freed = freed + tonumber(redis.call('HGET', k, s) or '0')
-      if sum - freed + least <= limit then
-        wait = (s + 61 - now) * 1000 - ms_into
-        break
-      end
-    end
-  end
-  return {0, math.max(wait, 1), sum}
+  return {0, wait_ms(k, low, now, ms_into, sum, least, limit), sum}
 end
 redis.call('HINCRBY', k, now, grant)
 redis.call('HINCRBY', k, 's', grant)
@@ -316,11 +305,11 @@ impl Fleet {
             down: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             ready_wait: tokio::sync::watch::channel(false).0,
-            admit: redis::Script::new(ADMIT),
+            admit: redis::Script::new(&format!("{WINDOW}{ADMIT}")),
             spend: redis::Script::new(SPEND),
             settle: redis::Script::new(SETTLE),
             settle_bucket: redis::Script::new(SETTLE_BUCKET),
-            lease_window: redis::Script::new(LEASE_WINDOW),
+            lease_window: redis::Script::new(&format!("{WINDOW}{LEASE_WINDOW}")),
             lease_period: redis::Script::new(LEASE_PERIOD),
             leases: crate::state::lease::Leases::default(),
         }))

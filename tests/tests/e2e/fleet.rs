@@ -24,6 +24,26 @@ fn replicas(tag: &str, yaml: &str) -> (std::path::PathBuf, Vec<Binary>) {
     (dir, bins)
 }
 
+/// Three replicas' config: a tenant with a day budget of `usd` over an upstream priced $1 / $2
+/// per Mtok.
+fn budgeted(redis: &RedisServer, up: &FakeUpstream, usd: &str) -> String {
+    format!(
+        r#"
+server: {{ redis_url: "{}", replicas: 3 }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}",
+      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, budgets: [{{ window: day, usd: {usd} }}], keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        redis.url(),
+        up.url(),
+        key_digest(KEY)
+    )
+}
+
 /// What a worker saw: answers 200 (with their cost in micro-USD) and 429s.
 #[derive(Default)]
 struct Tally {
@@ -129,21 +149,7 @@ async fn a_fleet_budget_is_never_overspent_through_a_replica_kill() {
     let redis = RedisServer::start();
     let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 500, 0)))).await;
     let cap = 250_000u64;
-    let yaml = format!(
-        r#"
-server: {{ redis_url: "{}", replicas: 3 }}
-upstreams:
-  - {{ name: up, provider: openai, base_url: "{}",
-      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
-routes:
-  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
-tenants:
-  - {{ id: t, budgets: [{{ window: day, usd: 0.25 }}], keys: [{{ id: k, sha256: "{}" }}] }}
-"#,
-        redis.url(),
-        up.url(),
-        key_digest(KEY)
-    );
+    let yaml = budgeted(&redis, &up, "0.25");
     let (dir, mut bins) = replicas("fleet-budget", &yaml);
     let stop = Arc::new(AtomicBool::new(false));
     let body = json!({ "model": "chat", "max_tokens": 500, "messages": [{ "role": "user", "content": "hi" }] });
@@ -192,21 +198,7 @@ tenants:
 async fn unused_quota_goes_back_on_stop_and_when_idle() {
     let redis = RedisServer::start();
     let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 500, 0)))).await;
-    let yaml = format!(
-        r#"
-server: {{ redis_url: "{}", replicas: 3 }}
-upstreams:
-  - {{ name: up, provider: openai, base_url: "{}",
-      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
-routes:
-  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
-tenants:
-  - {{ id: t, budgets: [{{ window: day, usd: 10 }}], keys: [{{ id: k, sha256: "{}" }}] }}
-"#,
-        redis.url(),
-        up.url(),
-        key_digest(KEY)
-    );
+    let yaml = budgeted(&redis, &up, "10");
     let (dir, bins) = replicas("fleet-return", &yaml);
     let body = json!({ "model": "chat", "max_tokens": 500, "messages": [{ "role": "user", "content": "hi" }] });
     let client = reqwest::Client::new();

@@ -592,7 +592,10 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
     assert_eq!(meter.as_deref(), Some("60"));
     let t = &admin.ok("GET", "/api/v1/tenants", None).await["tenants"][0];
     assert_eq!(t["limits"], json!({ "rpm": 600, "exact": true }));
-    assert_eq!(t["budgets"], json!([{ "window": "day", "usd": 0.01, "action": "warn", "warn_at": 0.8, "exact": true }]));
+    assert_eq!(
+        t["budgets"],
+        json!([{ "window": "day", "usd": 0.01, "action": "warn", "warn_at": 0.8, "exact": true }])
+    );
     b.screenshot("tenants").await;
 
     // Upstreams: create one with a model and prices; a bad context window is refused at its input.
