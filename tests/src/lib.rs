@@ -532,7 +532,8 @@ impl Drop for RedisServer {
 }
 
 /// A Redis Cluster of private `redis-server`s on loopback: `masters` masters with one replica
-/// each, made by `redis-cli --cluster create`, nodes failing over after 1 s without an answer.
+/// each, made by `redis-cli --cluster create`, nodes failing over after 1 s without an answer
+/// (whatever the replica's replication lag).
 /// Every node is killed on drop.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
@@ -552,6 +553,9 @@ impl RedisCluster {
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                // A replica takes over however long ago it last heard from its master (on a
+                // loaded test machine, replication pings can be late).
+                .args(["--cluster-replica-validity-factor", "0"])
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
                 .arg("--dir")
                 .arg(&dir)

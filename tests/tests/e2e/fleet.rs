@@ -292,10 +292,10 @@ tenants:
     cluster.nodes[i].kill();
     // The replica is promoted once the others have missed the master for the node timeout (1 s).
     let served = |c: &ax_tests::RedisCluster| c.cli(&["HGET", "ax:rl:tenant:t:rpm", "s"]).parse::<u64>().is_ok();
-    while !served(&cluster) && killed.elapsed() < Duration::from_secs(20) {
+    while !served(&cluster) && killed.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::task::block_in_place(|| cluster.wait_ok(Duration::from_secs(20)));
+    tokio::task::block_in_place(|| cluster.wait_ok(Duration::from_secs(30)));
     let failed_over = killed.elapsed();
     assert_ne!(cluster.master_of("ax:rl:tenant:t:rpm").port, port, "a replica took over the slot");
     let at_failover = count(&cluster);
