@@ -50,6 +50,8 @@ struct Tally {
     ok: AtomicU64,
     refused: AtomicU64,
     cost: AtomicU64,
+    /// The first refusal's body.
+    first_refusal: std::sync::Mutex<Option<String>>,
 }
 
 /// Sends requests to `url` until `stop`; anything but 200 and 429 fails the test.
@@ -70,6 +72,7 @@ async fn worker(url: String, body: serde_json::Value, stop: Arc<AtomicBool>, tal
             }
             429 => {
                 tally.refused.fetch_add(1, Ordering::Relaxed);
+                tally.first_refusal.lock().unwrap().get_or_insert(text);
             }
             other => panic!("unexpected {other}: {text}"),
         }
@@ -310,7 +313,12 @@ tenants:
         "{ok} answers; tenant rpm counted {before} before the kill, {at_failover} when the cluster was ok again \
          ({failed_over:?} after the kill), {after} three seconds later"
     );
-    assert_eq!(tally.refused.load(Ordering::Relaxed), 0, "no request refused");
+    assert_eq!(
+        tally.refused.load(Ordering::Relaxed),
+        0,
+        "no request refused: {:?}",
+        tally.first_refusal.lock().unwrap()
+    );
     assert!(after > at_failover, "counting resumed on the promoted replica");
     assert!(!bin.logs().contains("panicked"));
     drop(bin);
