@@ -236,7 +236,7 @@ async fn check_budgets<'s>(
                     }
                     Took::Unavailable => {}
                 }
-            } else if let Some(shared) = fleet {
+            } else if let Some(shared) = fleet.filter(|_| b.exact) {
                 let stem = format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*"));
                 let period = crate::state::budget::period(b.window, &snap.budget_tz);
                 match shared.spend(&stem, period, cost, b.limit, b.ttl()).await {

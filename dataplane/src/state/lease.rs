@@ -214,10 +214,21 @@ impl Lease {
             }
             if self.drawing.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 let lacking = amount.saturating_sub(u64::try_from(self.avail.load(Ordering::Acquire)).unwrap_or(0));
-                let block = self.block.load(Ordering::Acquire);
-                // Only what this request lacks when a block would not cover it.
-                let want = if block >= amount { block.max(lacking) } else { lacking };
-                let ok = self.draw(fleet.as_ref(), want, lacking.max(1)).await;
+                if lacking == 0 {
+                    // Quota came back (a settle) since the take failed: take again, draw nothing.
+                    self.drawing.store(false, Ordering::Release);
+                    self.drawn.notify_waiters();
+                    continue;
+                }
+                // A block, and at least 8 requests of this size, when 1 % of the limit allows;
+                // otherwise only what this request lacks (small limits stay exact).
+                let cap = Self::cap(limit);
+                let want = if cap >= amount {
+                    self.block.load(Ordering::Acquire).max(amount.saturating_mul(8).min(cap)).max(lacking)
+                } else {
+                    lacking
+                };
+                let ok = self.draw(fleet.as_ref(), want, lacking).await;
                 self.drawing.store(false, Ordering::Release);
                 self.drawn.notify_waiters();
                 if !ok {
@@ -467,6 +478,25 @@ mod tests {
         l.sweep(store.as_ref()).await;
         let c = *store.count.lock().unwrap();
         assert!(c >= 408, "the sweep counts the overrun: {c}");
+    }
+
+    /// After a quiet second the block follows that second's small spend; a request larger than
+    /// the block still draws blocks of several requests, never one draw per request, and a take
+    /// that finds the lease short is never refused while the limit has room.
+    #[tokio::test]
+    async fn a_small_block_after_a_quiet_second_still_draws_ahead() {
+        let store = Arc::new(Store::default());
+        let l = lease();
+        assert_eq!(l.take(&store, 100, 1_000_000).await, Took::Taken);
+        l.sweep(store.as_ref()).await; // spent 100 in the second: the block is 12, under one request
+        let before = store.calls.load(Ordering::Acquire);
+        for i in 0..80 {
+            assert_eq!(l.take(&store, 100, 1_000_000).await, Took::Taken, "take {i}");
+            // Settles give some of it back, as requests that cost less than they reserved do.
+            l.give_back(&store, 30);
+        }
+        let draws = store.calls.load(Ordering::Acquire) - before;
+        assert!(draws <= 12, "{draws} draws for 80 takes");
     }
 
     #[tokio::test]

@@ -313,14 +313,11 @@ tenants:
         "{ok} answers; tenant rpm counted {before} before the kill, {at_failover} when the cluster was ok again \
          ({failed_over:?} after the kill), {after} three seconds later"
     );
-    // Every request was answered (the worker fails the test on anything but 200 and 429). One
-    // CI run saw 3 refusals of ~16,000 in the failover with limits far above the load, not seen
-    // since in reruns: an open question (session 17's note), bounded here and shown.
-    let refused = tally.refused.load(Ordering::Relaxed);
-    if refused > 0 {
-        eprintln!("{refused} refused during the failover; the first: {:?}", tally.first_refusal.lock().unwrap());
-    }
-    assert!(refused * 1_000 <= ok, "{refused} refused of {ok}: {:?}", tally.first_refusal.lock().unwrap());
+    // Every request was answered (the worker fails the test on anything but 200 and 429), and
+    // none refused: the limits and the budget are far above the load. (A CI run once saw 3
+    // `budget_exceeded`: a lease short by a request's cost drew nothing when a settle had refilled
+    // it in between, and Redis's "no" to that empty draw stood for a second. Fixed in `Lease::take`.)
+    assert_eq!(tally.refused.load(Ordering::Relaxed), 0, "refused: {:?}", tally.first_refusal.lock().unwrap());
     assert!(after > at_failover, "counting resumed on the promoted replica");
     assert!(!bin.logs().contains("panicked"));
     drop(bin);
