@@ -15,18 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR=${1:-8}
 ROUNDS=${2:-3}
-for tool in nginx wrk python3 redis-server redis-cli; do
-  command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 2; }
-done
-cargo build --release --locked -p ax-dataplane --bin ax-dataplane >/dev/null 2>&1
-AX=target/release/ax-dataplane
-WORK=$(mktemp -d /tmp/ax-fleet.XXXXXX)
-cleanup() {
-  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 source tests/bench/mock.sh
+bench_setup fleet nginx wrk python3 redis-server redis-cli
 MOCK=$(free_port); REDIS=$(free_port)
 start_mock "$WORK" "$MOCK"
 start_redis "$WORK" "$REDIS"

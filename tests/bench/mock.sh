@@ -1,6 +1,7 @@
-# Sourced by the wrk benchmarks (sizes.sh, store.sh, fleet.sh): free_port, ticks, start_mock, the
-# nginx mock upstream answering a fixed OpenAI chat completion and a fixed Anthropic message at
-# once, and start_redis, a private Redis for the run.
+# Sourced by the wrk benchmarks (sizes.sh, store.sh, fleet.sh): bench_setup (tools, the release
+# build, a work dir stopped and removed on exit), free_port, ticks, start_mock, the nginx mock
+# upstream answering a fixed OpenAI chat completion and a fixed Anthropic message at once, and
+# start_redis, a private Redis for the run.
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # A process's user + system CPU ticks so far.
@@ -33,4 +34,21 @@ EOF
 start_redis() {
   redis-server --port "$2" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --pidfile "$1/redis.pid" >/dev/null
   for _ in $(seq 100); do redis-cli -p "$2" ping >/dev/null 2>&1 && break; sleep 0.05; done
+}
+
+# bench_setup NAME TOOL...: checks the tools, builds ax (release), sets AX and WORK (a fresh dir),
+# and on exit stops every process whose pid file is in WORK and removes it.
+bench_setup() {
+  local name=$1 tool; shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y nginx wrk python3 redis-server curl" >&2; exit 2; }
+  done
+  cargo build --release --locked -p ax-dataplane --bin ax-dataplane >/dev/null 2>&1
+  AX=target/release/ax-dataplane
+  WORK=$(mktemp -d "/tmp/ax-$name.XXXXXX")
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  rm -rf "$WORK"
 }

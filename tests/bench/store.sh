@@ -23,18 +23,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR=${1:-8}
-for tool in nginx wrk python3 redis-server redis-cli curl; do
-  command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y nginx wrk python3 redis-server curl" >&2; exit 2; }
-done
-cargo build --release --locked -p ax-dataplane --bin ax-dataplane >/dev/null 2>&1
-AX=target/release/ax-dataplane
-WORK=$(mktemp -d /tmp/ax-store.XXXXXX)
-cleanup() {
-  for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 source tests/bench/mock.sh
+bench_setup store nginx wrk python3 redis-server redis-cli curl
 MOCK=$(free_port); REDIS=$(free_port)
 start_mock "$WORK" "$MOCK"
 start_redis "$WORK" "$REDIS"
