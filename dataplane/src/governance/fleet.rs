@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::state::lease::{Draw, Drawn, Lease, Shape};
+use crate::state::lease::{signed, Draw, Drawn, Lease, Shape};
 
 /// The longest a request waits on Redis.
 pub const TIMEOUT: Duration = Duration::from_millis(50);
@@ -567,7 +567,6 @@ impl Draw for Fleet {
         let (granted, mark, total) = self.call::<(u64, i64, u64)>(inv).await?;
         Some(Drawn {
             granted,
-            least,
             mark,
             wait_ms: if granted == 0 && lease.shape() == Shape::Window {
                 u64::try_from(mark).unwrap_or(1)
@@ -595,10 +594,6 @@ pub struct FleetHeld {
     reserved: Vec<(String, u64, bool, i64)>,
     /// Taken from leases: (lease, amount, is a token limit).
     pub leased: Vec<(Arc<Lease>, u64, bool)>,
-}
-
-fn signed(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl FleetHeld {

@@ -16,7 +16,7 @@ use crate::error::AxError;
 use crate::error::LimitKind as Kind;
 use crate::governance::fleet::{self, Fleet};
 use crate::state::budget::{Reserved, Verdict};
-use crate::state::lease::{Lease, Shape, Took};
+use crate::state::lease::{signed, Lease, Shape, Took};
 use crate::state::limits::Held;
 
 /// What a request may use, reserved before it is routed: its prompt estimate and the tokens
@@ -41,15 +41,14 @@ impl BudgetHold {
             Self::Local(r) => r.settle(actual),
             Self::Fleet { fleet, key, amount } => {
                 if actual != *amount {
-                    let delta = i64::try_from(actual).unwrap_or(i64::MAX) - i64::try_from(*amount).unwrap_or(i64::MAX);
+                    let delta = signed(actual) - signed(*amount);
                     fleet.adjust(key.clone(), delta);
                     *amount = actual;
                 }
             }
             Self::Lease { fleet, lease, period, amount } => {
-                if lease.mark() == i64::try_from(*period).unwrap_or(-1) {
-                    let delta = i64::try_from(*amount).unwrap_or(i64::MAX) - i64::try_from(actual).unwrap_or(i64::MAX);
-                    lease.give_back(fleet, delta);
+                if lease.mark() == signed(*period) {
+                    lease.give_back(fleet, signed(*amount) - signed(actual));
                 }
                 *amount = actual;
             }

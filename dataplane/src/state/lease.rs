@@ -104,6 +104,11 @@ impl std::fmt::Debug for Lease {
     }
 }
 
+/// A count as a signed amount (saturating), for differences and give-backs.
+pub fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// Milliseconds on a process-wide monotonic clock.
 fn now_ms() -> u64 {
     static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -144,7 +149,7 @@ impl Lease {
     }
 
     fn try_take(&self, amount: u64) -> bool {
-        let amount = i64::try_from(amount).unwrap_or(i64::MAX);
+        let amount = signed(amount);
         self.avail.fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| (a >= amount).then(|| a - amount)).is_ok()
     }
 
@@ -161,7 +166,7 @@ impl Lease {
             self.refused_until.store(0, Ordering::Release);
             return;
         }
-        if after >= -i64::try_from(self.block.load(Ordering::Acquire)).unwrap_or(i64::MAX) {
+        if after >= -signed(self.block.load(Ordering::Acquire)) {
             return;
         }
         let Ok(debt) = self.avail.fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| (a < 0).then_some(0)) else {
@@ -178,7 +183,7 @@ impl Lease {
 
     /// A budget's lease moves to period `p`: what it held belongs to the old period's counter.
     pub fn enter_period(&self, p: u64) {
-        let p = i64::try_from(p).unwrap_or(i64::MAX);
+        let p = signed(p);
         if self.mark.load(Ordering::Acquire) != p {
             self.avail.store(0, Ordering::Release);
             self.mark.store(p, Ordering::Release);
@@ -249,9 +254,7 @@ impl Lease {
     /// blocks cover several requests.
     fn ahead<D: Draw>(self: &Arc<Self>, fleet: &Arc<D>, amount: u64) {
         let block = self.block.load(Ordering::Acquire);
-        if block < amount.saturating_mul(2)
-            || self.avail.load(Ordering::Acquire) >= i64::try_from(block / 2).unwrap_or(i64::MAX)
-        {
+        if block < amount.saturating_mul(2) || self.avail.load(Ordering::Acquire) >= signed(block / 2) {
             return;
         }
         if self.refused_until.load(Ordering::Acquire) > now_ms() {
@@ -282,19 +285,20 @@ impl Lease {
     async fn draw<D: Draw>(&self, fleet: &D, want: u64, least: u64) -> bool {
         let limit = self.limit.load(Ordering::Acquire);
         let Some(d) = fleet.draw(self, want, least, limit, 0).await else { return false };
-        self.drew(d);
+        self.drew(d, least);
         true
     }
 
-    fn drew(&self, d: Drawn) {
+    /// A draw's answer: quota added, or (asked for at least `least`) Redis's refusal remembered.
+    fn drew(&self, d: Drawn, least: u64) {
         self.total.store(d.total, Ordering::Release);
         if d.granted > 0 {
             if self.shape == Shape::Window {
                 self.mark.store(d.mark, Ordering::Release);
             }
-            self.avail.fetch_add(i64::try_from(d.granted).unwrap_or(i64::MAX), Ordering::AcqRel);
+            self.avail.fetch_add(signed(d.granted), Ordering::AcqRel);
             self.refused_until.store(0, Ordering::Release);
-        } else if d.least > 0 {
+        } else if least > 0 {
             let wait = d.wait_ms.max(1);
             self.retry_ms.store(wait, Ordering::Release);
             let memo = wait.min(u64::try_from(REFUSAL_MEMO.as_millis()).unwrap_or(1000));
@@ -321,7 +325,7 @@ impl Lease {
         let ret = if spent == 0 {
             self.avail.swap(0, Ordering::AcqRel)
         } else {
-            let keep = i64::try_from(block * 2).unwrap_or(i64::MAX);
+            let keep = signed(block * 2);
             let trim = |a: i64| if a > keep { Some(keep) } else { (a < 0).then_some(0) };
             match self.avail.fetch_update(Ordering::AcqRel, Ordering::Acquire, trim) {
                 Ok(before) if before < 0 => before,
@@ -362,7 +366,6 @@ impl Lease {
 /// and the fleet's count after it.
 pub struct Drawn {
     pub granted: u64,
-    pub least: u64,
     pub mark: i64,
     pub wait_ms: u64,
     pub total: u64,
@@ -412,10 +415,10 @@ mod tests {
             *c = c.saturating_add_signed(-back);
             let grant = want.min(limit.saturating_sub(*c));
             if grant < least || grant == 0 {
-                return Some(Drawn { granted: 0, least, mark: 0, wait_ms: 1_000, total: *c });
+                return Some(Drawn { granted: 0, mark: 0, wait_ms: 1_000, total: *c });
             }
             *c += grant;
-            Some(Drawn { granted: grant, least, mark: 0, wait_ms: 0, total: *c })
+            Some(Drawn { granted: grant, mark: 0, wait_ms: 0, total: *c })
         }
     }
 
