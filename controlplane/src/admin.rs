@@ -6,11 +6,12 @@
 //! data plane.
 
 use ax_protocol::admin::{
-    AuditList, Deleted, KeyCreated, KeyIn, KeyList, KeyRevoked, NodeCreated, NodeIn, NodeList, RolledBack, RouteIn,
-    RouteList, RoutePreview, RouteSaved, RouteView, Share, TenantIn, TenantList, TenantSaved, TenantView, UpstreamList,
-    UpstreamSaved, UpstreamView, UsageSummary, VersionList,
+    AuditList, Deleted, GroupIn, GroupList, GroupSaved, GroupView, KeyCreated, KeyIn, KeyList, KeyPolicy,
+    KeyPolicySaved, KeyRevoked, NodeCreated, NodeIn, NodeList, RolledBack, RouteIn, RouteList, RoutePreview,
+    RouteSaved, RouteView, Share, TenantIn, TenantList, TenantSaved, TenantView, UpstreamList, UpstreamSaved,
+    UpstreamView, UsageSummary, VersionList,
 };
-use ax_protocol::config::{CandidateSpec, RouteSpec, Strategy, TenantSpec, UpstreamSpec};
+use ax_protocol::config::{CandidateSpec, GroupSpec, RouteSpec, Strategy, TenantSpec, UpstreamSpec};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -58,6 +59,7 @@ pub async fn list_tenants(State(s): State<AppState>, caller: Caller) -> Reply<Te
                 allowed_aliases: t.allowed_aliases,
                 limits: t.limits,
                 budgets: t.budgets,
+                groups: t.groups,
                 active_keys,
                 keys,
             })
@@ -90,6 +92,7 @@ pub async fn put_tenant(
         allowed_aliases: t.allowed_aliases,
         limits: t.limits,
         budgets: t.budgets,
+        groups: t.groups,
     };
     store::config::write_tenant(&mut tx, &spec).await?;
     let after = store::config::tenant_json(&mut tx, &id).await?;
@@ -166,9 +169,13 @@ pub async fn create_key(
     if !inserted {
         return Err(ApiError::conflict(format!("a key with id '{id}' exists")));
     }
+    if !k.alias_limits.is_empty() || !k.budgets.is_empty() {
+        let limits = k.limits.unwrap_or_default();
+        store::config::set_key_policy(&mut tx, &id, &limits, &k.alias_limits, &k.budgets).await?;
+    }
     let after = serde_json::json!({ "id": id, "tenant": tenant, "prefix": prefix, "expires_at": k.expires_at });
     audit(&mut tx, &caller.username, "key.create", &id, None, Some(after)).await?;
-    let version = commit(&mut tx, &caller.username, &format!("key {id}"), Focus::Tenant(&tenant), s.verify()).await?;
+    let version = commit(&mut tx, &caller.username, &format!("key {id}"), Focus::Key(&tenant, &id), s.verify()).await?;
     tx.commit().await?;
     let note = "the key is shown once; only its SHA-256 is stored".to_owned();
     Ok(Json(KeyCreated { id, key, prefix, tenant, version, note }))
@@ -190,6 +197,104 @@ pub async fn revoke_key(State(s): State<AppState>, caller: Caller, ApiPath(id): 
     let version = commit(&mut tx, &caller.username, &summary, Focus::Tenant(&tenant), s.verify()).await?;
     tx.commit().await?;
     Ok(Json(KeyRevoked { id, status: "revoked".to_owned(), version }))
+}
+
+/// `PUT /keys/{id}`: replaces a key's limits, per-alias limits and budgets (operator).
+pub async fn put_key(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> Reply<KeyPolicySaved> {
+    caller.require(Role::Operator)?;
+    let policy: KeyPolicy = decode(&body)?;
+    let mut tx = s.db.begin().await?;
+    let before = store::config::key_policy_json(&mut tx, &id).await?;
+    let tenant = store::config::set_key_policy(&mut tx, &id, &policy.limits, &policy.alias_limits, &policy.budgets)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("key '{id}'")))?;
+    let after = store::config::key_policy_json(&mut tx, &id).await?;
+    if let Some(version) = unchanged(&mut tx, &before, &after).await? {
+        return Ok(Json(KeyPolicySaved { id, tenant, policy, version }));
+    }
+    audit(&mut tx, &caller.username, "key.update", &id, before, after).await?;
+    let version = commit(&mut tx, &caller.username, &format!("key {id}"), Focus::Key(&tenant, &id), s.verify()).await?;
+    tx.commit().await?;
+    Ok(Json(KeyPolicySaved { id, tenant, policy, version }))
+}
+
+// ---------- groups ----------
+
+pub async fn list_groups(State(s): State<AppState>, caller: Caller) -> Reply<GroupList> {
+    caller.require(Role::Operator)?;
+    let mut conn = s.db.acquire().await?;
+    let groups = store::config::load_groups(&mut conn).await?;
+    let tenants = store::config::load_tenants(&mut conn, None).await?;
+    let groups = groups
+        .into_iter()
+        .map(|g| {
+            let tenants = tenants.iter().filter(|t| t.groups.contains(&g.id)).map(|t| t.id.clone()).collect();
+            GroupView { id: g.id, budgets: g.budgets, tenants }
+        })
+        .collect();
+    Ok(Json(GroupList { groups }))
+}
+
+/// Creates (admin) or updates (operator) a group's budgets.
+pub async fn put_group(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> Reply<GroupSaved> {
+    caller.require(Role::Operator)?;
+    valid_name("id", &id)?;
+    let g: GroupIn = decode(&body)?;
+    let mut tx = s.db.begin().await?;
+    let before = store::config::group_json(&mut tx, &id).await?;
+    if before.is_none() {
+        caller.require(Role::Admin)?;
+    }
+    store::config::write_group(&mut tx, &GroupSpec { id: id.clone(), budgets: g.budgets }).await?;
+    let after = store::config::group_json(&mut tx, &id).await?;
+    if let Some(version) = unchanged(&mut tx, &before, &after).await? {
+        return Ok(Json(GroupSaved { id, version }));
+    }
+    let action = if before.is_some() { "group.update" } else { "group.create" };
+    audit(&mut tx, &caller.username, action, &id, before, after).await?;
+    let version = commit(&mut tx, &caller.username, &format!("group {id}"), Focus::Group(&id), s.verify()).await?;
+    tx.commit().await?;
+    Ok(Json(GroupSaved { id, version }))
+}
+
+/// Deletes a group no tenant names (409 `conflict` naming them otherwise).
+pub async fn delete_group(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Reply<GroupSaved> {
+    caller.require(Role::Admin)?;
+    let mut tx = s.db.begin().await?;
+    let members: Vec<String> = store::config::load_tenants(&mut tx, None)
+        .await?
+        .into_iter()
+        .filter(|t| t.groups.contains(&id))
+        .map(|t| t.id)
+        .collect();
+    if !members.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "tenants {} are in group '{id}': take them out first",
+            members.join(", ")
+        )));
+    }
+    let before = store::config::group_json(&mut tx, &id).await?;
+    if !store::config::delete_group(&mut tx, &id).await? {
+        return Err(ApiError::not_found(format!("group '{id}'")));
+    }
+    audit(&mut tx, &caller.username, "group.delete", &id, before, None).await?;
+    let version = commit(&mut tx, &caller.username, &format!("delete group {id}"), Focus::None, s.verify()).await?;
+    tx.commit().await?;
+    Ok(Json(GroupSaved { id, version }))
 }
 
 // ---------- upstreams ----------

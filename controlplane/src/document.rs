@@ -19,7 +19,8 @@ pub async fn load(conn: &mut PgConnection) -> ApiResult<Document> {
     let upstreams = tables::load_upstreams(conn, None).await?.into_iter().map(|(u, _)| u).collect();
     let routes = tables::load_routes(conn, None).await?.into_iter().map(StoredRoute::live).collect();
     let tenants = tables::load_tenants(conn, None).await?;
-    Ok(Document { upstreams, routes, tenants })
+    let groups = tables::load_groups(conn).await?;
+    Ok(Document { upstreams, routes, tenants, groups })
 }
 
 /// The document the tables hold now. After a change to one route or one tenant (`focus`), it is
@@ -29,7 +30,7 @@ pub async fn load(conn: &mut PgConnection) -> ApiResult<Document> {
 /// tables as they were before this change (with `AX_VERIFY_DOCUMENTS=1`, as in the tests, `commit`
 /// checks that against a full read).
 pub async fn current(conn: &mut PgConnection, focus: Focus<'_>) -> ApiResult<Document> {
-    if matches!(focus, Focus::Route(_) | Focus::Tenant(_)) {
+    if matches!(focus, Focus::Route(_) | Focus::Tenant(_) | Focus::Key(..)) {
         if let Some(mut doc) = versions::latest(conn).await? {
             refresh(conn, &mut doc, focus).await?;
             return Ok(doc);
@@ -53,11 +54,11 @@ pub async fn refresh(conn: &mut PgConnection, doc: &mut Document, focus: Focus<'
             let fresh = tables::load_routes(conn, Some(alias)).await?.into_iter().map(StoredRoute::live).next();
             replace_sorted(&mut doc.routes, alias, fresh, |r| &r.alias);
         }
-        Focus::Tenant(id) => {
+        Focus::Tenant(id) | Focus::Key(id, _) => {
             let fresh = tables::load_tenants(conn, Some(id)).await?.into_iter().next();
             replace_sorted(&mut doc.tenants, id, fresh, |t| &t.id);
         }
-        Focus::None | Focus::Upstream(_) => *doc = load(conn).await?,
+        Focus::None | Focus::Upstream(_) | Focus::Group(_) => *doc = load(conn).await?,
     }
     Ok(())
 }
@@ -83,14 +84,14 @@ fn replace_sorted<T>(list: &mut Vec<T>, name: &str, item: Option<T>, key: impl F
 /// passes here, every data plane accepts. The document is moved in and handed back (not copied:
 /// 10,000 aliases).
 pub fn validate(doc: Document) -> (Result<(), Vec<FieldError>>, Document) {
-    let Document { upstreams, routes, tenants } = doc;
-    let spec = ax_protocol::config::ConfigSpec { upstreams, routes, tenants, ..Default::default() };
+    let Document { upstreams, routes, tenants, groups } = doc;
+    let spec = ax_protocol::config::ConfigSpec { upstreams, routes, tenants, groups, ..Default::default() };
     // `${NAME}` references are resolved on each data plane; here any name resolves.
     let result = ax_protocol::validate::validate_all(&spec, &|_| Some("x".to_owned()))
         .map(drop)
         .map_err(|all| all.into_iter().map(|e| FieldError::new(e.path, e.message)).collect());
-    let ax_protocol::config::ConfigSpec { upstreams, routes, tenants, .. } = spec;
-    (result, Document { upstreams, routes, tenants })
+    let ax_protocol::config::ConfigSpec { upstreams, routes, tenants, groups, .. } = spec;
+    (result, Document { upstreams, routes, tenants, groups })
 }
 
 /// An upstream's own problems (the rules that need nothing else of the document), every one, with
@@ -152,16 +153,24 @@ pub enum Focus<'a> {
     Route(&'a str),
     Upstream(&'a str),
     Tenant(&'a str),
+    /// A key of a tenant: (tenant, key id).
+    Key(&'a str, &'a str),
+    Group(&'a str),
 }
 
 impl Focus<'_> {
     pub fn rebase(self, doc: &Document, mut f: FieldError) -> FieldError {
-        let prefix = match self {
-            Focus::None => None,
-            Focus::Route(a) => doc.routes.iter().position(|r| r.alias == a).map(|i| format!("routes[{i}]")),
-            Focus::Upstream(n) => doc.upstreams.iter().position(|u| u.name == n).map(|i| format!("upstreams[{i}]")),
-            Focus::Tenant(t) => doc.tenants.iter().position(|x| x.id == t).map(|i| format!("tenants[{i}]")),
-        };
+        let prefix =
+            match self {
+                Focus::None => None,
+                Focus::Route(a) => doc.routes.iter().position(|r| r.alias == a).map(|i| format!("routes[{i}]")),
+                Focus::Upstream(n) => doc.upstreams.iter().position(|u| u.name == n).map(|i| format!("upstreams[{i}]")),
+                Focus::Tenant(t) => doc.tenants.iter().position(|x| x.id == t).map(|i| format!("tenants[{i}]")),
+                Focus::Key(t, k) => doc.tenants.iter().enumerate().find(|(_, x)| x.id == t).and_then(|(i, x)| {
+                    x.keys.iter().position(|y| y.id == k).map(|j| format!("tenants[{i}].keys[{j}]"))
+                }),
+                Focus::Group(g) => doc.groups.iter().position(|x| x.id == g).map(|i| format!("groups[{i}]")),
+            };
         if let Some(rest) = prefix.as_deref().and_then(|p| f.path.strip_prefix(p)) {
             f.path = rest.trim_start_matches('.').to_owned();
         }
@@ -182,10 +191,16 @@ pub async fn restore(conn: &mut PgConnection, doc: &Document) -> ApiResult<()> {
     }
     let keep: Vec<String> = doc.upstreams.iter().map(|u| u.name.clone()).collect();
     tables::delete_upstreams_except(conn, &keep).await?;
+    for g in &doc.groups {
+        tables::write_group(conn, g).await?;
+    }
+    let keep: Vec<String> = doc.groups.iter().map(|g| g.id.clone()).collect();
+    tables::delete_groups_except(conn, &keep).await?;
     for t in &doc.tenants {
         tables::write_tenant(conn, t).await?;
         for k in &t.keys {
             tables::set_key_status(conn, &k.id, k.status).await?;
+            tables::set_key_policy(conn, &k.id, &k.limits, &k.alias_limits, &k.budgets).await?;
         }
     }
     Ok(())

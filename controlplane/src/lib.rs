@@ -111,7 +111,10 @@ pub fn router(state: AppState) -> Router {
         .route("/tenants", get(list_tenants))
         .route("/tenants/{id}", put(put_tenant))
         .route("/tenants/{id}/keys", get(list_keys).post(create_key))
+        .route("/keys/{id}", put(put_key))
         .route("/keys/{id}/revoke", post(revoke_key))
+        .route("/groups", get(list_groups))
+        .route("/groups/{id}", put(put_group).delete(delete_group))
         .route("/upstreams", get(list_upstreams))
         .route("/upstreams/{name}", put(put_upstream).delete(delete_upstream))
         .route("/routes", get(list_routes))
@@ -185,7 +188,9 @@ async fn fleet_gauges(state: &State) -> error::ApiResult<()> {
     }
     for b in usage::budgets(&state.db).await? {
         let labels = [
+            ("scope", b.scope.clone()),
             ("tenant", b.tenant.clone()),
+            ("subject", b.subject.clone().unwrap_or_default()),
             ("window", b.window.clone()),
             ("alias", b.alias.clone().unwrap_or_default()),
         ];

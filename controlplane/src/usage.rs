@@ -348,39 +348,68 @@ pub async fn recent_traffic(
     }))
 }
 
-/// `GET /api/v1/reports/budgets`: every tenant budget against what the tenant spent in the
-/// current window (UTC day or month, from the rollups).
+/// `GET /api/v1/reports/budgets`: every budget (tenants', keys', groups') against what its
+/// subject spent in the current window (UTC day, week or month, from the rollups).
 pub async fn budget_burn(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<BudgetReport>> {
     caller.require(Role::Finance)?;
     Ok(Json(BudgetReport { budgets: budgets(&state.db).await?, timezone: "UTC".to_owned() }))
 }
 
-/// Every tenant budget against its current window's spend (the report, and `/metrics`).
+/// Every budget (each tenant's, key's and group's) against its current window's spend (the
+/// report, and `/metrics`).
 pub async fn budgets(db: &sqlx::PgPool) -> ApiResult<Vec<BudgetBurn>> {
-    let tenants = crate::store::config::tenant_specs(db).await?;
-    let spent = rows::month_spend(db).await?;
+    use ax_protocol::config::{BudgetSpec, BudgetWindow};
+    let mut conn = db.acquire().await?;
+    let tenants = crate::store::config::load_tenants(&mut conn, None).await?;
+    let groups = crate::store::config::load_groups(&mut conn).await?;
+    drop(conn);
+    let spent = rows::window_spend(db).await?;
+    // What the rows that `counts` picks spent in `b`'s window (and alias).
+    let used = |b: &BudgetSpec, counts: &dyn Fn(&rows::Spend) -> bool| -> i64 {
+        spent
+            .iter()
+            .filter(|r| counts(r) && b.alias.as_ref().is_none_or(|a| *a == r.alias))
+            .map(|r| match b.window {
+                BudgetWindow::Day => r.day,
+                BudgetWindow::Week => r.week,
+                BudgetWindow::Month => r.month,
+            })
+            .sum()
+    };
+    let burn = |scope: &str, tenant: &str, subject: Option<&str>, members: Vec<String>, b: &BudgetSpec, used: i64| {
+        let cap = (b.usd * 1_000_000.0).round() as i64;
+        BudgetBurn {
+            scope: scope.to_owned(),
+            tenant: tenant.to_owned(),
+            subject: subject.map(str::to_owned),
+            members,
+            window: b.window.name().to_owned(),
+            alias: b.alias.clone(),
+            cap_usd: micro_usd(cap),
+            spent_usd: micro_usd(used),
+            spent_micro_usd: used,
+            used_pct: if cap > 0 { (used as f64 * 1000.0 / cap as f64).round() / 10.0 } else { 0.0 },
+            action: b.action.clone(),
+            warn_at: b.warn_at,
+        }
+    };
     let mut out = Vec::new();
-    for (tenant, spec) in tenants {
-        let Ok(t) = serde_json::from_value::<ax_protocol::config::TenantSpec>(spec) else { continue };
+    for t in &tenants {
         for b in &t.budgets {
-            let month = b.window == ax_protocol::config::BudgetWindow::Month;
-            let used: i64 = spent
-                .iter()
-                .filter(|r| r.0 == tenant && b.alias.as_ref().is_none_or(|a| *a == r.1))
-                .map(|r| if month { r.3 } else { r.2 })
-                .sum();
-            let cap = (b.usd * 1_000_000.0).round() as i64;
-            out.push(BudgetBurn {
-                tenant: tenant.clone(),
-                window: if month { "month" } else { "day" }.to_owned(),
-                alias: b.alias.clone(),
-                cap_usd: micro_usd(cap),
-                spent_usd: micro_usd(used),
-                spent_micro_usd: used,
-                used_pct: if cap > 0 { (used as f64 * 1000.0 / cap as f64).round() / 10.0 } else { 0.0 },
-                action: b.action.clone(),
-                warn_at: b.warn_at,
-            });
+            out.push(burn("tenant", &t.id, None, Vec::new(), b, used(b, &|r| r.tenant == t.id)));
+        }
+        for k in &t.keys {
+            for b in &k.budgets {
+                let spent = used(b, &|r| r.tenant == t.id && r.key_id == k.id);
+                out.push(burn("key", &t.id, Some(&k.id), Vec::new(), b, spent));
+            }
+        }
+    }
+    for g in &groups {
+        let members: Vec<String> = tenants.iter().filter(|t| t.groups.contains(&g.id)).map(|t| t.id.clone()).collect();
+        for b in &g.budgets {
+            let spent = used(b, &|r| members.contains(&r.tenant));
+            out.push(burn("group", "", Some(&g.id), members.clone(), b, spent));
         }
     }
     Ok(out)

@@ -107,6 +107,10 @@ fn main() {
         })
     );
     let budget = Budget {
+        scope: ax_dataplane::state::budget::Scope::Tenant,
+        subject: "bench".to_owned(),
+        stem: "budget:bench:day:*".to_owned(),
+        fail_open: false,
         window: ax_protocol::config::BudgetWindow::Day,
         limit: u64::MAX / 2,
         alias: None,

@@ -43,11 +43,12 @@ pub fn compile(
     version: u64,
     prev: Option<&Snapshot>,
 ) -> (Result<Snapshot, ConfigError>, Document) {
-    let Document { upstreams, routes, tenants } = doc;
-    let spec = ConfigSpec { upstreams, routes, tenants, server: base.server.clone(), metering: base.metering.clone() };
+    let Document { upstreams, routes, tenants, groups } = doc;
+    let spec =
+        ConfigSpec { upstreams, routes, tenants, groups, server: base.server.clone(), metering: base.metering.clone() };
     let snap = snapshot::build(&spec, version, &|name| std::env::var(name).ok(), prev);
-    let ConfigSpec { upstreams, routes, tenants, .. } = spec;
-    (snap, Document { upstreams, routes, tenants })
+    let ConfigSpec { upstreams, routes, tenants, groups, .. } = spec;
+    (snap, Document { upstreams, routes, tenants, groups })
 }
 
 // ---------- last known good ----------

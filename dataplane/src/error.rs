@@ -27,8 +27,14 @@ pub enum AxError {
     ApiKeyExpired,
     #[error("rate limit of the {layer} exceeded: {limit} {}", kind.as_str())]
     RateLimitExceeded { layer: &'static str, kind: LimitKind, limit: u64, remaining: u64, retry_after: Duration },
-    #[error("the {window} budget of ${} is spent", ax_protocol::price::format_usd(*limit))]
-    BudgetExceeded { window: &'static str, limit: u64 },
+    /// `scope`: `tenant`, `key` or `group`.
+    #[error("the {scope}'s {window} budget of ${} is spent", ax_protocol::price::format_usd(*limit))]
+    BudgetExceeded { scope: &'static str, window: &'static str, limit: u64 },
+    /// A `fail_closed` budget while Redis cannot be reached and this replica holds none of it.
+    #[error(
+        "the {scope}'s {window} budget cannot be checked now (the fleet's spend store is unreachable); retry shortly"
+    )]
+    BudgetUnavailable { scope: &'static str, window: &'static str },
     #[error("the prompt is about {estimated} tokens, over the limit of {limit} for '{alias}'")]
     PromptTooLong { alias: String, estimated: u64, limit: u32 },
     #[error("this key may not use model '{0}'")]
@@ -133,9 +139,10 @@ impl AxError {
             | Self::UpstreamInvalidResponse
             | Self::UpstreamStreamTruncated
             | Self::UpstreamResponseTooLarge(_) => StatusCode::BAD_GATEWAY,
-            Self::UpstreamUnavailable(_) | Self::NoHealthyUpstream { .. } | Self::ResponseStoreUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::UpstreamUnavailable(_)
+            | Self::NoHealthyUpstream { .. }
+            | Self::ResponseStoreUnavailable
+            | Self::BudgetUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamConnectTimeout
             | Self::UpstreamFirstByteTimeout
             | Self::UpstreamIdleTimeout
@@ -180,7 +187,7 @@ impl AxError {
             | Self::UpstreamResponseTooLarge(_)
             | Self::UpstreamUnavailable(_)
             | Self::NoHealthyUpstream { .. } => "upstream_error",
-            Self::Internal | Self::ResponseStoreUnavailable => "server_error",
+            Self::Internal | Self::ResponseStoreUnavailable | Self::BudgetUnavailable { .. } => "server_error",
         }
     }
 
@@ -223,6 +230,7 @@ impl AxError {
             Self::UpstreamResponseTooLarge(_) => "upstream_response_too_large",
             Self::ResponseNotFound { .. } => "response_not_found",
             Self::ResponseStoreUnavailable => "response_store_unavailable",
+            Self::BudgetUnavailable { .. } => "budget_unavailable",
             Self::Internal => "internal_error",
         }
     }
@@ -282,6 +290,7 @@ impl AxError {
             Self::NoHealthyUpstream { retry_after, .. } | Self::RateLimitExceeded { retry_after, .. } => {
                 Some(*retry_after)
             }
+            Self::BudgetUnavailable { .. } => Some(Duration::from_secs(1)),
             _ => None,
         }
     }

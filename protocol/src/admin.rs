@@ -3,6 +3,8 @@
 //! the build, not a page. Only the audit log's before and after stay free JSON: they are whatever
 //! entity the entry is about.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
@@ -26,6 +28,9 @@ pub struct TenantIn {
     pub limits: LimitsSpec,
     #[serde(default)]
     pub budgets: Vec<BudgetSpec>,
+    /// Groups (`PUT /groups/{id}`) whose pooled budgets this tenant's spend counts against.
+    #[serde(default)]
+    pub groups: Vec<String>,
 }
 
 fn all_aliases() -> Vec<String> {
@@ -41,6 +46,8 @@ pub struct TenantView {
     pub limits: LimitsSpec,
     #[serde(default)]
     pub budgets: Vec<BudgetSpec>,
+    #[serde(default)]
+    pub groups: Vec<String>,
     /// Keys not revoked or expired.
     pub active_keys: i64,
     /// All keys ever created.
@@ -87,8 +94,18 @@ pub struct CostReport {
 /// One budget's burn in `GET /reports/budgets`: the cap and what its current period spent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BudgetBurn {
+    /// `tenant`, `key` or `group`.
+    #[serde(default = "tenant_scope")]
+    pub scope: String,
+    /// The tenant (of a tenant's or a key's budget; empty for a group's).
     pub tenant: String,
-    /// `day` or `month`.
+    /// The key's or the group's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// A group's member tenants (whose spend it pools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<String>,
+    /// `day`, `week` (Monday to Sunday) or `month`.
     pub window: String,
     #[serde(default)]
     pub alias: Option<String>,
@@ -99,6 +116,10 @@ pub struct BudgetBurn {
     pub used_pct: f64,
     pub action: BudgetAction,
     pub warn_at: f64,
+}
+
+fn tenant_scope() -> String {
+    "tenant".to_owned()
 }
 
 /// `GET /reports/budgets`.
@@ -196,6 +217,63 @@ pub struct KeyIn {
     pub expires_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitsSpec>,
+    /// The key's limits per alias, on top of `limits`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub alias_limits: BTreeMap<String, LimitsSpec>,
+    /// The key's own budgets, on top of its tenant's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetSpec>,
+}
+
+/// `PUT /keys/{id}`: a key's limits, per-alias limits and budgets, replaced whole.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyPolicy {
+    #[serde(default)]
+    pub limits: LimitsSpec,
+    #[serde(default)]
+    pub alias_limits: BTreeMap<String, LimitsSpec>,
+    #[serde(default)]
+    pub budgets: Vec<BudgetSpec>,
+}
+
+/// The answer to `PUT /keys/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyPolicySaved {
+    pub id: String,
+    pub tenant: String,
+    pub policy: KeyPolicy,
+    pub version: i64,
+}
+
+/// `PUT /groups/{id}`: a group of tenants' pooled budgets (tenants join in their `groups`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupIn {
+    #[serde(default)]
+    pub budgets: Vec<BudgetSpec>,
+}
+
+/// One group in `GET /groups`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupView {
+    pub id: String,
+    pub budgets: Vec<BudgetSpec>,
+    /// The tenants that name it.
+    pub tenants: Vec<String>,
+}
+
+/// `GET /groups`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupList {
+    pub groups: Vec<GroupView>,
+}
+
+/// The answer to `PUT /groups/{id}` and `DELETE /groups/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupSaved {
+    pub id: String,
+    pub version: i64,
 }
 
 /// The answer to `POST /tenants/{id}/keys`: the only time the key itself is shown.
@@ -220,6 +298,12 @@ pub struct KeyView {
     /// RFC 3339 UTC.
     pub expires_at: Option<String>,
     pub created_at: String,
+    #[serde(default)]
+    pub limits: LimitsSpec,
+    #[serde(default)]
+    pub alias_limits: BTreeMap<String, LimitsSpec>,
+    #[serde(default)]
+    pub budgets: Vec<BudgetSpec>,
 }
 
 /// `GET /tenants/{id}/keys`.

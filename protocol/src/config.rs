@@ -25,8 +25,21 @@ pub struct ConfigSpec {
     pub routes: Vec<RouteSpec>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<TenantSpec>,
+    /// Pooled budgets shared by several tenants (an organization, a department).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupSpec>,
     #[serde(default)]
     pub metering: MeteringSpec,
+}
+
+/// A group of tenants (an organization, a department) whose budgets pool the spend of every
+/// member: a tenant joins by naming the group in its `groups`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetSpec>,
 }
 
 /// Where usage records go (read at start). Without a spool, records are only logged.
@@ -668,9 +681,12 @@ pub struct TenantSpec {
     pub limits: LimitsSpec,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<BudgetSpec>,
+    /// Groups (`groups[].id`) whose pooled budgets this tenant's spend counts against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
-/// A spending cap for a tenant (or for one alias of a tenant) per day or month.
+/// A spending cap for a tenant, a key or a group (or for one alias of it) per day, week or month.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetSpec {
@@ -689,6 +705,22 @@ pub struct BudgetSpec {
     /// from it in blocks (docs/budgets.md).
     #[serde(default, skip_serializing_if = "is_default")]
     pub exact: bool,
+    /// With Redis, what the budget does while Redis cannot be reached (docs/budgets.md).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub on_redis_down: RedisDown,
+}
+
+/// A fleet-wide budget while Redis is unreachable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisDown {
+    /// Spend only what this replica's lease already holds (counted in Redis), then refuse with
+    /// 503 `budget_unavailable`: the budget is never overspent.
+    #[default]
+    FailClosed,
+    /// Spend against `limit ÷ server.replicas` locally: requests go on, and the fleet may spend
+    /// up to the budget once more during the outage.
+    FailOpen,
 }
 
 fn default_warn_at() -> f64 {
@@ -699,7 +731,19 @@ fn default_warn_at() -> f64 {
 #[serde(rename_all = "snake_case")]
 pub enum BudgetWindow {
     Day,
+    /// Monday to Sunday.
+    Week,
     Month,
+}
+
+impl BudgetWindow {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Day => "day",
+            Self::Week => "week",
+            Self::Month => "month",
+        }
+    }
 }
 
 /// `action: reject`, `action: warn` or `action: { downgrade_to: <alias> }`.
@@ -769,6 +813,12 @@ pub struct KeySpec {
     /// Limits of this key alone, on top of the tenant's.
     #[serde(default, skip_serializing_if = "is_default")]
     pub limits: LimitsSpec,
+    /// Limits of this key per alias it calls (on top of `limits`): `{ chat-pro: { rpm: 10 } }`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub alias_limits: BTreeMap<String, LimitsSpec>,
+    /// Budgets of this key alone, on top of its tenant's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetSpec>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

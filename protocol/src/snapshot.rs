@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{RouteSpec, TenantSpec, UpstreamSpec};
+use crate::config::{GroupSpec, RouteSpec, TenantSpec, UpstreamSpec};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -17,6 +17,8 @@ pub struct Document {
     pub routes: Vec<RouteSpec>,
     #[serde(default)]
     pub tenants: Vec<TenantSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupSpec>,
 }
 
 /// Control plane → data plane.

@@ -14,7 +14,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use sha2::{Digest, Sha256};
 
 use crate::config::{
-    BudgetAction, Capability, ConfigSpec, KeySpec, LimitsSpec, PriceSpec, ProviderKind, TenantSpec, UpstreamSpec,
+    BudgetAction, BudgetSpec, Capability, ConfigSpec, KeySpec, LimitsSpec, PriceSpec, ProviderKind, TenantSpec,
+    UpstreamSpec,
 };
 use crate::price::Prices;
 
@@ -50,6 +51,8 @@ pub struct Valid {
     /// Per route: its candidates as (upstream index, model index).
     pub routes: Vec<Vec<(usize, usize)>>,
     pub tenants: Vec<ValidTenant>,
+    /// Per group: its budgets' limits in micro-USD.
+    pub groups: Vec<Vec<u64>>,
     /// SHA-256 of the admin token.
     pub admin_token: Option<[u8; 32]>,
     pub budget_tz: jiff::tz::TimeZone,
@@ -89,6 +92,8 @@ pub struct ValidKey {
     pub digest: [u8; 32],
     /// Unix seconds after which the key is refused.
     pub expires_at: Option<i64>,
+    /// Per budget of the key: its limit in micro-USD.
+    pub budget_limits: Vec<u64>,
 }
 
 /// Names (upstreams, models, aliases, tenants, keys) reach usage records, metric labels and the
@@ -252,6 +257,16 @@ pub fn validate_all(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> 
         }
     }
 
+    let mut group_ids = HashSet::with_capacity(spec.groups.len());
+    let mut groups = Vec::with_capacity(spec.groups.len());
+    for (i, g) in spec.groups.iter().enumerate() {
+        p.ok(check_name(|| format!("groups[{i}].id"), &g.id));
+        if !group_ids.insert(g.id.as_str()) {
+            p.add(err(format!("groups[{i}].id"), format!("duplicate group '{}'", g.id)));
+        }
+        groups.push(budgets(&mut p, &g.budgets, &format!("groups[{i}]"), &aliases));
+    }
+
     let mut tenant_ids = HashSet::with_capacity(spec.tenants.len());
     let mut key_ids = HashSet::new();
     let mut digests = HashSet::new();
@@ -261,7 +276,7 @@ pub fn validate_all(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> 
         if !tenant_ids.insert(t.id.as_str()) {
             p.add(err(format!("tenants[{i}].id"), format!("duplicate tenant '{}'", t.id)));
         }
-        if let Some(v) = p.all(tenant(t, i, &aliases, &mut key_ids, &mut digests, env)) {
+        if let Some(v) = p.all(tenant(t, i, &aliases, &group_ids, &mut key_ids, &mut digests, env)) {
             tenants.push(v);
         }
     }
@@ -281,9 +296,15 @@ pub fn validate_all(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> 
         .map_err(|e| err("server.budget_timezone", format!("unknown time zone: {e}"))));
     let redis_url = p.ok(spec.server.redis_url.as_deref().map(|u| expand("server.redis_url", u, env)).transpose());
     match budget_tz {
-        Some(budget_tz) => {
-            p.end(|| Valid { upstreams, routes, tenants, admin_token, budget_tz, redis_url: redis_url.flatten() })
-        }
+        Some(budget_tz) => p.end(|| Valid {
+            upstreams,
+            routes,
+            tenants,
+            groups,
+            admin_token,
+            budget_tz,
+            redis_url: redis_url.flatten(),
+        }),
         None => Err(p.0),
     }
 }
@@ -292,6 +313,7 @@ fn tenant<'s>(
     t: &'s TenantSpec,
     i: usize,
     aliases: &HashSet<&str>,
+    groups: &HashSet<&str>,
     key_ids: &mut HashSet<&'s str>,
     digests: &mut HashSet<[u8; 32]>,
     env: &dyn Fn(&str) -> Option<String>,
@@ -320,16 +342,36 @@ fn tenant<'s>(
             None => Some(None),
         };
         p.ok(check_limits(&k.limits, path));
+        for (alias, limits) in &k.alias_limits {
+            if !aliases.contains(alias.as_str()) {
+                p.add(err(format!("{}.alias_limits.{alias}", path()), format!("unknown alias '{alias}'")));
+            }
+            p.ok(check_limits(limits, || format!("{}.alias_limits.{alias}", path())));
+        }
+        let budget_limits = budgets(&mut p, &k.budgets, &path(), aliases);
         if let Some(digest) = digest {
             if !digests.insert(digest) {
                 p.add(err(path(), "the same key is configured twice"));
             }
-            keys.push(ValidKey { digest, expires_at: expires_at.flatten() });
+            keys.push(ValidKey { digest, expires_at: expires_at.flatten(), budget_limits });
         }
     }
-    let mut budget_limits = Vec::with_capacity(t.budgets.len());
-    for (j, b) in t.budgets.iter().enumerate() {
-        let path = format!("tenants[{i}].budgets[{j}]");
+    let budget_limits = budgets(&mut p, &t.budgets, &format!("tenants[{i}]"), aliases);
+    for (j, g) in t.groups.iter().enumerate() {
+        if !groups.contains(g.as_str()) {
+            p.add(err(format!("tenants[{i}].groups[{j}]"), format!("unknown group '{g}'")));
+        }
+    }
+    p.ok(check_limits(&t.limits, || format!("tenants[{i}]")));
+    p.end(|| ValidTenant { keys, budget_limits })
+}
+
+/// Every budget of one subject (`path` is the subject's: `tenants[0]`): each limit in micro-USD
+/// (0 where it is invalid, with its problem recorded).
+fn budgets(p: &mut Problems, list: &[BudgetSpec], path: &str, aliases: &HashSet<&str>) -> Vec<u64> {
+    let mut limits = Vec::with_capacity(list.len());
+    for (j, b) in list.iter().enumerate() {
+        let path = format!("{path}.budgets[{j}]");
         let limit = p.ok(Prices::from_spec(&PriceSpec {
             input: b.usd,
             output: 0.0,
@@ -354,10 +396,15 @@ fn tenant<'s>(
                 p.add(err(format!("{path}.{field}"), format!("unknown alias '{a}'")));
             }
         }
-        budget_limits.push(limit.unwrap_or(0));
+        if let Some(twin) = list[..j].iter().position(|o| o.window == b.window && o.alias == b.alias) {
+            p.add(err(
+                path.clone(),
+                format!("budgets[{twin}] already caps this {} (and alias); one budget per window", b.window.name()),
+            ));
+        }
+        limits.push(limit.unwrap_or(0));
     }
-    p.ok(check_limits(&t.limits, || format!("tenants[{i}]")));
-    p.end(|| ValidTenant { keys, budget_limits })
+    limits
 }
 
 fn key_digest(

@@ -5,7 +5,10 @@
 use std::collections::BTreeMap;
 
 use ax_protocol::admin::{CandidateView, KeyView, RouteView};
-use ax_protocol::config::{CandidateSpec, KeySpec, KeyStatus, ModelSpec, RouteSpec, TenantSpec, UpstreamSpec};
+use ax_protocol::config::{
+    BudgetSpec, CandidateSpec, GroupSpec, KeySpec, KeyStatus, LimitsSpec, ModelSpec, RouteSpec, TenantSpec,
+    UpstreamSpec,
+};
 use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool};
 
@@ -23,18 +26,16 @@ pub async fn load_tenants(conn: &mut PgConnection, only: Option<&str>) -> ApiRes
     .into_iter()
     .map(|r| (r.id, r.spec))
     .collect();
-    let api_keys: Vec<(String, String, String, String, Option<String>, Option<serde_json::Value>)> = sqlx::query!(
+    let api_keys = sqlx::query!(
         r#"SELECT id, tenant_id, digest, status,
-                  to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires_at, limits
+                  to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires_at, limits,
+                  alias_limits, budgets
            FROM api_keys WHERE $1::text IS NULL OR tenant_id = $1 ORDER BY id COLLATE "C""#,
         only,
     )
     .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| (r.id, r.tenant_id, r.digest, r.status, r.expires_at, r.limits))
-    .collect();
-    let api_keys = group(api_keys, |k| k.1.clone());
+    .await?;
+    let api_keys = group(api_keys, |k| k.tenant_id.clone());
     let mut out = Vec::with_capacity(tenants.len());
     for (id, spec) in tenants {
         let mut t: TenantSpec = serde_json::from_str(&spec).map_err(|e| ApiError::internal("stored tenant", e))?;
@@ -44,17 +45,66 @@ pub async fn load_tenants(conn: &mut PgConnection, only: Option<&str>) -> ApiRes
             .into_iter()
             .flatten()
             .map(|k| KeySpec {
-                id: k.0.clone(),
-                sha256: Some(k.2.clone()),
+                id: k.id.clone(),
+                sha256: Some(k.digest.clone()),
                 key: None,
-                status: if k.3 == "active" { KeyStatus::Active } else { KeyStatus::Revoked },
-                expires_at: k.4.clone(),
-                limits: k.5.clone().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
+                status: if k.status == "active" { KeyStatus::Active } else { KeyStatus::Revoked },
+                expires_at: k.expires_at.clone(),
+                limits: stored(&k.limits),
+                alias_limits: stored(&k.alias_limits),
+                budgets: stored(&k.budgets),
             })
             .collect();
         out.push(t);
     }
     Ok(out)
+}
+
+/// A key's stored JSON column (written by `insert_key` / `set_key_policy`), or its default.
+fn stored<T: serde::de::DeserializeOwned + Default>(v: &Option<Value>) -> T {
+    v.clone().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default()
+}
+
+/// Every group of tenants, by id (byte order).
+pub async fn load_groups(conn: &mut PgConnection) -> ApiResult<Vec<GroupSpec>> {
+    sqlx::query!(r#"SELECT id, spec FROM tenant_groups ORDER BY id COLLATE "C""#)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| {
+            let mut g: GroupSpec = serde_json::from_value(r.spec).map_err(|e| ApiError::internal("stored group", e))?;
+            g.id = r.id;
+            Ok(g)
+        })
+        .collect()
+}
+
+pub async fn group_json(conn: &mut PgConnection, id: &str) -> ApiResult<Option<Value>> {
+    Ok(sqlx::query_scalar!("SELECT spec FROM tenant_groups WHERE id = $1", id).fetch_optional(&mut *conn).await?)
+}
+
+pub async fn write_group(conn: &mut PgConnection, g: &GroupSpec) -> ApiResult<()> {
+    let spec = serde_json::to_value(g).map_err(|e| ApiError::internal("group", e))?;
+    sqlx::query!(
+        "INSERT INTO tenant_groups (id, spec) VALUES ($1, $2)
+         ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, updated_at = now()",
+        g.id,
+        spec,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Deletes a group; false when there was none.
+pub async fn delete_group(conn: &mut PgConnection, id: &str) -> ApiResult<bool> {
+    Ok(sqlx::query!("DELETE FROM tenant_groups WHERE id = $1", id).execute(&mut *conn).await?.rows_affected() > 0)
+}
+
+/// Every group but `keep` goes (a rollback).
+pub async fn delete_groups_except(conn: &mut PgConnection, keep: &[String]) -> ApiResult<()> {
+    sqlx::query!("DELETE FROM tenant_groups WHERE NOT (id = ANY($1))", keep).execute(&mut *conn).await?;
+    Ok(())
 }
 
 /// Upstreams (all, or the one named) with their models, and whether each has a stored key.
@@ -278,7 +328,8 @@ fn group<T>(rows: Vec<T>, key: impl Fn(&T) -> String) -> std::collections::HashM
 }
 
 pub async fn write_tenant(conn: &mut PgConnection, t: &TenantSpec) -> ApiResult<()> {
-    let spec = json!({ "id": t.id, "keys": [], "allowed_aliases": t.allowed_aliases, "limits": t.limits, "budgets": t.budgets });
+    let spec = json!({ "id": t.id, "keys": [], "allowed_aliases": t.allowed_aliases, "limits": t.limits,
+                       "budgets": t.budgets, "groups": t.groups });
     sqlx::query!(
         "INSERT INTO tenants (id, spec) VALUES ($1, $2)
          ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, updated_at = now()",
@@ -406,15 +457,61 @@ pub async fn insert_key(
 pub async fn keys_of(db: &PgPool, tenant: &str) -> ApiResult<Vec<KeyView>> {
     Ok(sqlx::query!(
         r#"SELECT id, prefix, status, to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS expires_at,
-                  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "created_at!"
+                  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "created_at!",
+                  limits, alias_limits, budgets
            FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id"#,
         tenant,
     )
     .fetch_all(db)
     .await?
     .into_iter()
-    .map(|r| KeyView { id: r.id, prefix: r.prefix, status: r.status, expires_at: r.expires_at, created_at: r.created_at })
+    .map(|r| KeyView {
+        id: r.id,
+        prefix: r.prefix,
+        status: r.status,
+        expires_at: r.expires_at,
+        created_at: r.created_at,
+        limits: stored(&r.limits),
+        alias_limits: stored(&r.alias_limits),
+        budgets: stored(&r.budgets),
+    })
     .collect())
+}
+
+/// A key's limits, per-alias limits and budgets; its tenant, or `None` when there is no such key.
+pub async fn set_key_policy(
+    conn: &mut PgConnection,
+    id: &str,
+    limits: &LimitsSpec,
+    alias_limits: &BTreeMap<String, LimitsSpec>,
+    budgets: &[BudgetSpec],
+) -> ApiResult<Option<String>> {
+    let json = |v: serde_json::Result<Value>| v.map_err(|e| ApiError::internal("key policy", e));
+    let (limits, alias_limits, budgets) = (
+        json(serde_json::to_value(limits))?,
+        json(serde_json::to_value(alias_limits))?,
+        json(serde_json::to_value(budgets))?,
+    );
+    Ok(sqlx::query_scalar!(
+        "UPDATE api_keys SET limits = $2, alias_limits = $3, budgets = $4 WHERE id = $1 RETURNING tenant_id",
+        id,
+        limits,
+        alias_limits,
+        budgets,
+    )
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+/// A key's policy as stored (the audit log's before and after).
+pub async fn key_policy_json(conn: &mut PgConnection, id: &str) -> ApiResult<Option<Value>> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT jsonb_build_object('limits', limits, 'alias_limits', alias_limits, 'budgets', budgets) AS "p!"
+           FROM api_keys WHERE id = $1"#,
+        id
+    )
+    .fetch_optional(&mut *conn)
+    .await?)
 }
 
 /// Revokes a key; its tenant, or `None` when there is no such key.

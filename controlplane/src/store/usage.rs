@@ -279,19 +279,32 @@ pub async fn top_spenders(
     .collect())
 }
 
-/// Spend this UTC month per tenant and alias: (tenant, alias, today's micro-USD, the month's).
-pub async fn month_spend(db: &PgPool) -> ApiResult<Vec<(String, String, i64, i64)>> {
+/// What each (tenant, alias, key) spent in the current UTC day, week (from Monday) and month,
+/// from the daily rollups.
+pub struct Spend {
+    pub tenant: String,
+    pub alias: String,
+    pub key_id: String,
+    pub day: i64,
+    pub week: i64,
+    pub month: i64,
+}
+
+pub async fn window_spend(db: &PgPool) -> ApiResult<Vec<Spend>> {
     Ok(sqlx::query!(
-        r#"SELECT tenant, alias,
-                coalesce(sum(cost_micro_usd) FILTER (WHERE day = (now() AT TIME ZONE 'UTC')::date), 0)::bigint AS "today!",
-                coalesce(sum(cost_micro_usd), 0)::bigint AS "month!"
-         FROM usage_daily WHERE day >= date_trunc('month', now() AT TIME ZONE 'UTC')::date
-         GROUP BY tenant, alias"#
+        r#"WITH now AS (SELECT (now() AT TIME ZONE 'UTC')::date AS today)
+           SELECT tenant, alias, key_id,
+                coalesce(sum(cost_micro_usd) FILTER (WHERE day = today), 0)::bigint AS "day!",
+                coalesce(sum(cost_micro_usd) FILTER (WHERE day >= date_trunc('week', today)::date), 0)::bigint AS "week!",
+                coalesce(sum(cost_micro_usd) FILTER (WHERE day >= date_trunc('month', today)::date), 0)::bigint AS "month!"
+         FROM usage_daily, now
+         WHERE day >= least(date_trunc('month', today), date_trunc('week', today))::date
+         GROUP BY tenant, alias, key_id"#
     )
     .fetch_all(db)
     .await?
     .into_iter()
-    .map(|r| (r.tenant, r.alias, r.today, r.month))
+    .map(|r| Spend { tenant: r.tenant, alias: r.alias, key_id: r.key_id, day: r.day, week: r.week, month: r.month })
     .collect())
 }
 

@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 use crate::body::header_value;
 
+use crate::state::budget::{Budget, BudgetState, Scope};
 use crate::state::health::{ModelHealth, UpstreamHealth};
 use crate::state::limits::{LimitState, Limiter};
 
@@ -196,6 +197,7 @@ pub struct Tenant {
     pub id: String,
     pub allowed: Allowed,
     pub limiter: Limiter,
+    /// The tenant's budgets, then its groups' (whose live spend every member shares).
     pub budgets: Vec<crate::state::budget::Budget>,
 }
 
@@ -222,6 +224,10 @@ pub struct KeyRef {
     /// Unix seconds after which the key is refused.
     pub expires_at: Option<i64>,
     pub limiter: Limiter,
+    /// The key's limits per alias: alias → (`<key>/<alias>`, the subject's name in Redis; limiter).
+    pub alias_limits: HashMap<String, (String, Limiter)>,
+    /// The key's own budgets (its tenant's and groups' are the tenant's).
+    pub budgets: Vec<crate::state::budget::Budget>,
 }
 
 impl Upstream {
@@ -382,11 +388,44 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
         r.protocols = r.fallbacks.iter().fold(mine, |all, f| all.and(own.get(f).copied().unwrap_or_default()));
     }
 
-    // The previous snapshot's tenants and keys by id: their counters carry over.
+    // The previous snapshot's tenants and keys by id, and budgets by stem: their counters carry over.
     let prev_tenants: HashMap<&str, &Tenant> =
         prev.map(|p| p.tenants.iter().map(|t| (t.id.as_str(), t)).collect()).unwrap_or_default();
     let prev_keys: HashMap<&str, &KeyRef> =
         prev.map(|p| p.keys.values().map(|k| (k.key_id.as_str(), k)).collect()).unwrap_or_default();
+    let prev_budgets: HashMap<&str, &Arc<BudgetState>> = prev
+        .map(|p| {
+            let tenants = p.tenants.iter().flat_map(|t| &t.budgets);
+            tenants.chain(p.keys.values().flat_map(|k| &k.budgets)).map(|b| (b.stem.as_str(), &b.state)).collect()
+        })
+        .unwrap_or_default();
+    let budgets = |list: &[ax_protocol::config::BudgetSpec], limits: Vec<u64>, scope: Scope, subject: &str| {
+        list.iter()
+            .zip(limits)
+            .map(|(b, limit)| {
+                let stem = crate::state::budget::stem(scope, subject, b.window, b.alias.as_deref());
+                Budget {
+                    scope,
+                    subject: subject.to_owned(),
+                    window: b.window,
+                    limit,
+                    alias: b.alias.clone(),
+                    action: b.action.clone(),
+                    warn_at: (limit as f64 * b.warn_at) as u64,
+                    exact: b.exact,
+                    fail_open: b.on_redis_down == ax_protocol::config::RedisDown::FailOpen,
+                    state: prev_budgets.get(stem.as_str()).map_or_else(Default::default, |s| (*s).clone()),
+                    stem,
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let groups: HashMap<&str, Vec<Budget>> = spec
+        .groups
+        .iter()
+        .zip(valid.groups)
+        .map(|(g, limits)| (g.id.as_str(), budgets(&g.budgets, limits, Scope::Group, &g.id)))
+        .collect();
     let mut tenants = Vec::with_capacity(spec.tenants.len());
     let mut keys = HashMap::with_capacity(spec.tenants.len());
     for (i, (t, v)) in spec.tenants.iter().zip(valid.tenants).enumerate() {
@@ -396,38 +435,36 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
             Allowed::Some(t.allowed_aliases.iter().cloned().collect())
         };
         for (k, vk) in t.keys.iter().zip(v.keys) {
+            let prev_key = prev_keys.get(k.id.as_str());
+            let alias_limits = k
+                .alias_limits
+                .iter()
+                .map(|(alias, l)| {
+                    let prev = prev_key.and_then(|pk| pk.alias_limits.get(alias)).map(|(_, l)| l);
+                    (alias.clone(), (format!("{}/{alias}", k.id), limiter(l, prev)))
+                })
+                .collect();
             let key = KeyRef {
                 tenant: i,
                 key_id: k.id.clone(),
                 revoked: k.status == ax_protocol::config::KeyStatus::Revoked,
                 expires_at: vk.expires_at,
-                limiter: limiter(&k.limits, prev_keys.get(k.id.as_str()).map(|pk| &pk.limiter)),
+                limiter: limiter(&k.limits, prev_key.map(|pk| &pk.limiter)),
+                alias_limits,
+                budgets: budgets(&k.budgets, vk.budget_limits, Scope::Key, &k.id),
             };
             keys.insert(vk.digest, key);
         }
         let prev_tenant = prev_tenants.get(t.id.as_str()).copied();
-        let budgets = t
-            .budgets
-            .iter()
-            .zip(v.budget_limits)
-            .map(|(b, limit)| crate::state::budget::Budget {
-                window: b.window,
-                limit,
-                alias: b.alias.clone(),
-                action: b.action.clone(),
-                warn_at: (limit as f64 * b.warn_at) as u64,
-                exact: b.exact,
-                // The same budget (window and alias) keeps its spend across reloads.
-                state: prev_tenant
-                    .and_then(|pt| pt.budgets.iter().find(|pb| pb.window == b.window && pb.alias == b.alias))
-                    .map_or_else(Default::default, |pb| pb.state.clone()),
-            })
-            .collect();
+        let mut all = budgets(&t.budgets, v.budget_limits, Scope::Tenant, &t.id);
+        for g in &t.groups {
+            all.extend(groups.get(g.as_str()).into_iter().flatten().cloned());
+        }
         tenants.push(Tenant {
             id: t.id.clone(),
             allowed,
             limiter: limiter(&t.limits, prev_tenant.map(|pt| &pt.limiter)),
-            budgets,
+            budgets: all,
         });
     }
 

@@ -15,7 +15,7 @@ use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant};
 use crate::error::AxError;
 use crate::error::LimitKind as Kind;
 use crate::governance::fleet::{self, Fleet};
-use crate::state::budget::{Reserved, Verdict};
+use crate::state::budget::{Budget, Reserved, Verdict};
 use crate::state::lease::{signed, Lease, Shape, Took};
 use crate::state::limits::Held;
 
@@ -63,7 +63,7 @@ struct Holds {
     shared: Option<fleet::FleetHeld>,
 }
 
-/// The caller-side rate limits, in order: key, tenant, alias. All or nothing: a refusal gives
+/// The caller-side rate limits, in order: key, the key's for the alias, tenant, alias. All or nothing: a refusal gives
 /// back what the earlier layers reserved. With Redis, the per-minute limits are fleet-wide (one
 /// round trip) and concurrency is local; without a reachable Redis, every limit is local, divided
 /// by `server.replicas` when Redis is configured. The holds settle to the actual usage when the
@@ -75,22 +75,26 @@ async fn check_limits(
     route: &Route,
     tokens: u64,
 ) -> Result<Holds, AxError> {
-    let layers = [
-        ("key", key.key_id.as_str(), &key.limiter),
-        ("tenant", tenant.id.as_str(), &tenant.limiter),
-        ("alias", route.alias.as_str(), &route.limiter),
+    // (the layer as the caller reads it, its tag in Redis, the subject, its limiter)
+    let per_alias = key.alias_limits.get(&route.alias);
+    let all = [
+        Some(("key", "key", key.key_id.as_str(), &key.limiter)),
+        per_alias.map(|(subject, l)| ("key's alias", "key_alias", subject.as_str(), l)),
+        Some(("tenant", "tenant", tenant.id.as_str(), &tenant.limiter)),
+        Some(("alias", "alias", route.alias.as_str(), &route.limiter)),
     ];
+    let layers = all.iter().flatten();
     let mut shared = None;
     let mut divisor = 1;
     if let Some(s) = fleet {
         divisor = s.replicas;
         if !s.is_down() {
-            shared = fleet_limits(s, &layers, tokens).await?;
+            shared = fleet_limits(s, layers.clone(), tokens).await?;
         }
     }
     let rates_local = shared.is_none();
     let mut local = Vec::new();
-    for (layer, _, limiter) in layers {
+    for &(layer, _, _, limiter) in layers {
         if limiter.is_unlimited() {
             continue;
         }
@@ -123,25 +127,25 @@ async fn check_limits(
 
 /// The per-minute limits of `layers` fleet-wide: from each subject's lease, or (`exact`) all
 /// in one script call. None when Redis cannot be used now (every limit is then local).
-async fn fleet_limits(
+async fn fleet_limits<'a>(
     s: &Arc<Fleet>,
-    layers: &[(&'static str, &str, &crate::state::limits::Limiter); 3],
+    layers: impl Iterator<Item = &'a (&'static str, &'static str, &'a str, &'a crate::state::limits::Limiter)>,
     tokens: u64,
 ) -> Result<Option<fleet::FleetHeld>, AxError> {
     let mut held = fleet::FleetHeld::empty(s);
     let mut items = Vec::new();
     let mut which = Vec::new();
-    for &(layer, subject, l) in layers {
+    for &(layer, tag, subject, l) in layers {
         let kinds = [(Kind::Requests, l.rpm, 1, "rpm"), (Kind::Tokens, l.tpm, tokens, "tpm")];
         for (i, (kind, limit, amount, name)) in kinds.into_iter().enumerate() {
             let Some(limit) = limit.map(u64::from) else { continue };
             if l.exact {
-                let stem = format!("rl:{layer}:{subject}:{name}");
+                let stem = format!("rl:{tag}:{subject}:{name}");
                 items.push(fleet::Item { stem, limit, amount, tokens: kind == Kind::Tokens });
                 which.push((layer, kind, limit));
                 continue;
             }
-            let lease = s.lease_of(&l.state.leases[i], || format!("rl:{layer}:{subject}:{name}"), Shape::Window);
+            let lease = s.lease_of(&l.state.leases[i], || format!("rl:{tag}:{subject}:{name}"), Shape::Window);
             match lease.take(s, amount, limit).await {
                 Took::Taken => held.leased.push((lease, amount, kind == Kind::Tokens)),
                 Took::Refused(retry_after) => {
@@ -191,14 +195,23 @@ fn max_cost(snap: &Snapshot, route: &Route, demand: Demand) -> u64 {
 /// The route to serve, the budget reservations, `x-ax-degraded` and `x-ax-budget-warning`.
 type BudgetOutcome<'s> = (&'s Route, Vec<BudgetHold>, Option<String>, Option<String>);
 
-/// The tenant's budgets that apply to the alias: reserve the request's maximum possible cost on
-/// each. An exhausted budget rejects (429 `budget_exceeded`) or downgrades once to its cheaper
-/// alias, whose own cost is then reserved. Returns the route to serve, the reservations, the
-/// `x-ax-degraded` value and the `x-ax-budget-warning` value.
+/// What one budget said of a request's cost.
+enum Said {
+    Held(BudgetHold, Option<String>),
+    /// Past the cap of a `warn` budget: served, with this warning.
+    Warned(String),
+    Exhausted,
+}
+
+/// The budgets that apply to the alias (the tenant's, its groups', the key's): reserve the
+/// request's maximum possible cost on each. An exhausted budget rejects (429 `budget_exceeded`)
+/// or downgrades once to its cheaper alias, whose own cost is then reserved. Returns the route to
+/// serve, the reservations, the `x-ax-degraded` value and the `x-ax-budget-warning` value.
 async fn check_budgets<'s>(
     fleet: Option<&Arc<Fleet>>,
     snap: &'s Snapshot,
     tenant: &Tenant,
+    key: &KeyRef,
     mut route: &'s Route,
     demand: Demand,
 ) -> Result<BudgetOutcome<'s>, AxError> {
@@ -207,81 +220,86 @@ async fn check_budgets<'s>(
         let cost = max_cost(snap, route, demand);
         let mut reserved = Vec::new();
         let mut warning = None;
-        let mut exhausted = None;
-        for b in tenant.budgets.iter().filter(|b| b.applies_to(&route.alias)) {
-            // Fleet-wide spend through Redis when configured and reachable; else this replica's
-            // local spend against its share of the budget.
-            if let Some(shared) = fleet.filter(|s| !b.exact && !s.is_down()) {
-                let period = crate::state::budget::period(b.window, &snap.budget_tz);
-                let lease = shared.lease_of(
-                    &b.state.lease,
-                    || format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*")),
-                    Shape::Period,
-                );
-                lease.enter_period(period);
-                match lease.take(shared, cost, b.limit).await {
-                    Took::Taken => {
-                        warning = warning.or(b.warning(lease.fleet_total()));
-                        reserved.push(BudgetHold::Lease { fleet: shared.clone(), lease, period, amount: cost });
-                        continue;
-                    }
-                    Took::Refused(_) if b.warns_only() => {
-                        warning = warning.or(Some(b.exceeded()));
-                        continue;
-                    }
-                    Took::Refused(_) => {
-                        exhausted = Some(b);
-                        break;
-                    }
-                    Took::Unavailable => {}
-                }
-            } else if let Some(shared) = fleet.filter(|_| b.exact) {
-                let stem = format!("budget:{}:{}:{}", tenant.id, b.window_name(), b.alias.as_deref().unwrap_or("*"));
-                let period = crate::state::budget::period(b.window, &snap.budget_tz);
-                match shared.spend(&stem, period, cost, b.limit, b.ttl()).await {
-                    fleet::Spend::Reserved { key, spent } => {
-                        reserved.push(BudgetHold::Fleet { fleet: shared.clone(), key, amount: cost });
-                        warning = warning.or(b.warning(spent));
-                        continue;
-                    }
-                    fleet::Spend::Exhausted if b.warns_only() => {
-                        warning = warning.or(Some(b.exceeded()));
-                        continue;
-                    }
-                    fleet::Spend::Exhausted => {
-                        exhausted = Some(b);
-                        break;
-                    }
-                    fleet::Spend::Unavailable => {}
-                }
-            }
-            let divisor = fleet.map_or(1, |s| s.replicas);
-            match b.reserve_share(cost, &snap.budget_tz, divisor) {
-                Verdict::Reserved(r, w) => {
-                    reserved.push(BudgetHold::Local(r));
+        let mut refused = None;
+        for b in tenant.budgets.iter().chain(&key.budgets).filter(|b| b.applies_to(&route.alias)) {
+            match reserve(fleet, snap, b, cost).await {
+                Ok(Said::Held(hold, w)) => {
+                    reserved.push(hold);
                     warning = warning.or(w);
                 }
-                Verdict::Exhausted if b.warns_only() => warning = warning.or(Some(b.exceeded())),
-                Verdict::Exhausted => {
-                    exhausted = Some(b);
+                Ok(Said::Warned(w)) => warning = warning.or(Some(w)),
+                Ok(Said::Exhausted) => {
+                    refused = Some(Ok(b));
+                    break;
+                }
+                Err(e) => {
+                    refused = Some(Err(e));
                     break;
                 }
             }
         }
-        let Some(b) = exhausted else { return Ok((route, reserved, degraded, warning)) };
+        let Some(refused) = refused else { return Ok((route, reserved, degraded, warning)) };
         for r in &mut reserved {
             r.settle(0);
         }
+        let b = refused?;
         match &b.action {
             BudgetAction::DowngradeTo { downgrade_to: to } if degraded.is_none() => {
                 degraded = Some(format!("budget; from={}; to={to}", route.alias));
                 route = snap.routes.get(to).ok_or(AxError::Internal)?;
             }
             _ => {
-                return Err(AxError::BudgetExceeded { window: b.window_name(), limit: b.limit });
+                return Err(AxError::BudgetExceeded { scope: b.scope.name(), window: b.window_name(), limit: b.limit });
             }
         }
     }
+}
+
+/// Reserves `cost` on one budget: fleet-wide through Redis when configured and reachable (from
+/// this replica's lease, or `exact`: one script call); else, while Redis cannot be used,
+/// `fail_open` spends against this replica's share of the budget and `fail_closed` only what
+/// its lease already holds (503 `budget_unavailable` past that). Without Redis, the local spend.
+async fn reserve(fleet: Option<&Arc<Fleet>>, snap: &Snapshot, b: &Budget, cost: u64) -> Result<Said, AxError> {
+    let exhausted = || if b.warns_only() { Said::Warned(b.exceeded()) } else { Said::Exhausted };
+    if let Some(shared) = fleet {
+        let period = crate::state::budget::period(b.window, &snap.budget_tz);
+        if b.exact && !shared.is_down() {
+            match shared.spend(&b.stem, period, cost, b.limit, b.ttl()).await {
+                fleet::Spend::Reserved { key, spent } => {
+                    return Ok(Said::Held(
+                        BudgetHold::Fleet { fleet: shared.clone(), key, amount: cost },
+                        b.warning(spent),
+                    ))
+                }
+                fleet::Spend::Exhausted => return Ok(exhausted()),
+                fleet::Spend::Unavailable => {}
+            }
+        }
+        let lease = (!b.exact).then(|| {
+            let lease = shared.lease_of(&b.state.lease, || b.stem.clone(), Shape::Period);
+            lease.enter_period(period);
+            lease
+        });
+        if let Some(lease) = lease {
+            let took = if shared.is_down() { Took::Unavailable } else { lease.take(shared, cost, b.limit).await };
+            let hold = |lease| BudgetHold::Lease { fleet: shared.clone(), lease, period, amount: cost };
+            match took {
+                Took::Taken => return Ok(Said::Held(hold(lease.clone()), b.warning(lease.fleet_total()))),
+                Took::Refused(_) => return Ok(exhausted()),
+                // Quota this replica holds is counted in Redis already: spending it is safe.
+                Took::Unavailable if !b.fail_open && lease.take_held(cost) => return Ok(Said::Held(hold(lease), None)),
+                Took::Unavailable => {}
+            }
+        }
+        if !b.fail_open && !b.warns_only() {
+            return Err(AxError::BudgetUnavailable { scope: b.scope.name(), window: b.window_name() });
+        }
+    }
+    let divisor = fleet.map_or(1, |s| s.replicas);
+    Ok(match b.reserve_share(cost, &snap.budget_tz, divisor) {
+        Verdict::Reserved(r, w) => Said::Held(BudgetHold::Local(r), w),
+        Verdict::Exhausted => exhausted(),
+    })
 }
 
 /// What one request holds against budgets and rate limits, from the guard to its end, where it is
@@ -345,7 +363,7 @@ pub async fn run<'s>(
     route: &'s Route,
     demand: Demand,
 ) -> Result<Passed<'s>, AxError> {
-    let (route, mut budgets, degraded, warning) = check_budgets(fleet, snap, tenant, route, demand).await?;
+    let (route, mut budgets, degraded, warning) = check_budgets(fleet, snap, tenant, key, route, demand).await?;
     let holds = match check_limits(fleet, tenant, key, requested, demand.reserve_tokens).await {
         Ok(h) => h,
         Err(e) => {

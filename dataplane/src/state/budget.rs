@@ -1,5 +1,5 @@
-//! Budgets: spending caps per tenant (or tenant and alias) per day or month, in integer micro-USD,
-//! and their live spend.
+//! Budgets: spending caps per tenant, key or group of tenants (each optionally for one alias) per
+//! day, week or month, in integer micro-USD, and their live spend.
 //!
 //! A request reserves its maximum possible cost (the most expensive candidate of its route at the
 //! prompt estimate plus its output cap) before it is routed, so concurrent requests cannot
@@ -23,8 +23,30 @@ pub struct BudgetState {
     pub lease: std::sync::OnceLock<Arc<super::lease::Lease>>,
 }
 
+/// Whose spend a budget caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Tenant,
+    Key,
+    /// A group of tenants, pooled.
+    Group,
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tenant => "tenant",
+            Self::Key => "key",
+            Self::Group => "group",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Budget {
+    pub scope: Scope,
+    /// The tenant's, key's or group's id.
+    pub subject: String,
     pub window: BudgetWindow,
     pub limit: u64,
     pub alias: Option<String>,
@@ -32,15 +54,27 @@ pub struct Budget {
     pub warn_at: u64,
     /// Fleet-wide: one Redis round trip per request instead of a lease.
     pub exact: bool,
+    /// Fleet-wide while Redis is unreachable: spend a local share instead of only what is held.
+    pub fail_open: bool,
+    /// Its fleet-wide key without the prefix and the period (`budget:acme:day:*`), and the
+    /// identity its live spend is carried across reloads by.
+    pub stem: String,
+    /// Shared by every tenant of a group.
     pub state: Arc<BudgetState>,
 }
 
 /// The period number of `now` for a window in a time zone.
 pub fn period(window: BudgetWindow, tz: &jiff::tz::TimeZone) -> u64 {
-    let date = tz.to_datetime(jiff::Timestamp::now()).date();
+    period_at(window, tz.to_datetime(jiff::Timestamp::now()).date())
+}
+
+/// The period number of a civil date (+1, so that 0 means none yet).
+pub fn period_at(window: BudgetWindow, date: jiff::civil::Date) -> u64 {
     let days = date.since(jiff::civil::date(1970, 1, 1)).map_or(0, |s| s.get_days().max(0) as u64);
     match window {
         BudgetWindow::Day => days + 1,
+        // 1970-01-01 was a Thursday: weeks begin on the Monday three days before.
+        BudgetWindow::Week => (days + 3) / 7 + 1,
         BudgetWindow::Month => (date.year().max(1970) as u64 - 1970) * 12 + date.month() as u64 + 1,
     }
 }
@@ -71,6 +105,16 @@ pub enum Verdict {
     /// Reserved; `warn` when the spend is past the budget's threshold.
     Reserved(Reserved, Option<String>),
     Exhausted,
+}
+
+/// The fleet-wide key stem of a budget: tenants' as they always were, keys' and groups' apart.
+pub fn stem(scope: Scope, subject: &str, window: BudgetWindow, alias: Option<&str>) -> String {
+    let kind = match scope {
+        Scope::Tenant => "budget",
+        Scope::Key => "kbudget",
+        Scope::Group => "gbudget",
+    };
+    format!("{kind}:{subject}:{}:{}", window.name(), alias.unwrap_or("*"))
 }
 
 impl Budget {
@@ -105,17 +149,31 @@ impl Budget {
     pub fn warning(&self, spent: u64) -> Option<String> {
         (spent >= self.warn_at).then(|| {
             format!(
-                "{}; spent={}; limit={}",
+                "{}; spent={}; limit={}{}",
                 self.window_name(),
                 ax_protocol::price::format_usd(spent),
-                ax_protocol::price::format_usd(self.limit)
+                ax_protocol::price::format_usd(self.limit),
+                self.whose()
             )
         })
     }
 
     /// The `x-ax-budget-warning` value of a `warn` budget past its cap (the request is served).
     pub fn exceeded(&self) -> String {
-        format!("{}; exceeded; limit={}", self.window_name(), ax_protocol::price::format_usd(self.limit))
+        format!(
+            "{}; exceeded; limit={}{}",
+            self.window_name(),
+            ax_protocol::price::format_usd(self.limit),
+            self.whose()
+        )
+    }
+
+    /// A key's or group's warning names it (a tenant's is the tenant's own, as before).
+    fn whose(&self) -> String {
+        match self.scope {
+            Scope::Tenant => String::new(),
+            scope => format!("; scope={}:{}", scope.name(), self.subject),
+        }
     }
 
     /// `action: warn`: past the cap, requests are served with a warning instead of refused.
@@ -124,16 +182,14 @@ impl Budget {
     }
 
     pub fn window_name(&self) -> &'static str {
-        match self.window {
-            BudgetWindow::Day => "day",
-            BudgetWindow::Month => "month",
-        }
+        self.window.name()
     }
 
     /// How long a fleet-wide spend key must live: its period and a margin.
     pub fn ttl(&self) -> std::time::Duration {
         std::time::Duration::from_secs(match self.window {
             BudgetWindow::Day => 3 * 86_400,
+            BudgetWindow::Week => 10 * 86_400,
             BudgetWindow::Month => 40 * 86_400,
         })
     }
@@ -149,12 +205,16 @@ mod tests {
 
     fn budget(limit: u64) -> Budget {
         Budget {
+            scope: Scope::Tenant,
+            subject: "acme".to_owned(),
             window: BudgetWindow::Day,
             limit,
             alias: None,
             action: BudgetAction::default(),
             warn_at: limit * 8 / 10,
             exact: false,
+            fail_open: false,
+            stem: stem(Scope::Tenant, "acme", BudgetWindow::Day, None),
             state: Arc::default(),
         }
     }
@@ -178,5 +238,14 @@ mod tests {
         let day_tokyo = period(BudgetWindow::Day, &tokyo);
         assert!(day_tokyo == day_utc || day_tokyo == day_utc + 1);
         assert!(period(BudgetWindow::Month, &tokyo) > 12 * 56);
+    }
+
+    #[test]
+    fn weeks_begin_on_monday() {
+        let week = |y, m, d| period_at(BudgetWindow::Week, jiff::civil::date(y, m, d));
+        assert_eq!(week(2026, 11, 30), week(2026, 12, 6), "Monday to Sunday is one week");
+        assert_eq!(week(2026, 12, 7), week(2026, 12, 6) + 1, "a Monday begins the next");
+        assert_eq!(week(1970, 1, 5), 2, "the epoch's week began on the Monday before it");
+        assert_eq!(week(1970, 1, 4), 1);
     }
 }

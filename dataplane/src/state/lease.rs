@@ -148,6 +148,16 @@ impl Lease {
         (limit / 100).max(1)
     }
 
+    /// Takes `amount` only from what the lease holds (counted in Redis already), never drawing:
+    /// how a `fail_closed` budget spends while Redis is down.
+    pub fn take_held(&self, amount: u64) -> bool {
+        let ok = self.try_take(amount);
+        if ok {
+            self.spent.fetch_add(amount, Ordering::Relaxed);
+        }
+        ok
+    }
+
     fn try_take(&self, amount: u64) -> bool {
         let amount = signed(amount);
         self.avail.fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| (a >= amount).then(|| a - amount)).is_ok()

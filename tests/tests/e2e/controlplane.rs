@@ -1063,3 +1063,100 @@ fn the_cli_helps_and_its_commands_print_only_their_answer() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("\"INFO\""), "{stderr}");
 }
+
+/// Budgets at every level through the admin API: a group's pooled budget (`PUT /groups/{id}`,
+/// joined by a tenant's `groups`), a key's own week budget and per-alias limit (on creation and
+/// `PUT /keys/{id}`), refused with field paths when wrong, pushed to a real data plane that
+/// enforces them, and each budget's burn in `GET /reports/budgets`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_at_every_level_are_edited_pushed_enforced_and_reported() {
+    let s = stack("levels").await;
+    seed(&s.admin).await;
+    let k2 = json!({ "id": "acme-k2", "alias_limits": { "chat": { "rpm": 2 } },
+                     "budgets": [{ "window": "week", "usd": 1.0 }] });
+    let k2 = s.admin.ok("POST", "/api/v1/tenants/acme/keys", Some(&k2)).await["key"].as_str().unwrap().to_owned();
+    s.admin.ok("PUT", "/api/v1/groups/org", Some(&json!({ "budgets": [{ "window": "day", "usd": 0.000001 }] }))).await;
+    s.admin.ok("PUT", "/api/v1/tenants/beta", Some(&json!({ "groups": ["org"] }))).await;
+    let kb =
+        s.admin.ok("POST", "/api/v1/tenants/beta/keys", Some(&json!({}))).await["key"].as_str().unwrap().to_owned();
+
+    // Wrong input: 422 naming the field relative to the body; a group in use is not deleted.
+    let field = |body: &Value| body["error"]["fields"][0]["path"].as_str().unwrap_or_default().to_owned();
+    let r = s
+        .admin
+        .send("PUT", "/api/v1/keys/acme-k2", Some(&json!({ "budgets": [{ "window": "week", "usd": 0 }] })))
+        .await;
+    assert_eq!(r.status(), 422);
+    assert_eq!(field(&r.json().await.unwrap()), "budgets[0].usd");
+    let r =
+        s.admin.send("PUT", "/api/v1/keys/acme-k2", Some(&json!({ "alias_limits": { "nope": { "rpm": 1 } } }))).await;
+    assert_eq!(r.status(), 422);
+    assert_eq!(field(&r.json().await.unwrap()), "alias_limits.nope");
+    let r = s.admin.send("PUT", "/api/v1/tenants/gamma", Some(&json!({ "groups": ["nope"] }))).await;
+    assert_eq!(r.status(), 422);
+    assert_eq!(field(&r.json().await.unwrap()), "groups[0]");
+    let r = s.admin.send("DELETE", "/api/v1/groups/org", None).await;
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("beta"));
+    assert_eq!(s.admin.send("PUT", "/api/v1/keys/missing", Some(&json!({}))).await.status(), 404);
+
+    let token = create_node(&s.db, "dp-1");
+    let dp = Process::data_plane(&s.cp.url, &token, &s.dir.join("dp1"), "dp");
+    let v = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", v, Duration::from_secs(5)).await;
+    for _ in 0..2 {
+        assert_eq!(chat(&dp.url, &k2).await.status(), 200);
+    }
+    let r = chat(&dp.url, &k2).await;
+    assert_eq!(r.status(), 429);
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("key's alias"), "{body}");
+    let r = chat(&dp.url, &kb).await;
+    assert_eq!(r.status(), 429);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["message"], "the group's day budget of $0.000001 is spent");
+
+    // The burn of each level, from the usage the data plane sent.
+    let start = Instant::now();
+    while s.db.query("SELECT count(*) FROM usage_events WHERE key_id = 'acme-k2' AND status = 200") != "2" {
+        assert!(start.elapsed() < Duration::from_secs(20), "usage of acme-k2 did not arrive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let spent: i64 =
+        s.db.query("SELECT sum(cost_micro_usd) FROM usage_events WHERE key_id = 'acme-k2'").parse().unwrap();
+    assert!(spent > 0);
+    let report = s.admin.ok("GET", "/api/v1/reports/budgets", None).await;
+    let find = |scope: &str, subject: &str| {
+        report["budgets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["scope"] == scope && b["subject"] == subject)
+            .unwrap_or_else(|| panic!("no {scope} budget of {subject}: {report}"))
+            .clone()
+    };
+    let key = find("key", "acme-k2");
+    assert_eq!((key["tenant"].as_str(), key["window"].as_str()), (Some("acme"), Some("week")));
+    assert_eq!(key["spent_micro_usd"].as_i64(), Some(spent), "{key}");
+    let group = find("group", "org");
+    assert_eq!(group["members"], json!(["beta"]));
+    assert_eq!(group["spent_micro_usd"].as_i64(), Some(0), "beta was refused: it spent nothing");
+    let groups = s.admin.ok("GET", "/api/v1/groups", None).await;
+    assert_eq!(groups["groups"][0]["tenants"], json!(["beta"]));
+    let keys = s.admin.ok("GET", "/api/v1/tenants/acme/keys", None).await;
+    let listed = keys["keys"].as_array().unwrap().iter().find(|k| k["id"] == "acme-k2").unwrap().clone();
+    assert_eq!(listed["alias_limits"]["chat"]["rpm"], 2);
+    assert_eq!(listed["budgets"][0]["window"], "week");
+
+    // A key's policy replaced: the version is pushed, and rolling back restores it.
+    let saved = s.admin.ok("PUT", "/api/v1/keys/acme-k2", Some(&json!({ "limits": { "rpm": 100 } }))).await;
+    let v2 = saved["version"].as_u64().unwrap();
+    wait_applied(&s.admin, "dp-1", v2, Duration::from_secs(5)).await;
+    let keys = s.admin.ok("GET", "/api/v1/tenants/acme/keys", None).await;
+    let listed = keys["keys"].as_array().unwrap().iter().find(|k| k["id"] == "acme-k2").unwrap().clone();
+    assert_eq!((listed["limits"]["rpm"].as_i64(), listed["budgets"].as_array().map(Vec::len)), (Some(100), Some(0)));
+    s.admin.ok("POST", &format!("/api/v1/versions/{v}/rollback"), None).await;
+    let keys = s.admin.ok("GET", "/api/v1/tenants/acme/keys", None).await;
+    let listed = keys["keys"].as_array().unwrap().iter().find(|k| k["id"] == "acme-k2").unwrap().clone();
+    assert_eq!(listed["budgets"][0]["window"], "week", "the rollback restored the key's budgets");
+}

@@ -172,7 +172,7 @@ upstreams:
 routes:
   - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
 tenants:
-  - {{ id: t, limits: {{ rpm: {rpm}, tpm: 100000000 }}, budgets: [{{ window: day, usd: 1000 }}],
+  - {{ id: t, limits: {{ rpm: {rpm}, tpm: 100000000 }}, budgets: [{{ window: day, usd: 1000, on_redis_down: fail_open }}],
       keys: [{{ id: k, sha256: "{}" }}] }}
 "#,
         key_digest(KEY)

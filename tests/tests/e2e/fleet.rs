@@ -265,7 +265,7 @@ upstreams:
 routes:
   - {{ alias: chat, limits: {{ rpm: 10000000, exact: true }}, candidates: [{{ upstream: up, model: m }}] }}
 tenants:
-  - {{ id: t, limits: {{ rpm: 10000000, tpm: 100000000 }}, budgets: [{{ window: day, usd: 1000 }}],
+  - {{ id: t, limits: {{ rpm: 10000000, tpm: 100000000 }}, budgets: [{{ window: day, usd: 1000, on_redis_down: fail_open }}],
       keys: [{{ id: k, limits: {{ rpm: 10000000 }}, sha256: "{}" }}] }}
 "#,
         cluster.url(),
@@ -320,6 +320,91 @@ tenants:
     assert_eq!(tally.refused.load(Ordering::Relaxed), 0, "refused: {:?}", tally.first_refusal.lock().unwrap());
     assert!(after > at_failover, "counting resumed on the promoted replica");
     assert!(!bin.logs().contains("panicked"));
+    drop(bin);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// While Redis is down, a budget follows its own policy. Tenant `c`'s budget is `fail_closed`
+/// (the default): its replica spends what its lease already holds (counted in Redis), then
+/// answers 503 `budget_unavailable` with `Retry-After: 1`, never spending what Redis has not
+/// counted. Tenant `o`'s is `fail_open`: it goes on against its local share. Once Redis is back,
+/// `c` is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_closed_budget_spends_only_what_it_holds_while_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1_000, 500, 0)))).await;
+    let (kc, ko) = ("ax-closed-key-0123456789", "ax-open-key-0123456789");
+    let yaml = format!(
+        r#"
+server: {{ redis_url: "{}", replicas: 2 }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}",
+      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: c, budgets: [{{ window: day, usd: 10 }}], keys: [{{ id: kc, sha256: "{}" }}] }}
+  - {{ id: o, budgets: [{{ window: day, usd: 10, on_redis_down: fail_open }}], keys: [{{ id: ko, sha256: "{}" }}] }}
+"#,
+        redis.url(),
+        up.url(),
+        key_digest(kc),
+        key_digest(ko)
+    );
+    let dir = ax_tests::temp_dir("fleet-closed");
+    let path = dir.join("ax.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let bin = Binary::start(&path, &dir);
+    let client = reqwest::Client::new();
+    let ask = json!({ "model": "chat", "max_tokens": 600, "messages": [{ "role": "user", "content": "hi" }] });
+    let call = |key: &'static str| {
+        let (client, ask, url) = (client.clone(), ask.clone(), bin.url.clone());
+        async move {
+            let started = Instant::now();
+            let r = client.post(format!("{url}/v1/chat/completions")).bearer_auth(key).json(&ask).send().await.unwrap();
+            let (status, retry) = (r.status().as_u16(), r.headers().get("retry-after").cloned());
+            let body: serde_json::Value = r.json().await.unwrap();
+            (status, retry, body, started.elapsed())
+        }
+    };
+    for key in [kc, ko, kc, ko] {
+        assert_eq!(call(key).await.0, 200);
+    }
+    redis.kill();
+    let (mut held, mut refused) = (0, 0);
+    for _ in 0..40 {
+        let (status, retry, body, took) = call(kc).await;
+        assert!(took < Duration::from_millis(500), "no stall: {took:?}");
+        match status {
+            200 => {
+                assert_eq!(refused, 0, "once refused, nothing more is held: {body}");
+                held += 1;
+            }
+            503 => {
+                assert_eq!(body["error"]["code"], "budget_unavailable", "{body}");
+                assert_eq!(retry.unwrap(), "1");
+                refused += 1;
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    eprintln!("fail_closed while Redis is down: {held} served from the lease, {refused} refused");
+    assert!(refused > 30, "fail_closed refuses once its held quota is spent: {held} held, {refused} refused");
+    for _ in 0..40 {
+        let (status, _, body, _) = call(ko).await;
+        assert_eq!(status, 200, "fail_open goes on against its local share: {body}");
+    }
+    let _redis = RedisServer::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, ..) = call(kc).await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "served again once Redis answers");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     drop(bin);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -662,3 +662,110 @@ async fn two_replicas_share_one_budget_through_redis() {
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Budgets at every level in one configuration: tenants `a` and `b` pool a $0.006 day budget in
+/// group `org`; key `a1` of `a` has its own $0.004 week budget, key `a2` none. Each call costs
+/// exactly $0.002. `a1` is stopped by its own budget after two calls (with its key's warning
+/// first), `a2` spends the group's third $0.002, and then `b`, which has spent nothing itself,
+/// is refused by the group it shares.
+#[tokio::test]
+async fn key_and_group_budgets_cap_their_own_spend() {
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1_000, 500, 0)))).await;
+    let (a1, a2, b1) = ("ax-key-a1-0123456789", "ax-key-a2-0123456789", "ax-key-b1-0123456789");
+    let yaml = format!(
+        r#"
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}",
+      models: [{{ name: m, context_window: 100000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+groups:
+  - {{ id: org, budgets: [{{ window: day, usd: 0.006 }}] }}
+tenants:
+  - {{ id: a, groups: [org], keys: [
+        {{ id: a1, sha256: "{}", budgets: [{{ window: week, usd: 0.004 }}] }},
+        {{ id: a2, sha256: "{}" }} ] }}
+  - {{ id: b, groups: [org], keys: [{{ id: b1, sha256: "{}" }}] }}
+"#,
+        up.url(),
+        key_digest(a1),
+        key_digest(a2),
+        key_digest(b1)
+    );
+    let gw = Gateway::start(&yaml).await;
+    let client = reqwest::Client::new();
+    let ask = json!({ "model": "chat", "max_tokens": 600, "messages": [{ "role": "user", "content": "hi" }] });
+    let call = |key: &'static str| {
+        let (client, ask, url) = (client.clone(), ask.clone(), gw.url.clone());
+        async move { client.post(format!("{url}/v1/chat/completions")).bearer_auth(key).json(&ask).send().await.unwrap() }
+    };
+    let r = call(a1).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-ax-budget-warning").is_none());
+    let r = call(a1).await;
+    assert_eq!(r.status(), 200);
+    // $0.002 spent and this call's maximum cost (600 output tokens at $2 + the prompt) reserved.
+    let warning = r.headers()["x-ax-budget-warning"].to_str().unwrap().to_owned();
+    assert!(
+        warning.starts_with("week; spent=0.0032") && warning.ends_with("; limit=0.004000; scope=key:a1"),
+        "{warning}"
+    );
+    let r = call(a1).await;
+    assert_eq!(r.status(), 429);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "budget_exceeded");
+    assert_eq!(v["error"]["message"], "the key's week budget of $0.004000 is spent");
+
+    let r = call(a2).await;
+    assert_eq!(r.status(), 200, "a2 has no key budget; the group has $0.002 left");
+    let warning = r.headers()["x-ax-budget-warning"].to_str().unwrap().to_owned();
+    assert!(
+        warning.starts_with("day; spent=0.00") && warning.ends_with("; limit=0.006000; scope=group:org"),
+        "{warning}"
+    );
+    let r = call(b1).await;
+    assert_eq!(r.status(), 429, "tenant b spent nothing, but the group it shares is spent");
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["message"], "the group's day budget of $0.006000 is spent");
+    assert_eq!(up.hits(), 3);
+}
+
+/// A key's limit for one alias: `k` may call `chat` twice a minute and `chat-mini` freely;
+/// another key of the same tenant is not held by it.
+#[tokio::test]
+async fn a_key_limit_per_alias_refuses_only_that_alias() {
+    let other = "ax-other-key-0123456789";
+    let yaml = format!(
+        r#"
+upstreams:
+  - {{ name: up, provider: mock, models: [{{ name: m, context_window: 8000, capabilities: [chat] }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+  - {{ alias: chat-mini, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, keys: [
+        {{ id: k, sha256: "{}", alias_limits: {{ chat: {{ rpm: 2 }} }} }},
+        {{ id: o, sha256: "{}" }} ] }}
+"#,
+        key_digest(KEY),
+        key_digest(other)
+    );
+    let gw = Gateway::start(&yaml).await;
+    let ask =
+        |model: &str| json!({ "model": model, "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
+    for _ in 0..2 {
+        assert_eq!(post(&gw.url, "/v1/chat/completions", &ask("chat")).await.status(), 200);
+    }
+    let r = post(&gw.url, "/v1/chat/completions", &ask("chat")).await;
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("rate limit of the key's alias exceeded: 2"), "{v}");
+    for _ in 0..3 {
+        assert_eq!(post(&gw.url, "/v1/chat/completions", &ask("chat-mini")).await.status(), 200);
+    }
+    let client = reqwest::Client::new();
+    let r = client.post(format!("{}/v1/chat/completions", gw.url)).bearer_auth(other).json(&ask("chat")).send().await;
+    assert_eq!(r.unwrap().status(), 200, "the limit is k's alone");
+}

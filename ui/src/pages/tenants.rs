@@ -41,8 +41,13 @@ pub fn Tenants() -> impl IntoView {
         let id = new_id.get_untracked().trim().to_owned();
         let aliases = form::list(&new_aliases.get_untracked());
         leptos::task::spawn_local(async move {
-            let body =
-                TenantIn { id: None, allowed_aliases: aliases, limits: LimitsSpec::default(), budgets: Vec::new() };
+            let body = TenantIn {
+                id: None,
+                allowed_aliases: aliases,
+                limits: LimitsSpec::default(),
+                budgets: Vec::new(),
+                groups: Vec::new(),
+            };
             match api::send::<TenantSaved, _>("PUT", &format!("/api/v1/tenants/{id}"), &body).await {
                 Ok(_) => {
                     create_error.set(None);
