@@ -189,6 +189,8 @@ async fn serve_node(state: &AppState, node: &str, connection: &str, socket: WebS
     let mut sent: u64 = 0;
     let mut ping = tokio::time::interval(Duration::from_secs(10));
     let mut last_heard = tokio::time::Instant::now();
+    // The count of connected data planes this node was last told (`ToNode::Fleet`).
+    let mut told: Option<u32> = None;
     loop {
         // Send the newest version once the node said what it has.
         if let Some(have) = node_version {
@@ -214,6 +216,7 @@ async fn serve_node(state: &AppState, node: &str, connection: &str, socket: WebS
                 if let Err(e) = beat {
                     tracing::warn!(error = %e, node, "cannot record the node's connection");
                 }
+                tell_fleet(state, &mut tx, &mut told).await?;
             }
             msg = rx.next() => {
                 let Some(msg) = msg else { return Ok(()) };
@@ -224,6 +227,7 @@ async fn serve_node(state: &AppState, node: &str, connection: &str, socket: WebS
                         Ok(FromNode::Hello { version }) => {
                             node_version = Some(version);
                             seen(state, node, None).await;
+                            tell_fleet(state, &mut tx, &mut told).await?;
                         }
                         Ok(FromNode::Applied { version }) => {
                             node_version = Some(version);
@@ -242,6 +246,29 @@ async fn serve_node(state: &AppState, node: &str, connection: &str, socket: WebS
             }
         }
     }
+}
+
+/// Tells the node how many data planes are connected (every replica's count), when it changed
+/// since it was last told: its local limits' share while Redis is unreachable.
+async fn tell_fleet(
+    state: &AppState,
+    tx: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    told: &mut Option<u32>,
+) -> Result<(), String> {
+    let n = match store::nodes::live_connections(&state.db, CONNECTED_WITHIN_S).await {
+        Ok(n) => u32::try_from(n.max(1)).unwrap_or(u32::MAX),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot count the connected data planes");
+            return Ok(());
+        }
+    };
+    if *told == Some(n) {
+        return Ok(());
+    }
+    let text = serde_json::to_string(&ToNode::<Document>::Fleet { replicas: n }).map_err(|e| e.to_string())?;
+    tx.send(Message::Text(text.into())).await.map_err(|e| e.to_string())?;
+    *told = Some(n);
+    Ok(())
 }
 
 /// Records the node's last contact and, when given, the outcome of a version.

@@ -254,6 +254,11 @@ async fn follow_session(
                     "snapshot message handled"
                 );
             }
+            Ok(ToNode::Fleet { replicas }) => {
+                if let Some(f) = &app.fleet {
+                    f.set_live_replicas(replicas);
+                }
+            }
             Err(e) => tracing::error!(error = %e, "unreadable message from the control plane"),
         }
     }

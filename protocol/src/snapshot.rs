@@ -1,6 +1,6 @@
 //! What the control plane pushes to data planes over the websocket, and what they answer.
 //!
-//! The pushed document is the routing part of a config (`upstreams`, `routes`, `tenants`); each
+//! The pushed document is the routing part of a config (`upstreams`, `routes`, `tenants`, `groups`); each
 //! data plane keeps its own `server` and `metering` sections from its local file. Every document
 //! has a version (strictly increasing) and the SHA-256 of its canonical JSON.
 
@@ -29,7 +29,12 @@ pub struct Document {
 /// enum by first copying the whole message into a generic tree, which doubled the decode time of
 /// a 10,000-alias document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", from = "WireToNode<D>", bound(deserialize = "D: Deserialize<'de>"))]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    try_from = "WireToNode<D>",
+    bound(deserialize = "D: Deserialize<'de>")
+)]
 pub enum ToNode<D = Document> {
     /// The full current configuration. Upstream API keys travel beside the document (`keys`:
     /// upstream name → key), so the control plane can send the stored document text as it is; the
@@ -41,12 +46,18 @@ pub enum ToNode<D = Document> {
         keys: std::collections::BTreeMap<String, String>,
         document: D,
     },
+    /// The data-plane processes connected to the control plane now (on every replica): what a
+    /// local limit is divided by while Redis cannot be reached, in place of `server.replicas`.
+    /// Sent on connecting and whenever the count changes; a node that does not know this message
+    /// logs it and goes on.
+    Fleet { replicas: u32 },
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum ToNodeKind {
     Snapshot,
+    Fleet,
 }
 
 /// The wire form of [`ToNode`], read in one pass.
@@ -54,18 +65,27 @@ enum ToNodeKind {
 struct WireToNode<D> {
     #[serde(rename = "type")]
     kind: ToNodeKind,
-    version: u64,
-    hash: String,
+    version: Option<u64>,
+    hash: Option<String>,
     #[serde(default)]
     keys: std::collections::BTreeMap<String, String>,
-    document: D,
+    document: Option<D>,
+    replicas: Option<u32>,
 }
 
-impl<D> From<WireToNode<D>> for ToNode<D> {
-    fn from(w: WireToNode<D>) -> Self {
+impl<D> TryFrom<WireToNode<D>> for ToNode<D> {
+    type Error = &'static str;
+
+    fn try_from(w: WireToNode<D>) -> Result<Self, Self::Error> {
         match w.kind {
-            ToNodeKind::Snapshot => {
-                ToNode::Snapshot { version: w.version, hash: w.hash, keys: w.keys, document: w.document }
+            ToNodeKind::Snapshot => match (w.version, w.hash, w.document) {
+                (Some(version), Some(hash), Some(document)) => {
+                    Ok(ToNode::Snapshot { version, hash, keys: w.keys, document })
+                }
+                _ => Err("a snapshot message needs version, hash and document"),
+            },
+            ToNodeKind::Fleet => {
+                w.replicas.map(|replicas| ToNode::Fleet { replicas }).ok_or("a fleet message needs replicas")
             }
         }
     }
@@ -101,6 +121,11 @@ mod tests {
         assert!(text.starts_with(r#"{"type":"snapshot","#), "{text}");
         assert_eq!(serde_json::from_str::<ToNode>(&text).ok(), Some(msg));
         assert!(serde_json::from_str::<ToNode>(r#"{"type":"other","version":1,"hash":"","document":{}}"#).is_err());
+        assert!(serde_json::from_str::<ToNode>(r#"{"type":"snapshot","version":1,"hash":""}"#).is_err());
+        let fleet = ToNode::<Document>::Fleet { replicas: 3 };
+        let text = serde_json::to_string(&fleet).unwrap_or_default();
+        assert_eq!(text, r#"{"type":"fleet","replicas":3}"#);
+        assert_eq!(serde_json::from_str::<ToNode>(&text).ok(), Some(fleet));
     }
 
     /// What the control plane writes around a stored document's text is what a data plane reads.

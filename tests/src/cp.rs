@@ -100,8 +100,17 @@ impl Process {
     }
 
     pub fn data_plane(cp_url: &str, token: &str, state_dir: &Path, name: &str) -> Self {
+        Self::data_plane_with(cp_url, token, state_dir, name, None)
+    }
+
+    /// A data plane fed by the control plane, with its own `server` and `metering` sections from
+    /// `config`.
+    pub fn data_plane_with(cp_url: &str, token: &str, state_dir: &Path, name: &str, config: Option<&Path>) -> Self {
         let mut cmd = Command::new(crate::built("ax-dataplane"));
         cmd.args(["--control-plane", cp_url, "--state-dir"]).arg(state_dir).env("AX_NODE_TOKEN", token);
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
         Self::spawn(cmd, state_dir, name)
     }
 }

@@ -54,6 +54,17 @@ pub async fn list(db: &PgPool, connected_within_s: f64) -> ApiResult<Vec<NodeVie
     .collect())
 }
 
+/// Data-plane processes connected now, to any replica: websockets heard from within
+/// `connected_within_s`.
+pub async fn live_connections(db: &PgPool, connected_within_s: f64) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM node_connections WHERE last_seen > now() - make_interval(secs => $1)"#,
+        connected_within_s
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// A websocket connection of `node` opened on this replica.
 pub async fn open_connection(db: &PgPool, id: &str, node: &str, replica: &str, peer: &str) -> Result<(), sqlx::Error> {
     sqlx::query!(

@@ -252,7 +252,10 @@ pub struct Fleet {
     /// Made by `keep_connected`; it reconnects by itself.
     conn: OnceLock<Conn>,
     prefix: String,
-    pub replicas: u32,
+    /// `server.replicas`: what local limits are divided by while Redis cannot be used, until
+    /// the control plane says how many data planes are connected (`live`).
+    configured: u32,
+    live: std::sync::atomic::AtomicU32,
     /// Known down: requests do not call Redis until the background task sees it answer.
     down: AtomicBool,
     /// Set once the first connection attempt has ended (either way); requests that arrive
@@ -301,7 +304,8 @@ impl Fleet {
             client,
             conn: OnceLock::new(),
             prefix: target.prefix.clone(),
-            replicas: target.replicas.max(1),
+            configured: target.replicas.max(1),
+            live: std::sync::atomic::AtomicU32::new(0),
             down: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             ready_wait: tokio::sync::watch::channel(false).0,
@@ -313,6 +317,27 @@ impl Fleet {
             lease_period: redis::Script::new(LEASE_PERIOD),
             leases: crate::state::lease::Leases::default(),
         }))
+    }
+
+    /// What local limits are divided by while Redis cannot be used: the number of data planes
+    /// the control plane sees connected, or `server.replicas` before it said (or without one).
+    pub fn replicas(&self) -> u32 {
+        match self.live.load(Ordering::Relaxed) {
+            0 => self.configured,
+            n => n,
+        }
+    }
+
+    /// The control plane's count of connected data planes (`ToNode::Fleet`).
+    pub fn set_live_replicas(&self, n: u32) {
+        let before = self.live.swap(n, Ordering::Relaxed);
+        if before != n {
+            tracing::info!(
+                replicas = n,
+                configured = self.configured,
+                "data planes in the fleet, from the control plane"
+            );
+        }
     }
 
     /// Known down: requests skip Redis (and its key formatting) altogether.

@@ -87,7 +87,7 @@ async fn check_limits(
     let mut shared = None;
     let mut divisor = 1;
     if let Some(s) = fleet {
-        divisor = s.replicas;
+        divisor = s.replicas();
         if !s.is_down() {
             shared = fleet_limits(s, layers.clone(), tokens).await?;
         }
@@ -295,7 +295,7 @@ async fn reserve(fleet: Option<&Arc<Fleet>>, snap: &Snapshot, b: &Budget, cost: 
             return Err(AxError::BudgetUnavailable { scope: b.scope.name(), window: b.window_name() });
         }
     }
-    let divisor = fleet.map_or(1, |s| s.replicas);
+    let divisor = fleet.map_or(1, |s| s.replicas());
     Ok(match b.reserve_share(cost, &snap.budget_tz, divisor) {
         Verdict::Reserved(r, w) => Said::Held(BudgetHold::Local(r), w),
         Verdict::Exhausted => exhausted(),

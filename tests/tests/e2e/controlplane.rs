@@ -1160,3 +1160,41 @@ async fn budgets_at_every_level_are_edited_pushed_enforced_and_reported() {
     let listed = keys["keys"].as_array().unwrap().iter().find(|k| k["id"] == "acme-k2").unwrap().clone();
     assert_eq!(listed["budgets"][0]["window"], "week", "the rollback restored the key's budgets");
 }
+
+/// While Redis cannot be reached, a local limit is divided by the data planes the control plane
+/// sees connected, not by a constant: two data planes (configured `replicas: 1`, Redis on a closed
+/// port) each admit 5 of a tenant's 10 requests per minute once the control plane has told them
+/// there are two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_limits_divide_by_the_data_planes_the_control_plane_sees() {
+    let s = stack("replicas").await;
+    let key = seed(&s.admin).await;
+    s.admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "limits": { "rpm": 10 } }))).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = s.dir.join("base.yaml");
+    std::fs::write(&base, format!("server: {{ redis_url: \"redis://127.0.0.1:{closed}\", replicas: 1 }}\n")).unwrap();
+    let v = s.admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    let mut planes = Vec::new();
+    for n in ["dp-1", "dp-2"] {
+        let token = create_node(&s.db, n);
+        planes.push(Process::data_plane_with(&s.cp.url, &token, &s.dir.join(n), n, Some(&base)));
+    }
+    for n in ["dp-1", "dp-2"] {
+        wait_applied(&s.admin, n, v, Duration::from_secs(5)).await;
+    }
+    // The count is sent on connecting and re-checked with every ping (10 s).
+    let start = Instant::now();
+    while !planes.iter().all(|p| p.logs().contains("\"replicas\":2")) {
+        assert!(start.elapsed() < Duration::from_secs(25), "not told of two data planes:\n{}", planes[0].logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut ok = 0;
+    for _ in 0..10 {
+        match chat(&planes[0].url, &key).await.status().as_u16() {
+            200 => ok += 1,
+            429 => {}
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(ok, 5, "10 rpm ÷ 2 data planes");
+}

@@ -598,6 +598,57 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
     );
     b.screenshot("tenants").await;
 
+    // A group with a pooled week budget, joined by acme: the tenant row shows the group's burn.
+    b.type_into("input[name=group-id]", "research").await;
+    b.find("form[aria-label='new group'] button[type=submit]").await.click().await.unwrap();
+    b.find("form.group-editor").await;
+    b.find("form.group-editor fieldset > button").await.click().await.unwrap();
+    b.find("form.group-editor select[name=budget-window]").await.select_by_value("week").await.unwrap();
+    b.type_into("form.group-editor input[name=budget-usd]", "5").await;
+    b.find("form.group-editor select[name=budget-redis-down]").await.select_by_value("fail_open").await.unwrap();
+    b.find("form.group-editor button[type=submit]").await.click().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut groups = admin.ok("GET", "/api/v1/groups", None).await;
+    while groups["groups"][0]["budgets"].as_array().is_none_or(Vec::is_empty) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        groups = admin.ok("GET", "/api/v1/groups", None).await;
+    }
+    assert_eq!(
+        groups["groups"][0]["budgets"],
+        json!([{ "window": "week", "usd": 5.0, "action": "reject", "warn_at": 0.8, "on_redis_down": "fail_open" }])
+    );
+    b.find("table.tenants td.row-actions button").await.click().await.unwrap();
+    b.type_into("form.tenant-editor input[name=tenant-groups]", "research").await;
+    b.find("form.tenant-editor button[type=submit]").await.click().await.unwrap();
+    let page = b.wait_text("group research · week: $0.006 of $5.00", 10).await;
+    assert!(page.contains("day: $0.006 of $0.01"), "the tenant's own budget is still there: {page}");
+    assert_eq!(admin.ok("GET", "/api/v1/groups", None).await["groups"][0]["tenants"], json!(["acme"]));
+    b.wait_text("acme", 10).await;
+    b.screenshot("tenants-groups").await;
+
+    // A key's limit per alias and its own budget: a bad number is refused at its section.
+    b.find("table.tenants td.row-actions button.keys").await.click().await.unwrap();
+    b.wait_text("Keys of acme", 10).await;
+    b.find("section.keys button.primary").await.click().await.unwrap();
+    b.find(".new-key code").await;
+    b.find("section.keys button.edit-key").await.click().await.unwrap();
+    b.find("form.key-editor button.add-alias-limit").await.click().await.unwrap();
+    b.type_into("form.key-editor input[name=alias-limit-alias]", "chat").await;
+    b.type_into("form.key-editor input[name=alias-limit-rpm]", "lots").await;
+    b.find("form.key-editor button[type=submit]").await.click().await.unwrap();
+    let err = b.find("form.key-editor .field-error").await.text().await.unwrap();
+    assert!(err.contains("expected u32"), "alias limit error: {err}");
+    b.type_into("form.key-editor input[name=alias-limit-rpm]", "10").await;
+    b.find("form.key-editor fieldset:nth-of-type(3) > button").await.click().await.unwrap();
+    b.type_into("form.key-editor input[name=budget-usd]", "2").await;
+    b.screenshot("tenants-key-edit").await;
+    b.find("form.key-editor button[type=submit]").await.click().await.unwrap();
+    b.wait_text("chat: 10 rpm", 10).await;
+    let keys = admin.ok("GET", "/api/v1/tenants/acme/keys", None).await;
+    let k = &keys["keys"][0];
+    assert_eq!(k["alias_limits"], json!({ "chat": { "rpm": 10 } }));
+    assert_eq!(k["budgets"], json!([{ "window": "day", "usd": 2.0, "action": "reject", "warn_at": 0.8 }]));
+
     // Upstreams: create one with a model and prices; a bad context window is refused at its input.
     b.client.goto(&format!("{}/upstreams", cp.url)).await.unwrap();
     b.wait_text("New upstream", 10).await;
