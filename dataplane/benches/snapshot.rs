@@ -52,14 +52,14 @@ fn stats(mut v: Vec<f64>) -> String {
 fn main() {
     let base = ConfigSpec::default();
     let first = message(1);
-    let ToNode::Snapshot { document, .. } = serde_json::from_str(&first).unwrap();
+    let ToNode::Snapshot { document, .. } = serde_json::from_str(&first).unwrap() else { panic!("a snapshot") };
     let store = SnapshotStore::new(compile(&base, document, 1, None).0.unwrap());
     println!("message: {} bytes, 10,000 aliases, 1,000 tenants", first.len());
     let (mut decode, mut build, mut swap, mut dropped) = (vec![], vec![], vec![], vec![]);
     for run in 2..17u32 {
         let text = message(run);
         let t = Instant::now();
-        let ToNode::Snapshot { document, .. } = serde_json::from_str(&text).unwrap();
+        let ToNode::Snapshot { document, .. } = serde_json::from_str(&text).unwrap() else { panic!("a snapshot") };
         decode.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         let current = store.load();
