@@ -49,17 +49,25 @@ fn stats(mut v: Vec<f64>) -> String {
     format!("best {:6.2} ms  median {:6.2} ms", v[0], v[v.len() / 2])
 }
 
+/// The document of a snapshot message (the messages here are all snapshots).
+fn document_of(text: &str) -> ax_protocol::snapshot::Document {
+    match serde_json::from_str(text).unwrap() {
+        ToNode::Snapshot { document, .. } => document,
+        ToNode::Fleet { .. } => ax_protocol::snapshot::Document::default(),
+    }
+}
+
 fn main() {
     let base = ConfigSpec::default();
     let first = message(1);
-    let ToNode::Snapshot { document, .. } = serde_json::from_str(&first).unwrap() else { panic!("a snapshot") };
+    let document = document_of(&first);
     let store = SnapshotStore::new(compile(&base, document, 1, None).0.unwrap());
     println!("message: {} bytes, 10,000 aliases, 1,000 tenants", first.len());
     let (mut decode, mut build, mut swap, mut dropped) = (vec![], vec![], vec![], vec![]);
     for run in 2..17u32 {
         let text = message(run);
         let t = Instant::now();
-        let ToNode::Snapshot { document, .. } = serde_json::from_str(&text).unwrap() else { panic!("a snapshot") };
+        let document = document_of(&text);
         decode.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         let current = store.load();
