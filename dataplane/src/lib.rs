@@ -74,8 +74,10 @@ impl App {
         });
         let spec = &snapshot.response_store;
         let responses = match &snapshot.redis {
-            Some(r) if r.cluster => {
-                tracing::warn!("redis_cluster: the Responses API's stored responses stay in each process");
+            Some(r) if r.cluster || r.sentinel.is_some() => {
+                tracing::warn!(
+                    "redis_cluster or redis_sentinel: the Responses API's stored responses stay in each process"
+                );
                 response_store::ResponseStore::local(spec)
             }
             Some(r) => response_store::ResponseStore::redis(&r.url, &r.prefix, spec)

@@ -83,6 +83,10 @@ pub struct ServerSpec {
     /// failovers. Rate limits and budgets use it; the Responses API's store stays in each process.
     #[serde(default, skip_serializing_if = "is_default")]
     pub redis_cluster: bool,
+    /// `redis_url` names Redis Sentinels (comma-separated) watching the master of this name; the
+    /// data plane asks them for the master and follows its failovers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_sentinel: Option<String>,
     /// Prefix of every Redis key (several fleets can share one Redis).
     #[serde(default = "default_redis_prefix")]
     pub redis_prefix: String,
@@ -154,6 +158,7 @@ impl Default for ServerSpec {
             budget_timezone: default_tz(),
             redis_url: None,
             redis_cluster: false,
+            redis_sentinel: None,
             redis_prefix: default_redis_prefix(),
             replicas: default_replicas(),
             response_store: ResponseStoreSpec::default(),

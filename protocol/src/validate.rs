@@ -295,6 +295,15 @@ pub fn validate_all(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> 
     let budget_tz = p.ok(jiff::tz::TimeZone::get(&spec.server.budget_timezone)
         .map_err(|e| err("server.budget_timezone", format!("unknown time zone: {e}"))));
     let redis_url = p.ok(spec.server.redis_url.as_deref().map(|u| expand("server.redis_url", u, env)).transpose());
+    if spec.server.redis_cluster && spec.server.redis_sentinel.is_some() {
+        p.add(err(
+            "server.redis_sentinel",
+            "a Redis Cluster is not behind Sentinel: set one of redis_cluster, redis_sentinel",
+        ));
+    }
+    if spec.server.redis_sentinel.as_deref().is_some_and(str::is_empty) {
+        p.add(err("server.redis_sentinel", "the name of the master the Sentinels watch"));
+    }
     match budget_tz {
         Some(budget_tz) => p.end(|| Valid {
             upstreams,

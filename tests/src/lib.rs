@@ -482,8 +482,14 @@ impl RedisServer {
 
     /// A server on this port (a restart of one that was killed).
     pub fn start_on(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    /// A server on this port with more arguments (`--replicaof 127.0.0.1 6379`).
+    pub fn start_with(port: u16, extra: &[&str]) -> Self {
         let mut child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server (apt-get install redis-server)");
@@ -528,6 +534,76 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A master and its replica watched by three Sentinels (`redis-server --sentinel`), all private
+/// on loopback, the master named `ax`, failed over after 1 s without an answer. Killed on drop.
+pub struct RedisSentinel {
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    pub sentinels: Vec<Child>,
+    pub sentinel_ports: Vec<u16>,
+    dir: PathBuf,
+}
+
+impl RedisSentinel {
+    pub fn start() -> Self {
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let master = RedisServer::start();
+        let replica = RedisServer::start_with(free(), &["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        let dir = temp_dir("redis-sentinel");
+        let (mut sentinels, mut sentinel_ports) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let port = free();
+            let conf = dir.join(format!("sentinel-{port}.conf"));
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor ax 127.0.0.1 {} 2\n\
+                 sentinel down-after-milliseconds ax 1000\nsentinel failover-timeout ax 3000\n",
+                dir.display(),
+                master.port
+            );
+            std::fs::write(&conf, text).expect("sentinel config");
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel");
+            sentinels.push(child);
+            sentinel_ports.push(port);
+        }
+        let me = Self { master, replica, sentinels, sentinel_ports, dir };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while me.master_port() != Some(me.master.port) || !me.replica.cli(&["ROLE"]).contains("connected") {
+            assert!(std::time::Instant::now() < deadline, "the sentinels never named the master");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        me
+    }
+
+    /// The sentinels, comma-separated (`server.redis_url` with `redis_sentinel: ax`).
+    pub fn url(&self) -> String {
+        self.sentinel_ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// The master's port as the first sentinel names it now.
+    pub fn master_port(&self) -> Option<u16> {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.sentinel_ports[0].to_string(), "SENTINEL", "get-master-addr-by-name", "ax"])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout).lines().nth(1)?.trim().parse().ok()
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for c in &mut self.sentinels {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

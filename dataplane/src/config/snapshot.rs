@@ -311,6 +311,8 @@ fn limiter(spec: &ax_protocol::config::LimitsSpec, prev: Option<&Limiter>) -> Li
 pub struct RedisTarget {
     pub url: String,
     pub cluster: bool,
+    /// The master's name when `url` lists Sentinels.
+    pub sentinel: Option<String>,
     pub prefix: String,
     pub replicas: u32,
 }
@@ -473,6 +475,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
         redis: valid.redis_url.map(|url| RedisTarget {
             url,
             cluster: spec.server.redis_cluster,
+            sentinel: spec.server.redis_sentinel.clone(),
             prefix: spec.server.redis_prefix.clone(),
             replicas: spec.server.replicas.max(1),
         }),

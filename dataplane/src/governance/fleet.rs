@@ -205,10 +205,12 @@ pub enum Decision {
     Unavailable,
 }
 
-/// The client of a single Redis (or one behind Sentinel's address) or of a Redis Cluster.
+/// The client of a single Redis, of a Redis Cluster, or of the Sentinels that name the master.
 enum Client {
     Single(redis::Client),
     Cluster(Box<redis::cluster::ClusterClient>),
+    /// Asked by `keep_connected` (never by a request) for the master's address.
+    Sentinel(Box<tokio::sync::Mutex<redis::sentinel::SentinelClient>>),
 }
 
 /// A connection that comes back by itself: a `ConnectionManager`, or the cluster client's
@@ -249,8 +251,11 @@ impl redis::aio::ConnectionLike for Conn {
 
 pub struct Fleet {
     client: Client,
-    /// Made by `keep_connected`; it reconnects by itself.
-    conn: OnceLock<Conn>,
+    /// Made by `keep_connected`; it reconnects by itself (behind Sentinel, `keep_connected`
+    /// replaces it when the Sentinels name another master).
+    conn: arc_swap::ArcSwapOption<Conn>,
+    /// Behind Sentinel: the address of the master `conn` talks to.
+    master: std::sync::Mutex<String>,
     prefix: String,
     /// `server.replicas`: what local limits are divided by while Redis cannot be used, until
     /// the control plane says how many data planes are connected (`live`).
@@ -286,7 +291,16 @@ pub enum Spend {
 
 impl Fleet {
     pub fn new(target: &crate::config::snapshot::RedisTarget) -> Result<Arc<Self>, String> {
-        let client = if target.cluster {
+        let client = if let Some(name) = &target.sentinel {
+            let nodes: Vec<&str> = target.url.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+            redis::sentinel::SentinelClient::build(
+                nodes,
+                name.clone(),
+                None,
+                redis::sentinel::SentinelServerType::Master,
+            )
+            .map(|c| Client::Sentinel(Box::new(tokio::sync::Mutex::new(c))))
+        } else if target.cluster {
             let nodes: Vec<&str> = target.url.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
             redis::cluster::ClusterClient::builder(nodes)
                 .connection_timeout(TIMEOUT * 4)
@@ -302,7 +316,8 @@ impl Fleet {
         .map_err(|e| format!("invalid redis_url: {e}"))?;
         Ok(Arc::new(Self {
             client,
-            conn: OnceLock::new(),
+            conn: arc_swap::ArcSwapOption::empty(),
+            master: std::sync::Mutex::new(String::new()),
             prefix: target.prefix.clone(),
             configured: target.replicas.max(1),
             live: std::sync::atomic::AtomicU32::new(0),
@@ -370,7 +385,7 @@ impl Fleet {
         if self.down.load(Ordering::Acquire) {
             return None;
         }
-        self.conn.get().cloned()
+        self.conn.load_full().map(|c| (*c).clone())
     }
 
     /// For the life of the process (started once, by `App::spawn_upkeep`): makes the connection
@@ -383,16 +398,7 @@ impl Fleet {
             .set_number_of_retries(1)
             .set_min_delay(TIMEOUT);
         loop {
-            let ok = match self.conn.get() {
-                Some(c) => ping(c.clone()).await,
-                None => match self.connect(&config).await {
-                    Ok(c) => {
-                        let c = self.conn.get_or_init(|| c).clone();
-                        ping(c).await
-                    }
-                    Err(e) => Err(e),
-                },
-            };
+            let ok = self.check(&config).await;
             match ok {
                 Ok(()) => {
                     self.mark_up();
@@ -407,6 +413,34 @@ impl Fleet {
         }
     }
 
+    /// One check of `keep_connected`: the connection made if there is none (behind Sentinel,
+    /// made again when the Sentinels name another master), then a `PING`.
+    async fn check(&self, config: &ConnectionManagerConfig) -> Result<(), String> {
+        if let Client::Sentinel(sentinels) = &self.client {
+            let asked = tokio::time::timeout(TIMEOUT * 4, async { sentinels.lock().await.async_get_client().await });
+            let client = match asked.await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Err(format!("sentinel: {e}")),
+                Err(_) => return Err("no sentinel answered".to_owned()),
+            };
+            let addr = client.get_connection_info().addr().to_string();
+            let moved = self.master.lock().map(|m| *m != addr).unwrap_or(true);
+            if moved || self.conn.load().is_none() {
+                let c = ConnectionManager::new_lazy_with_config(client, config.clone()).map_err(|e| e.to_string())?;
+                self.conn.store(Some(Arc::new(Conn::Single(c))));
+                tracing::info!(master = %addr, "redis: following the master the sentinels name");
+                if let Ok(mut m) = self.master.lock() {
+                    *m = addr;
+                }
+            }
+        } else if self.conn.load().is_none() {
+            let c = self.connect(config).await?;
+            self.conn.store(Some(Arc::new(c)));
+        }
+        let c = self.conn.load_full().ok_or("no connection")?;
+        ping((*c).clone()).await
+    }
+
     /// The connection `keep_connected` keeps: made lazily for a single Redis; for a cluster, once
     /// a node answers (its slot map is read then).
     async fn connect(&self, config: &ConnectionManagerConfig) -> Result<Conn, String> {
@@ -419,6 +453,7 @@ impl Fleet {
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err("no cluster node answered".to_owned()),
             },
+            Client::Sentinel(_) => Err("behind sentinel the connection is made by `check`".to_owned()),
         }
     }
 

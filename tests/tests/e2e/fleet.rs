@@ -408,3 +408,66 @@ tenants:
     drop(bin);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Redis behind Sentinel: the data plane asks three Sentinels for the master, and when the master
+/// is killed under load and a Sentinel promotes its replica, it follows: no request fails or is
+/// refused (limits are local while no master answers), and the exact alias limit's count resumes
+/// on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_managed_master_fails_over_under_load_without_a_failed_request() {
+    let mut redis = ax_tests::RedisSentinel::start();
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let yaml = format!(
+        r#"
+server: {{ redis_url: "{}", redis_sentinel: ax, replicas: 2 }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}",
+      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 1.0 }} }}] }}
+routes:
+  - {{ alias: chat, limits: {{ rpm: 10000000, exact: true }}, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, limits: {{ rpm: 10000000, tpm: 100000000 }}, budgets: [{{ window: day, usd: 1000, on_redis_down: fail_open }}],
+      keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        redis.url(),
+        up.url(),
+        key_digest(KEY)
+    );
+    let dir = ax_tests::temp_dir("fleet-sentinel");
+    let path = dir.join("ax.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let bin = Binary::start(&path, &dir);
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let body = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
+    let tasks: Vec<_> =
+        (0..4).map(|_| tokio::spawn(worker(bin.url.clone(), body.clone(), stop.clone(), tally.clone()))).collect();
+    let count = |r: &RedisServer| r.cli(&["HGET", "ax:rl:alias:chat:rpm", "s"]).parse::<u64>().unwrap_or(0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(count(&redis.master) > 0, "counted on the master the sentinels named");
+    redis.master.kill();
+    let killed = Instant::now();
+    while redis.master_port() != Some(redis.replica.port) {
+        assert!(killed.elapsed() < Duration::from_secs(30), "the sentinels never promoted the replica");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let promoted = killed.elapsed();
+    // The data plane asks the sentinels once a second (every 250 ms while Redis is down).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = count(&redis.replica);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = count(&redis.replica);
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (ok, refused) = (tally.ok.load(Ordering::Relaxed), tally.refused.load(Ordering::Relaxed));
+    eprintln!(
+        "sentinel failover: promoted after {promoted:?}; {ok} served, {refused} refused; count {before} → {after}"
+    );
+    assert_eq!(refused, 0, "{:?}", tally.first_refusal.lock().unwrap());
+    assert!(after > before, "counting resumed on the promoted master: {before} → {after}");
+    assert!(bin.logs().contains("following the master the sentinels name"));
+    drop(bin);
+    let _ = std::fs::remove_dir_all(&dir);
+}
