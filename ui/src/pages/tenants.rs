@@ -245,6 +245,45 @@ impl BudgetRow {
     }
 }
 
+/// An editor's save: `PUT` the body, then close the editor (saved) or show the server's error;
+/// `busy` while it is under way.
+fn put_and_close<T: serde::de::DeserializeOwned + 'static>(
+    url: String,
+    body: Value,
+    busy: RwSignal<bool>,
+    error: RwSignal<Option<ApiError>>,
+    close: Callback<bool>,
+) {
+    busy.set(true);
+    leptos::task::spawn_local(async move {
+        let r = api::send::<T, _>("PUT", &url, &body).await;
+        busy.set(false);
+        match r {
+            Ok(_) => close.run(true),
+            Err(e) => error.set(Some(e)),
+        }
+    });
+}
+
+/// An editor's last lines: the server's errors that no input shows (`placed` says which paths
+/// an input shows), then save and cancel.
+#[component]
+fn EditorEnd(
+    error: RwSignal<Option<ApiError>>,
+    busy: RwSignal<bool>,
+    close: Callback<bool>,
+    save: &'static str,
+    placed: fn(&str) -> bool,
+) -> impl IntoView {
+    view! {
+        {move || error.get().map(|e| view! { <p class="error" role="alert">{form::unplaced(&e, placed)}</p> })}
+        <div class="actions">
+            <button type="submit" class="primary" disabled=move || busy.get()>{save}</button>
+            <button type="button" on:click=move |_| close.run(false)>"Cancel"</button>
+        </div>
+    }
+}
+
 /// The budgets of one subject (tenant, key, group) as edited, with the server's errors at their
 /// inputs (paths `budgets[i].…` of the body).
 #[component]
@@ -341,16 +380,7 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
         }
         body["budgets"] = budgets.get_untracked().iter().map(BudgetRow::body).collect();
         body["groups"] = form::list(&groups.get_untracked()).into();
-        let id = id.clone();
-        busy.set(true);
-        leptos::task::spawn_local(async move {
-            let r = api::send::<TenantSaved, _>("PUT", &format!("/api/v1/tenants/{id}"), &body).await;
-            busy.set(false);
-            match r {
-                Ok(_) => close.run(true),
-                Err(e) => error.set(Some(e)),
-            }
-        });
+        put_and_close::<TenantSaved>(format!("/api/v1/tenants/{id}"), body, busy, error, close);
     };
     view! {
         <form class="editor tenant-editor" on:submit=save aria-label=format!("edit tenant {}", t.id)>
@@ -373,16 +403,7 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
             <fieldset><legend>"Budgets"</legend>
                 <BudgetsEditor budgets=budgets error=error/>
             </fieldset>
-            {move || error.get().map(|e| {
-                let text = form::unplaced(&e, |p| {
-                    p == "allowed_aliases" || p.starts_with("limits.") || p.starts_with("budgets[") || p.starts_with("groups")
-                });
-                view! { <p class="error" role="alert">{text}</p> }
-            })}
-            <div class="actions">
-                <button type="submit" class="primary" disabled=move || busy.get()>"Save tenant"</button>
-                <button type="button" on:click=move |_| close.run(false)>"Cancel"</button>
-            </div>
+            <EditorEnd error=error busy=busy close=close save="Save tenant" placed=|p| p == "allowed_aliases" || p.starts_with("limits.") || p.starts_with("budgets[") || p.starts_with("groups")/>
         </form>
     }
 }
@@ -574,16 +595,7 @@ fn KeyEditor(k: KeyView, close: Callback<bool>) -> impl IntoView {
             body["alias_limits"][r.alias.get_untracked().trim()] = l;
         }
         body["budgets"] = budgets.get_untracked().iter().map(BudgetRow::body).collect();
-        let id = id.clone();
-        busy.set(true);
-        leptos::task::spawn_local(async move {
-            let r = api::send::<KeyPolicySaved, _>("PUT", &format!("/api/v1/keys/{id}"), &body).await;
-            busy.set(false);
-            match r {
-                Ok(_) => close.run(true),
-                Err(e) => error.set(Some(e)),
-            }
-        });
+        put_and_close::<KeyPolicySaved>(format!("/api/v1/keys/{id}"), body, busy, error, close);
     };
     view! {
         <form class="editor key-editor" on:submit=save aria-label=format!("edit key {}", k.id)>
@@ -619,14 +631,7 @@ fn KeyEditor(k: KeyView, close: Callback<bool>) -> impl IntoView {
             <fieldset><legend>"Budgets (on top of the tenant's)"</legend>
                 <BudgetsEditor budgets=budgets error=error/>
             </fieldset>
-            {move || error.get().map(|e| {
-                let text = form::unplaced(&e, |p| p.starts_with("limits") || p.starts_with("alias_limits") || p.starts_with("budgets["));
-                view! { <p class="error" role="alert">{text}</p> }
-            })}
-            <div class="actions">
-                <button type="submit" class="primary" disabled=move || busy.get()>"Save key"</button>
-                <button type="button" on:click=move |_| close.run(false)>"Cancel"</button>
-            </div>
+            <EditorEnd error=error busy=busy close=close save="Save key" placed=|p| p.starts_with("limits") || p.starts_with("alias_limits") || p.starts_with("budgets[")/>
         </form>
     }
 }
@@ -732,16 +737,7 @@ fn GroupEditor(g: GroupView, close: Callback<bool>) -> impl IntoView {
     let save = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let body = json!({ "budgets": budgets.get_untracked().iter().map(BudgetRow::body).collect::<Vec<_>>() });
-        let id = id.clone();
-        busy.set(true);
-        leptos::task::spawn_local(async move {
-            let r = api::send::<GroupSaved, _>("PUT", &format!("/api/v1/groups/{id}"), &body).await;
-            busy.set(false);
-            match r {
-                Ok(_) => close.run(true),
-                Err(e) => error.set(Some(e)),
-            }
-        });
+        put_and_close::<GroupSaved>(format!("/api/v1/groups/{id}"), body, busy, error, close);
     };
     view! {
         <form class="editor group-editor" on:submit=save aria-label=format!("edit group {}", g.id)>
@@ -749,14 +745,7 @@ fn GroupEditor(g: GroupView, close: Callback<bool>) -> impl IntoView {
             <fieldset><legend>"Pooled budgets"</legend>
                 <BudgetsEditor budgets=budgets error=error/>
             </fieldset>
-            {move || error.get().map(|e| {
-                let text = form::unplaced(&e, |p| p.starts_with("budgets["));
-                view! { <p class="error" role="alert">{text}</p> }
-            })}
-            <div class="actions">
-                <button type="submit" class="primary" disabled=move || busy.get()>"Save group"</button>
-                <button type="button" on:click=move |_| close.run(false)>"Cancel"</button>
-            </div>
+            <EditorEnd error=error busy=busy close=close save="Save group" placed=|p| p.starts_with("budgets[")/>
         </form>
     }
 }
