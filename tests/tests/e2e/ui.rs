@@ -623,7 +623,16 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
     let page = b.wait_text("group research · week: $0.006 of $5.00", 10).await;
     assert!(page.contains("day: $0.006 of $0.01"), "the tenant's own budget is still there: {page}");
     assert_eq!(admin.ok("GET", "/api/v1/groups", None).await["groups"][0]["tenants"], json!(["acme"]));
-    b.wait_text("acme", 10).await;
+    // The groups section follows: acme is a member, and the group's burn is there too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let table = b.find("table.group-list").await.text().await.unwrap_or_default();
+        if table.contains("acme") && table.contains("week: $0.006 of $5.00") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the groups section is stale: {table}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     b.screenshot("tenants-groups").await;
 
     // A key's limit per alias and its own budget: a bad number is refused at its section.

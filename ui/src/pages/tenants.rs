@@ -425,7 +425,14 @@ fn Keys(tenant: String, burn: RwSignal<Vec<BudgetBurn>>, reload: Callback<()>) -
             keys.set(Some(r.map(|l| l.keys)));
         });
     };
-    load();
+    // Loaded now, and again whenever the burn is (after every save): the rows read it.
+    Effect::new({
+        let load = load.clone();
+        move |_| {
+            burn.track();
+            load();
+        }
+    });
     let create = {
         let (t, load) = (tenant.clone(), load.clone());
         move |_| {
@@ -650,7 +657,11 @@ fn Groups(burn: RwSignal<Vec<BudgetBurn>>, reload: Callback<()>) -> impl IntoVie
             groups.set(Some(r.map(|l| l.groups)));
         });
     };
-    load();
+    // Loaded now, and again whenever the burn is (after a tenant joins or leaves a group).
+    Effect::new(move |_| {
+        burn.track();
+        load();
+    });
     let new_id = RwSignal::new(String::new());
     let create_error = RwSignal::new(None::<ApiError>);
     let create = move |ev: leptos::ev::SubmitEvent| {
