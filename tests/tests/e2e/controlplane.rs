@@ -352,7 +352,9 @@ async fn the_dashboard_and_alerts_use_metrics_that_exist() {
             assert!(cp_scrape.contains("ax_node_config_lag_versions{node=\"dp-1\"} 0"), "{cp_scrape}");
             assert!(cp_scrape.contains("ax_node_connected{node=\"dp-1\"} 1"), "{cp_scrape}");
             assert!(
-                cp_scrape.contains("ax_budget_warn_ratio{tenant=\"acme\",window=\"day\",alias=\"\"} 0.8"),
+                cp_scrape.contains(
+                    "ax_budget_warn_ratio{scope=\"tenant\",tenant=\"acme\",subject=\"\",window=\"day\",alias=\"\"} 0.8"
+                ),
                 "{cp_scrape}"
             );
             break have;

@@ -373,8 +373,17 @@ async fn every_operation_answers_junk_with_a_json_4xx() {
         } else {
             cmd.args(["--include-path", "/api/v1/logout"]);
         }
-        let out = cmd.output().expect("schemathesis");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let mut out = cmd.output().expect("schemathesis");
+        let mut text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        // schemathesis's own generator can fail now and then (hypothesis's `FlakyFailure` while it
+        // makes an example, reported as a "Runtime Error" of one operation, with no request sent
+        // for it): that run is made once more. A failed check (a 5xx, an answer that is not
+        // JSON) is never retried.
+        if !out.status.success() && text.contains("Runtime Error") && !text.contains("FAILURES") {
+            eprintln!("schemathesis failed inside its generator; once more:\n{text}");
+            out = cmd.output().expect("schemathesis");
+            text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
         assert!(out.status.success(), "schemathesis found answers that are 5xx or not JSON:\n{text}");
         eprintln!(
             "{}",
