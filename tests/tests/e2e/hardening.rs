@@ -354,7 +354,8 @@ async fn every_operation_answers_junk_with_a_json_4xx() {
     let s = stack("schemathesis", &[]).await;
     seed(&s.admin).await;
     let token = create_node(&s.db, "dp-1");
-    let run = |exclude_logout: bool| {
+    // Which operations a run takes (schemathesis's `--include-path` / `--exclude-path` arguments).
+    let run = |select: &[&str]| {
         let mut cmd = std::process::Command::new(ax_tests::venv_bin("schemathesis", "the admin API's property test"));
         cmd.arg("run")
             .arg(format!("{}/api/openapi.json", s.cp.url))
@@ -368,11 +369,7 @@ async fn every_operation_answers_junk_with_a_json_4xx() {
             .env("SCHEMATHESIS_HOOKS", "ax_checks")
             .env("PYTHONPATH", concat!(env!("CARGO_MANIFEST_DIR"), "/schemathesis"))
             .current_dir(&s.dir);
-        if exclude_logout {
-            cmd.args(["--exclude-path", "/api/v1/logout"]);
-        } else {
-            cmd.args(["--include-path", "/api/v1/logout"]);
-        }
+        cmd.args(select);
         let mut out = cmd.output().expect("schemathesis");
         let mut text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         // schemathesis's own generator can fail now and then (hypothesis's `FlakyFailure` while it
@@ -390,9 +387,15 @@ async fn every_operation_answers_junk_with_a_json_4xx() {
             text.lines().filter(|l| l.contains("generated") || l.contains("Seed")).collect::<Vec<_>>().join("\n")
         );
     };
+    // `PUT /groups/{id}` without schemathesis's coverage phase: in a clean CI run its generator
+    // failed for that operation every time, inside CPython (`SystemError: AST constructor
+    // recursion depth mismatch` while hypothesis describes a lambda), before any request. Its
+    // examples, fuzzing and stateful phases run.
+    let groups = "/api/v1/groups/{id}";
+    run(&["--exclude-path", "/api/v1/logout", "--exclude-path", groups]);
+    run(&["--include-path", groups, "--phases", "examples,fuzzing,stateful"]);
     // Logout ends the session the other operations need: it runs last, on its own.
-    run(true);
-    run(false);
+    run(&["--include-path", "/api/v1/logout"]);
     assert!(!s.cp.logs().contains("panicked"));
 }
 
