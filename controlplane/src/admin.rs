@@ -229,11 +229,11 @@ pub async fn list_groups(State(s): State<AppState>, caller: Caller) -> Reply<Gro
     caller.require(Role::Operator)?;
     let mut conn = s.db.acquire().await?;
     let groups = store::config::load_groups(&mut conn).await?;
-    let tenants = store::config::load_tenants(&mut conn, None).await?;
+    let members = store::config::group_members(&mut conn, None).await?;
     let groups = groups
         .into_iter()
         .map(|g| {
-            let tenants = tenants.iter().filter(|t| t.groups.contains(&g.id)).map(|t| t.id.clone()).collect();
+            let tenants = members.iter().filter(|(group, _)| *group == g.id).map(|(_, t)| t.clone()).collect();
             GroupView { id: g.id, budgets: g.budgets, tenants }
         })
         .collect();
@@ -275,12 +275,8 @@ pub async fn delete_group(
 ) -> Reply<GroupSaved> {
     caller.require(Role::Admin)?;
     let mut tx = s.db.begin().await?;
-    let members: Vec<String> = store::config::load_tenants(&mut tx, None)
-        .await?
-        .into_iter()
-        .filter(|t| t.groups.contains(&id))
-        .map(|t| t.id)
-        .collect();
+    let members: Vec<String> =
+        store::config::group_members(&mut tx, Some(&id)).await?.into_iter().map(|(_, t)| t).collect();
     if !members.is_empty() {
         return Err(ApiError::conflict(format!(
             "tenants {} are in group '{id}': take them out first",

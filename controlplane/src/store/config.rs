@@ -79,6 +79,20 @@ pub async fn load_groups(conn: &mut PgConnection) -> ApiResult<Vec<GroupSpec>> {
         .collect()
 }
 
+/// (group, tenant) for every tenant naming a group (the one named, or all), by tenant id.
+pub async fn group_members(conn: &mut PgConnection, only: Option<&str>) -> ApiResult<Vec<(String, String)>> {
+    Ok(sqlx::query!(
+        r#"SELECT g AS "group!", t.id FROM tenants t, jsonb_array_elements_text(coalesce(t.spec->'groups', '[]')) g
+           WHERE $1::text IS NULL OR g = $1 ORDER BY t.id COLLATE "C""#,
+        only,
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| (r.group, r.id))
+    .collect())
+}
+
 pub async fn group_json(conn: &mut PgConnection, id: &str) -> ApiResult<Option<Value>> {
     Ok(sqlx::query_scalar!("SELECT spec FROM tenant_groups WHERE id = $1", id).fetch_optional(&mut *conn).await?)
 }

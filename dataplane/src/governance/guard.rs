@@ -66,7 +66,7 @@ struct Holds {
 /// The caller-side rate limits, in order: key, the key's for the alias, tenant, alias. All or nothing: a refusal gives
 /// back what the earlier layers reserved. With Redis, the per-minute limits are fleet-wide (one
 /// round trip) and concurrency is local; without a reachable Redis, every limit is local, divided
-/// by `server.replicas` when Redis is configured. The holds settle to the actual usage when the
+/// by `Fleet::replicas` when Redis is configured. The holds settle to the actual usage when the
 /// request's record is emitted and free their concurrency slots when the request ends.
 async fn check_limits(
     fleet: Option<&Arc<Fleet>>,
@@ -275,12 +275,9 @@ async fn reserve(fleet: Option<&Arc<Fleet>>, snap: &Snapshot, b: &Budget, cost: 
                 fleet::Spend::Unavailable => {}
             }
         }
-        let lease = (!b.exact).then(|| {
+        if !b.exact {
             let lease = shared.lease_of(&b.state.lease, || b.stem.clone(), Shape::Period);
             lease.enter_period(period);
-            lease
-        });
-        if let Some(lease) = lease {
             let took = if shared.is_down() { Took::Unavailable } else { lease.take(shared, cost, b.limit).await };
             let hold = |lease| BudgetHold::Lease { fleet: shared.clone(), lease, period, amount: cost };
             match took {
