@@ -144,7 +144,28 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback_service(ui)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(head_limit))
         .with_state(state)
+}
+
+/// The largest request head (header names and values) a handler sees.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Refuses a head over [`MAX_HEAD_BYTES`] with 431 `headers_too_large`. hyper answers 431 only when
+/// a head outgrows its read buffer before it is complete; one that arrives whole in a single read
+/// can be larger, so the limit is also checked here, the same for every arrival pattern.
+async fn head_limit(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let size: usize = req.headers().iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    if size > MAX_HEAD_BYTES {
+        return error::ApiError::new(
+            http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            "the request's head is too large",
+        )
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// The largest admin request body (a usage batch is at most 4 MiB plus one record).
