@@ -130,6 +130,8 @@ pub fn router(state: AppState) -> Router {
         .route("/reports/top", get(usage::top_spenders))
         .route("/reports/budgets", get(usage::budget_burn))
         .route("/reports/recent", get(usage::recent_traffic))
+        .route("/requests", get(usage::list_requests))
+        .route("/requests/{id}", get(usage::get_request))
         .route("/test/push", post(push::test_push))
         .method_not_allowed_fallback(method_not_allowed);
     let api_404 = || async { error::ApiError::new(http::StatusCode::NOT_FOUND, "not_found", "no such route") };

@@ -90,6 +90,11 @@ fn init_logs(serving: bool) {
 
 #[expect(clippy::print_stdout, reason = "the usage asked for")]
 fn main() -> ExitCode {
+    let missing = ax_protocol::cpu::missing();
+    if !missing.is_empty() {
+        eprintln!("error: {}", ax_protocol::cpu::refusal(&missing));
+        return ExitCode::from(2);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let first = args.first().map(String::as_str);
     let asked = if first == Some("help") {

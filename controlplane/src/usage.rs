@@ -7,7 +7,8 @@
 //! then does the data plane delete the records from its spool. Reports read the rollups.
 
 use ax_protocol::admin::{
-    BudgetBurn, BudgetReport, CostReport, CostRow, RecentTraffic, RecentUpstream, TopSpender, TopSpenders, UsageAck,
+    BudgetBurn, BudgetReport, CostReport, CostRow, RecentTraffic, RecentUpstream, RequestDetail, RequestList,
+    RequestRow, TopSpender, TopSpenders, UsageAck,
 };
 use ax_protocol::usage::UsageRecord;
 use axum::extract::State;
@@ -20,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{ApiBody, ApiQuery};
+use crate::extract::{ApiBody, ApiPath, ApiQuery};
 use crate::store::usage::{self as rows, refused_data, Columns, GroupBy};
 use crate::AppState;
 
@@ -464,4 +465,148 @@ mod tests {
         assert_eq!(super::csv_field("a,b"), "\"a,b\"");
         assert_eq!(super::csv_field("=cmd"), "'=cmd");
     }
+}
+
+// ---------- the request explorer ----------
+
+#[derive(Deserialize)]
+pub struct RequestsQuery {
+    #[serde(default)]
+    request_id: Option<String>,
+    #[serde(default)]
+    tenant: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    alias: Option<String>,
+    #[serde(default)]
+    upstream: Option<String>,
+    #[serde(default)]
+    status: Option<i32>,
+    /// An error code, or `any`.
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    to: Option<String>,
+    /// The `next` cursor of the page before.
+    #[serde(default)]
+    before: Option<String>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+/// A time bound of the explorer, in Unix microseconds: an RFC 3339 timestamp, or a date and
+/// time (or a date) without a zone, read as UTC; years 1970 to 9999.
+fn explorer_time(field: &str, v: Option<&str>) -> ApiResult<Option<i64>> {
+    let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else { return Ok(None) };
+    let civil = || {
+        let dt = v
+            .parse::<jiff::civil::DateTime>()
+            .ok()
+            .or_else(|| v.parse::<jiff::civil::Date>().ok().map(|d| d.at(0, 0, 0, 0)))?;
+        jiff::tz::Offset::UTC.to_timestamp(dt).ok()
+    };
+    // 1970-01-01 to 9999-12-31, as Postgres and the UI read them.
+    let ts =
+        v.parse::<jiff::Timestamp>().ok().or_else(civil).filter(|t| (0..=253_402_300_799).contains(&t.as_second()));
+    ts.map(|t| Some(t.as_microsecond())).ok_or_else(|| {
+        ApiError::field(
+            field,
+            "a time as RFC 3339 (2026-12-03T15:00:00Z) or YYYY-MM-DD[THH:MM] in UTC, years 1970 to 9999",
+        )
+    })
+}
+
+/// 9999-12-31T23:59:59.999999Z in Unix microseconds: the explorer's times stay within what
+/// Postgres and the UI read.
+const MAX_US: i64 = 253_402_300_799_999_999;
+
+/// RFC 3339 of Unix microseconds, UTC.
+fn rfc3339(us: i64) -> String {
+    jiff::Timestamp::from_microsecond(us).map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// `GET /api/v1/requests`: the request explorer. Requests newest first (at most `limit`, 1 to
+/// 500, default 100), narrowed by id, tenant, key, alias, upstream, status, error code (`any`
+/// for every failure) and time (`from` inclusive, `to` exclusive); `next` pages back.
+pub async fn list_requests(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<RequestsQuery>,
+) -> ApiResult<Json<RequestList>> {
+    caller.require(Role::Operator)?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::field("limit", "from 1 to 500"));
+    }
+    if q.status.is_some_and(|s| !(100..=599).contains(&s)) {
+        return Err(ApiError::field("status", "an HTTP status, 100 to 599"));
+    }
+    let before = match q.before.as_deref() {
+        None => None,
+        Some(c) => Some(
+            c.split_once('/')
+                .and_then(|(us, id)| Some((us.parse::<i64>().ok().filter(|us| (0..=MAX_US).contains(us))?, id)))
+                .ok_or_else(|| ApiError::field("before", "the `next` cursor of a page"))?,
+        ),
+    };
+    fn given(v: &Option<String>) -> Option<&str> {
+        v.as_deref().map(str::trim).filter(|v| !v.is_empty())
+    }
+    let filter = rows::RequestFilter {
+        request_id: given(&q.request_id),
+        tenant: given(&q.tenant),
+        key_id: given(&q.key),
+        alias: given(&q.alias),
+        upstream: given(&q.upstream),
+        status: q.status,
+        error: given(&q.error),
+        from_us: explorer_time("from", q.from.as_deref())?,
+        to_us: explorer_time("to", q.to.as_deref())?,
+        before,
+        limit: limit + 1,
+    };
+    let mut found = rows::requests(&state.db, &filter).await?;
+    let more = found.len() > limit as usize;
+    found.truncate(limit as usize);
+    let next = more.then(|| found.last().map(|r| format!("{}/{}", r.1, r.0))).flatten();
+    let requests = found
+        .into_iter()
+        .map(|r| RequestRow {
+            request_id: r.0,
+            started_at: rfc3339(r.1),
+            tenant: r.2,
+            key_id: r.3,
+            alias: r.4,
+            upstream: r.5,
+            model: r.6,
+            status: r.7,
+            error_code: r.8,
+            attempts: r.9,
+            stream: r.10,
+            latency_ms: r.11,
+            ttft_ms: r.12,
+            prompt_tokens: r.13,
+            completion_tokens: r.14,
+            cost_micro_usd: r.15,
+        })
+        .collect();
+    Ok(Json(RequestList { requests, next }))
+}
+
+/// `GET /api/v1/requests/{id}`: one request's record, its attempts in order.
+pub async fn get_request(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<RequestDetail>> {
+    caller.require(Role::Operator)?;
+    let Some((us, node, record)) = rows::request(&state.db, &id).await? else {
+        return Err(ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", format!("no request {id}")));
+    };
+    let record: UsageRecord =
+        serde_json::from_value(record).map_err(|e| ApiError::internal("a stored usage record", e))?;
+    Ok(Json(RequestDetail { started_at: rfc3339(us), node, record }))
 }

@@ -168,6 +168,11 @@ fn no_huge_pages() {
 }
 
 fn main() -> ExitCode {
+    let missing = ax_protocol::cpu::missing();
+    if !missing.is_empty() {
+        eprintln!("error: {}", ax_protocol::cpu::refusal(&missing));
+        return ExitCode::from(2);
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(msg) => {

@@ -619,3 +619,47 @@ pub struct OperatorPassword {
     pub one_time_password: String,
     pub note: String,
 }
+
+/// `GET /requests`: the request explorer's page of requests, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestList {
+    pub requests: Vec<RequestRow>,
+    /// The cursor of the next (older) page, when there may be one: pass it back as `before`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// One request, as the explorer lists it (its record's headline fields).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRow {
+    pub request_id: String,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub tenant: String,
+    pub key_id: String,
+    pub alias: String,
+    /// The upstream and model of the attempt that answered (or of the last one).
+    pub upstream: String,
+    pub model: String,
+    pub status: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    pub attempts: i64,
+    pub stream: bool,
+    pub latency_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<i64>,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub cost_micro_usd: i64,
+}
+
+/// `GET /requests/{id}`: one request's whole record (its attempts, tokens, cost) and the data
+/// plane that served it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestDetail {
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub node: String,
+    pub record: crate::usage::UsageRecord,
+}

@@ -6,10 +6,12 @@
 //! passes into its live snapshot. `price` turns configured USD prices into exact integer
 //! micro-USD. `usage` is the per-call usage record. `admin` holds the admin API bodies the UI
 //! shares with the control plane. `health` is a data plane's health table (its `/admin/health`,
-//! and its summary to the control plane). `snapshot` is the websocket between the planes.
+//! and its summary to the control plane). `snapshot` is the websocket between the planes. `cpu` checks
+//! that the machine has the instruction sets the binary was built for.
 
 pub mod admin;
 pub mod config;
+pub mod cpu;
 pub mod health;
 pub mod price;
 pub mod snapshot;

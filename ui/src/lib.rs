@@ -114,6 +114,7 @@ fn Shell() -> impl IntoView {
             <nav aria-label="pages">
                 <Show when=move || role("operator")>
                     <A href="/overview">"Overview"</A>
+                    <A href="/requests">"Requests"</A>
                     <A href="/routes">"Routes"</A>
                     <A href="/upstreams">"Upstreams"</A>
                     <A href="/nodes">"Data planes"</A>
@@ -137,6 +138,7 @@ fn Shell() -> impl IntoView {
                 <Route path=path!("/overview") view=move || guarded("operator", pages::overview::Overview)/>
                 <Route path=path!("/routes") view=move || guarded("operator", pages::routes::RoutesPage)/>
                 <Route path=path!("/audit") view=move || guarded("operator", pages::audit::Audit)/>
+                <Route path=path!("/requests") view=move || guarded("operator", pages::requests::Requests)/>
                 <Route path=path!("/upstreams") view=move || guarded("operator", pages::upstreams::Upstreams)/>
                 <Route path=path!("/nodes") view=move || guarded("operator", pages::nodes::Nodes)/>
                 <Route path=path!("/versions") view=move || guarded("operator", pages::versions::Versions)/>

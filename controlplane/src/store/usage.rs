@@ -358,3 +358,102 @@ pub async fn recent(db: &PgPool, minutes: i32) -> ApiResult<Vec<RecentRow>> {
     .map(|r| (r.upstream, r.requests, r.errors, r.cost, r.p95, r.ttft_p95))
     .collect())
 }
+
+/// What the request explorer looks for; every field narrows the search.
+#[derive(Debug, Default)]
+pub struct RequestFilter<'a> {
+    pub request_id: Option<&'a str>,
+    pub tenant: Option<&'a str>,
+    pub key_id: Option<&'a str>,
+    pub alias: Option<&'a str>,
+    pub upstream: Option<&'a str>,
+    pub status: Option<i32>,
+    /// An error code, or `any` for every failed request.
+    pub error: Option<&'a str>,
+    /// Unix microseconds: `from` inclusive, `to` exclusive.
+    pub from_us: Option<i64>,
+    pub to_us: Option<i64>,
+    /// The previous page's last row, (Unix microseconds, request id): rows strictly older.
+    pub before: Option<(i64, &'a str)>,
+    pub limit: i64,
+}
+
+/// A listed request: (id, started at in Unix microseconds, tenant, key, alias, upstream, model,
+/// status, error code, attempts, stream, latency ms, TTFT ms, prompt tokens, completion tokens,
+/// micro-USD).
+pub type RequestRowDb = (
+    String,
+    i64,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i32,
+    Option<String>,
+    i64,
+    bool,
+    i64,
+    Option<i64>,
+    i64,
+    i64,
+    i64,
+);
+
+/// The explorer's requests, newest first, at most `limit` (the tenant's, key's and failed ones
+/// through their `(…, started_at)` indexes, the rest walking `usage_events_started` back from
+/// the newest).
+pub async fn requests(db: &PgPool, f: &RequestFilter<'_>) -> ApiResult<Vec<RequestRowDb>> {
+    let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+        "SELECT request_id, (extract(epoch FROM started_at) * 1000000)::bigint, tenant, key_id, alias, upstream, \
+         model, status, error_code, coalesce((record->>'attempts')::bigint, 1), \
+         coalesce((record->>'stream')::boolean, false), latency_ms, (record->>'ttft_ms')::bigint, prompt_tokens, \
+         completion_tokens, cost_micro_usd FROM usage_events WHERE true",
+    );
+    for (column, value) in [
+        ("request_id", f.request_id),
+        ("tenant", f.tenant),
+        ("key_id", f.key_id),
+        ("alias", f.alias),
+        ("upstream", f.upstream),
+    ] {
+        if let Some(v) = value {
+            q.push(" AND ").push(column).push(" = ").push_bind(v.to_owned());
+        }
+    }
+    if let Some(s) = f.status {
+        q.push(" AND status = ").push_bind(s);
+    }
+    match f.error {
+        Some("any") => {
+            q.push(" AND error_code IS NOT NULL");
+        }
+        Some(code) => {
+            q.push(" AND error_code = ").push_bind(code.to_owned());
+        }
+        None => {}
+    }
+    let at = |us| format!("timestamptz 'epoch' + {us}::bigint * interval '1 microsecond'");
+    if let Some(us) = f.from_us {
+        q.push(" AND started_at >= ").push(at(us));
+    }
+    if let Some(us) = f.to_us {
+        q.push(" AND started_at < ").push(at(us));
+    }
+    if let Some((us, id)) = f.before {
+        q.push(" AND (started_at, request_id) < (").push(at(us)).push(", ").push_bind(id.to_owned()).push(")");
+    }
+    q.push(" ORDER BY started_at DESC, request_id DESC LIMIT ").push_bind(f.limit);
+    Ok(q.build_query_as().fetch_all(db).await?)
+}
+
+/// One request's newest record: (started at in Unix microseconds, node, record).
+pub async fn request(db: &PgPool, request_id: &str) -> ApiResult<Option<(i64, String, Value)>> {
+    Ok(sqlx::query_as(
+        "SELECT (extract(epoch FROM started_at) * 1000000)::bigint, node, record FROM usage_events \
+         WHERE request_id = $1 ORDER BY started_at DESC LIMIT 1",
+    )
+    .bind(request_id)
+    .fetch_optional(db)
+    .await?)
+}

@@ -1091,3 +1091,134 @@ async fn operators_sign_in_with_single_sign_on() {
     assert!(Session::login(&cp.url, "alice", "any password").await.is_err());
     drop(provider);
 }
+
+/// The request explorer: a request that failed over (its first upstream refuses connections) is
+/// found by its id in the browser, with both attempts: the failed one and the one that answered.
+/// The overview's error figure links to the failed requests. The API narrows by each filter, pages
+/// back with its cursor, and refuses bad filters with a field error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_finds_a_failed_over_request_by_its_id() {
+    let (db, dir, cp, admin) = admin_plane("explorer").await;
+    let down = json!({ "provider": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-down-0123456789",
+                       "models": [{ "name": "m", "context_window": 32000, "capabilities": ["chat"] }] });
+    admin.ok("PUT", "/api/v1/upstreams/down", Some(&down)).await;
+    let route = json!({ "strategy": "priority", "candidates": [
+        { "upstream": "down", "model": "m", "priority": 0 }, { "upstream": "a", "model": "m", "priority": 1 }] });
+    admin.ok("PUT", "/api/v1/routes/chat", Some(&route)).await;
+    admin.ok("PUT", "/api/v1/tenants/acme", Some(&json!({ "allowed_aliases": ["*"] }))).await;
+    let key = admin.ok("POST", "/api/v1/tenants/acme/keys", Some(&json!({}))).await["key"].as_str().unwrap().to_owned();
+    let token = create_node(&db, "dp-1");
+    let dp = Process::data_plane(&cp.url, &token, &dir.join("dp"), "dp");
+    let v = admin.ok("GET", "/api/v1/versions", None).await["versions"][0]["version"].as_u64().unwrap();
+    wait_applied(&admin, "dp-1", v, Duration::from_secs(10)).await;
+
+    let client = reqwest::Client::new();
+    let call = |id: &'static str, model: &'static str| {
+        client
+            .post(format!("{}/v1/chat/completions", dp.url))
+            .bearer_auth(&key)
+            .header("x-request-id", id)
+            .json(&json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] }))
+            .send()
+    };
+    let r = call("req-failed-over", "chat").await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["x-ax-upstream"].to_str().unwrap()), (200, "a"));
+    for i in 0..3 {
+        let ids = ["req-plain-0", "req-plain-1", "req-plain-2"];
+        assert_eq!(call(ids[i], "chat").await.unwrap().status(), 200);
+    }
+    let r = call("req-no-such-alias", "nope").await.unwrap();
+    assert!(r.status().is_client_error(), "{}", r.status());
+
+    // The records reach the control plane within the data plane's usage batch interval.
+    let start = Instant::now();
+    let all = loop {
+        let l = admin.ok("GET", "/api/v1/requests?tenant=acme", None).await;
+        if l["requests"].as_array().unwrap().len() == 5 {
+            break l;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "not every request was recorded: {l}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let ids: Vec<&str> =
+        all["requests"].as_array().unwrap().iter().map(|r| r["request_id"].as_str().unwrap()).collect();
+    assert_eq!(ids[0], "req-no-such-alias", "newest first: {ids:?}");
+    assert_eq!(ids[4], "req-failed-over", "newest first: {ids:?}");
+    let row = &all["requests"][4];
+    assert_eq!(
+        (row["attempts"].as_i64(), row["upstream"].as_str(), row["status"].as_i64()),
+        (Some(2), Some("a"), Some(200))
+    );
+    // Every filter narrows; the cursor pages back without a gap or a repeat.
+    let count = |q: String| {
+        let admin = &admin;
+        async move { admin.ok("GET", &format!("/api/v1/requests?{q}"), None).await["requests"].as_array().unwrap().len() }
+    };
+    assert_eq!(count("request_id=req-failed-over".into()).await, 1);
+    assert_eq!(count("error=any".into()).await, 1);
+    assert_eq!(count("status=200&alias=chat&upstream=a".into()).await, 4);
+    assert_eq!(count(format!("key={}", row["key_id"].as_str().unwrap())).await, 5);
+    assert_eq!(count("tenant=globex".into()).await, 0);
+    assert_eq!(count("from=2000-01-01&to=2001-01-01".into()).await, 0);
+    let mut seen = Vec::new();
+    let mut q = "tenant=acme&limit=2".to_owned();
+    loop {
+        let page = admin.ok("GET", &format!("/api/v1/requests?{q}"), None).await;
+        seen.extend(page["requests"].as_array().unwrap().iter().map(|r| r["request_id"].as_str().unwrap().to_owned()));
+        match page["next"].as_str() {
+            Some(next) => q = format!("tenant=acme&limit=2&before={}", next.replace('/', "%2F")),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "paging by 2");
+    for (q, field) in [
+        ("limit=0", "limit"),
+        ("status=42", "status"),
+        ("from=yesterday", "from"),
+        ("before=x", "before"),
+        ("before=9223372036854775807%2Fx", "before"),
+    ] {
+        let r = admin.send("GET", &format!("/api/v1/requests?{q}"), None).await;
+        assert_eq!(r.status(), 422, "{q}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["fields"][0]["path"], field, "{v}");
+    }
+    let detail = admin.ok("GET", "/api/v1/requests/req-failed-over", None).await;
+    let attempts = detail["record"]["attempt_list"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{detail}");
+    assert_eq!((attempts[0]["upstream"].as_str(), attempts[1]["upstream"].as_str()), (Some("down"), Some("a")));
+    assert!(attempts[0]["error_code"].is_string() && attempts[1]["error_code"].is_null(), "{detail}");
+    assert_eq!(detail["node"], "dp-1");
+    assert_eq!(admin.send("GET", "/api/v1/requests/req-never", None).await.status(), 404);
+
+    // In the browser: the overview's failed figure leads to the failed request…
+    let b = Browser::start("explorer").await;
+    b.login(&cp.url, "root").await;
+    b.client.goto(&format!("{}/overview", cp.url)).await.unwrap();
+    b.wait_text("1 failed →", 15).await;
+    b.find(".tile.errors a").await.click().await.unwrap();
+    b.wait_text("req-no-such-alias", 10).await;
+    let page = b.find("main").await.text().await.unwrap();
+    assert!(!page.contains("req-plain-0"), "the failed filter lists only failures: {page}");
+    // …and a search by id opens the failed-over request with both attempts.
+    b.client.goto(&format!("{}/requests", cp.url)).await.unwrap();
+    b.wait_text("req-plain-2", 10).await;
+    b.type_into("input[name=request_id]", "req-failed-over").await;
+    b.find("form.explorer button[type=submit]").await.click().await.unwrap();
+    b.wait_text("Request req-failed-over", 10).await;
+    b.wait_text("answered", 10).await;
+    let rows = b.client.find_all(Locator::Css("section.request table.attempts tbody tr")).await.unwrap();
+    let mut cells = Vec::new();
+    for r in rows {
+        cells.push(r.text().await.unwrap());
+    }
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    assert!(cells[0].contains("req-failed-over#1") && cells[0].contains("down"), "{cells:?}");
+    assert!(
+        cells[1].contains("req-failed-over#2") && cells[1].contains(" a ") && cells[1].contains("answered"),
+        "{cells:?}"
+    );
+    assert!(b.client.current_url().await.unwrap().as_str().contains("request_id=req-failed-over"));
+    b.screenshot("requests-failed-over").await;
+    drop(dp);
+}

@@ -6,6 +6,7 @@ pub mod nodes;
 pub mod operators;
 pub mod overview;
 pub mod reports;
+pub mod requests;
 pub mod routes;
 pub mod tenants;
 pub mod upstreams;

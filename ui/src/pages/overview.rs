@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use ax_protocol::admin::{CostReport, NodeList, RecentTraffic};
 use ax_protocol::health::{BreakerState, UpstreamStatus};
 use leptos::prelude::*;
+use leptos_router::components::A;
 
 use crate::api::{self, ApiError};
 use crate::fmt;
@@ -95,6 +96,13 @@ fn per_minute(requests: i64, minutes: i64) -> String {
     }
 }
 
+/// The request explorer's URL for the requests that failed in the last `minutes`.
+fn failed_since(minutes: i64) -> String {
+    let from = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(js_sys::Date::now() - minutes as f64 * 60_000.0));
+    let iso = from.to_iso_string().as_string().unwrap_or_default();
+    format!("/requests?error=any&from={}", js_sys::encode_uri_component(&iso))
+}
+
 #[component]
 pub fn Overview() -> impl IntoView {
     let nodes = RwSignal::new(None::<Result<NodeList, ApiError>>);
@@ -123,11 +131,13 @@ pub fn Overview() -> impl IntoView {
                     <div class="tiles">
                         <div class="tile requests"><span>{format!("Requests{last}")}</span><strong>{move || traffic().map_or_else(|| "…".to_owned(), |t| fmt::int(t.requests))}</strong></div>
                         <div class="tile"><span>{format!("Requests / min{last}")}</span><strong>{move || traffic().map_or_else(|| "…".to_owned(), |t| per_minute(t.requests, t.minutes))}</strong></div>
-                        <div class="tile"><span>{format!("Error rate{last}")}</span><strong>{move || match traffic() {
+                        <div class="tile errors"><span>{format!("Error rate{last}")}</span><strong>{move || match traffic() {
                             Some(t) if t.requests > 0 => fmt::pct(t.errors as f64 * 100.0 / t.requests as f64),
                             Some(_) => "–".to_owned(),
                             None => "…".to_owned(),
-                        }}</strong></div>
+                        }}</strong>
+                            <A href=failed_since(RECENT_MINUTES)>{move || traffic().map_or_else(String::new, |t| format!("{} failed →", fmt::int(t.errors)))}</A>
+                        </div>
                         <div class="tile"><span>{format!("p95 latency, worst upstream{last}")}</span><strong>{move || {
                             fmt::ms(traffic().and_then(|t| t.upstreams.iter().fold(None, |a, u| max(a, u.latency_p95_ms))))
                         }}</strong></div>
@@ -142,7 +152,7 @@ pub fn Overview() -> impl IntoView {
                         <div class="tile"><span>"Data planes connected"</span><strong>{format!("{connected} of {nodes_n}")}</strong></div>
                     </div>
                     <table class="upstreams">
-                        <thead><tr><th>"Upstream"</th><th class="num">{format!("Requests{last}")}</th><th class="num">{format!("Requests / min{over}")}</th><th class="num">{format!("Success{over}")}</th><th class="num">{format!("p95 latency{over}")}</th><th class="num">{format!("p95 TTFT{over}")}</th><th>"Breaker (per node)"</th></tr></thead>
+                        <thead><tr><th>"Upstream"</th><th class="num">{format!("Requests{last}")}</th><th class="num">{format!("Requests / min{over}")}</th><th class="num">{format!("Success{over}")}</th><th class="num">{format!("p95 latency{over}")}</th><th class="num">{format!("p95 TTFT{over}")}</th><th>"Breaker (per node)"</th><th></th></tr></thead>
                         <tbody>
                         {ups.into_iter().map(|(name, u)| {
                             let n = name.clone();
@@ -151,13 +161,14 @@ pub fn Overview() -> impl IntoView {
                             });
                             view! {
                             <tr class:bad=u.breakers.iter().any(|b| b != "closed")>
-                                <td>{name}</td>
+                                <td>{name.clone()}</td>
                                 <td class="num">{counted}</td>
                                 <td class="num">{fmt::int(u.per_min.round() as i64)}</td>
                                 <td class="num">{u.success()}</td>
                                 <td class="num">{fmt::ms(u.p95)}</td>
                                 <td class="num">{fmt::ms(u.ttft_p95)}</td>
                                 <td>{u.breakers.join(", ")}</td>
+                                <td><A href=format!("{}&upstream={}", failed_since(RECENT_MINUTES), js_sys::encode_uri_component(&name))>"failed requests"</A></td>
                             </tr>
                         }}).collect_view()}
                         </tbody>
