@@ -268,6 +268,7 @@ fn served<'s>(s: &Served<'s>) -> crate::metering::meter::Served<'s> {
         attempts: s.attempts,
         fallback: s.fallback,
         prices: s.model.prices,
+        provider: crate::metering::meter::genai_provider(s.up.kind),
     }
 }
 
@@ -596,6 +597,7 @@ where
         .map_err(Rejection::of(&caller, Some(alias)))?;
     let guard::Passed { route, reservations, degraded, .. } = passed;
     let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, false, start);
+    meter.operation(crate::metering::meter::Operation::Embeddings);
     meter.prompt_estimate(needs.prompt_estimate);
     meter.degraded(degraded);
     let mut ledger = Ledger { meter, reservations };

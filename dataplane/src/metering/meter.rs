@@ -22,11 +22,39 @@ pub fn prometheus() -> Option<PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
             let latency = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+            // The GenAI semantic conventions' advised boundaries.
+            let tokens = [
+                1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+                16777216.0, 67108864.0,
+            ];
+            let operation = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];
+            let first_chunk = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
             let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &latency)
                 .ok()?
+                .set_buckets_for_metric(Matcher::Full(GENAI_TOKENS.to_owned()), &tokens)
+                .ok()?
+                .set_buckets_for_metric(Matcher::Full(GENAI_DURATION.to_owned()), &operation)
+                .ok()?
+                .set_buckets_for_metric(Matcher::Full(GENAI_FIRST_CHUNK.to_owned()), &first_chunk)
+                .ok()?
                 .install_recorder()
                 .ok()?;
+            metrics::describe_histogram!(
+                GENAI_TOKENS,
+                metrics::Unit::Count,
+                "gen_ai.client.token.usage: tokens per call by gen_ai_token_type (input, output), OpenTelemetry GenAI conventions"
+            );
+            metrics::describe_histogram!(
+                GENAI_DURATION,
+                metrics::Unit::Seconds,
+                "gen_ai.client.operation.duration: a call's duration (error_type on failures), OpenTelemetry GenAI conventions"
+            );
+            metrics::describe_histogram!(
+                GENAI_FIRST_CHUNK,
+                metrics::Unit::Seconds,
+                "gen_ai.client.operation.time_to_first_chunk: a stream's first chunk, OpenTelemetry GenAI conventions"
+            );
             metrics::describe_counter!("ax_requests_total", "Requests by alias, upstream and HTTP status");
             metrics::describe_histogram!("ax_request_duration_seconds", "Time from request to last byte");
             metrics::describe_histogram!("ax_time_to_first_token_seconds", "Time from request to first streamed token");
@@ -52,6 +80,78 @@ pub fn prometheus() -> Option<PrometheusHandle> {
         .clone()
 }
 
+/// `gen_ai.client.token.usage` as Prometheus names it.
+pub const GENAI_TOKENS: &str = "gen_ai_client_token_usage";
+/// `gen_ai.client.operation.duration`.
+pub const GENAI_DURATION: &str = "gen_ai_client_operation_duration_seconds";
+/// `gen_ai.client.operation.time_to_first_chunk`.
+pub const GENAI_FIRST_CHUNK: &str = "gen_ai_client_operation_time_to_first_chunk_seconds";
+
+/// What a call does, as `gen_ai.operation.name` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Operation {
+    #[default]
+    Chat,
+    Embeddings,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Embeddings => "embeddings",
+        }
+    }
+}
+
+/// A provider as `gen_ai.provider.name` names it (the conventions' well-known values; the
+/// built-in mock is ax's own).
+pub fn genai_provider(kind: ax_protocol::config::ProviderKind) -> &'static str {
+    use ax_protocol::config::ProviderKind;
+    match kind {
+        ProviderKind::Openai => "openai",
+        ProviderKind::AzureOpenai => "azure.ai.openai",
+        ProviderKind::Anthropic => "anthropic",
+        ProviderKind::Gemini => "gcp.gemini",
+        ProviderKind::Mock => "ax.mock",
+    }
+}
+
+/// The GenAI histograms of one (operation, provider, requested alias, upstream model): the
+/// conventions' attribute names as labels, every value from the configuration.
+struct GenAi {
+    input: metrics::Histogram,
+    output: metrics::Histogram,
+    duration: metrics::Histogram,
+    first_chunk: metrics::Histogram,
+}
+
+impl GenAi {
+    fn labels(operation: Operation, provider: &'static str, alias: &str, model: &str) -> Vec<metrics::Label> {
+        vec![
+            metrics::Label::new("gen_ai_operation_name", operation.as_str()),
+            metrics::Label::new("gen_ai_provider_name", provider),
+            metrics::Label::new("gen_ai_request_model", alias.to_owned()),
+            metrics::Label::new("gen_ai_response_model", model.to_owned()),
+        ]
+    }
+
+    fn new(operation: Operation, provider: &'static str, alias: &str, model: &str) -> Self {
+        let labels = Self::labels(operation, provider, alias, model);
+        let token = |t: &'static str| {
+            let mut l = labels.clone();
+            l.push(metrics::Label::new("gen_ai_token_type", t));
+            metrics::histogram!(GENAI_TOKENS, l)
+        };
+        Self {
+            input: token("input"),
+            output: token("output"),
+            duration: metrics::histogram!(GENAI_DURATION, labels.clone()),
+            first_chunk: metrics::histogram!(GENAI_FIRST_CHUNK, labels),
+        }
+    }
+}
+
 /// The metric handles of one (alias, upstream) pair. The `counter!` macros look a metric up by
 /// its labels on every call (build the key, hash it, compare it, clone it: a tenth of a request's
 /// instructions under callgrind); a served request uses these instead. Labels that vary more
@@ -63,6 +163,9 @@ struct Handles {
     /// prompt, completion, cached_prompt.
     tokens: [metrics::Counter; 3],
     attempt_ok: metrics::Counter,
+    /// By (operation, model), made on first use (an upstream may serve an alias with more than
+    /// one of its models; usually this holds one).
+    genai: Vec<(Operation, String, GenAi)>,
 }
 
 /// Per serving thread, by alias then upstream: no lock, no cross-thread traffic. Bounded: cleared
@@ -101,15 +204,16 @@ impl Handles {
                 "ax_upstream_attempts_total",
                 vec![metrics::Label::new("upstream", upstream.to_owned()), metrics::Label::new("outcome", "ok")]
             ),
+            genai: Vec::new(),
         }
     }
 
     /// Runs `f` with this thread's handles of (alias, upstream), made on first use.
-    fn with(alias: &str, upstream: &str, f: impl FnOnce(&Self)) {
+    fn with(alias: &str, upstream: &str, f: impl FnOnce(&mut Self)) {
         HANDLES.with(|cell| {
             let mut cache = cell.borrow_mut();
             let Cache { by_alias, len } = &mut *cache;
-            if let Some(h) = by_alias.get(alias).and_then(|m| m.get(upstream)) {
+            if let Some(h) = by_alias.get_mut(alias).and_then(|m| m.get_mut(upstream)) {
                 return f(h);
             }
             if *len >= MAX_CACHED {
@@ -135,6 +239,8 @@ pub struct Served<'a> {
     pub attempts: u32,
     pub fallback: Option<&'a str>,
     pub prices: Option<ax_protocol::price::Prices>,
+    /// `gen_ai.provider.name` of the upstream (`genai_provider`).
+    pub provider: &'static str,
 }
 
 pub struct Meter {
@@ -144,6 +250,9 @@ pub struct Meter {
     /// Set once the record was emitted; a drop before that means the client went away.
     emitted: bool,
     prices: Option<ax_protocol::price::Prices>,
+    /// The serving upstream's `gen_ai.provider.name`, once one was tried.
+    provider: Option<&'static str>,
+    operation: Operation,
     /// Whether the provider reported usage; if not, tokens are estimated at the end.
     usage_known: bool,
     /// Prompt tokens as estimated before routing (for records without provider usage).
@@ -172,6 +281,8 @@ impl Meter {
             ttft: None,
             emitted: false,
             prices: None,
+            provider: None,
+            operation: Operation::Chat,
             usage_known: false,
             prompt_estimate: 0,
             deltas: 0,
@@ -204,6 +315,12 @@ impl Meter {
         r.retry_of = (s.attempts > 1).then(|| attempt_id(&r.request_id, s.attempts - 1));
         r.fallback = s.fallback.map(str::to_owned);
         self.prices = s.prices;
+        self.provider = Some(s.provider);
+    }
+
+    /// `gen_ai.operation.name` of the call (chat unless said otherwise).
+    pub fn operation(&mut self, op: Operation) {
+        self.operation = op;
     }
 
     /// Every attempt of the request, in order.
@@ -291,7 +408,32 @@ impl Meter {
         r.latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         r.ttft_ms = self.ttft.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
 
+        let (provider, operation, ttft) = (self.provider, self.operation, self.ttft);
         Handles::with(&r.alias, &r.upstream, |h| {
+            if let Some(provider) = provider {
+                let g = match h.genai.iter().position(|(op, m, _)| *op == operation && *m == r.model) {
+                    Some(i) => &h.genai[i].2,
+                    None => {
+                        h.genai.push((operation, r.model.clone(), GenAi::new(operation, provider, &r.alias, &r.model)));
+                        &h.genai[h.genai.len() - 1].2
+                    }
+                };
+                match &r.error_code {
+                    None => g.duration.record(elapsed.as_secs_f64()),
+                    Some(code) => {
+                        let mut l = GenAi::labels(operation, provider, &r.alias, &r.model);
+                        l.push(metrics::Label::new("error_type", code.clone()));
+                        metrics::histogram!(GENAI_DURATION, l).record(elapsed.as_secs_f64());
+                    }
+                }
+                if r.prompt_tokens > 0 || r.completion_tokens > 0 {
+                    g.input.record(r.prompt_tokens as f64);
+                    g.output.record(r.completion_tokens as f64);
+                }
+                if let (true, Some(t)) = (r.stream, ttft) {
+                    g.first_chunk.record(t.as_secs_f64());
+                }
+            }
             if r.status == 200 {
                 h.ok.increment(1);
             } else {

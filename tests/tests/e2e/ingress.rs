@@ -167,6 +167,18 @@ async fn models_health_and_metrics() {
         assert!(m.lines().any(|l| l == line), "{line} in {m}");
     }
     assert!(m.contains(r#"ax_tokens_total{alias="chat",upstream="up",direction="completion"}"#), "{m}");
+    // The OpenTelemetry GenAI histograms, under the conventions' attribute names (the upstream
+    // reported 1 input and 1 output token per call).
+    let genai = r#"gen_ai_operation_name="chat",gen_ai_provider_name="anthropic",gen_ai_request_model="chat",gen_ai_response_model="real-model""#;
+    for line in [
+        format!("gen_ai_client_operation_duration_seconds_count{{{genai}}} 3"),
+        format!(r#"gen_ai_client_token_usage_sum{{{genai},gen_ai_token_type="input"}} 3"#),
+        format!(r#"gen_ai_client_token_usage_bucket{{{genai},gen_ai_token_type="output",le="1"}} 3"#),
+        format!(r#"gen_ai_client_token_usage_bucket{{{genai},gen_ai_token_type="output",le="+Inf"}} 3"#),
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line} in {m}");
+    }
+    assert!(m.contains("# TYPE gen_ai_client_operation_duration_seconds histogram"), "{m}");
 }
 
 #[tokio::test]
