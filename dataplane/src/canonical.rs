@@ -899,6 +899,8 @@ pub struct RawChat {
     pub include_usage: bool,
     /// The caller's output cap.
     pub max_output: Option<u32>,
+    /// The caller's temperature (its trace span's), when the protocol's skim reads it.
+    pub temperature: Option<f64>,
     pub needs_tools: bool,
     pub needs_vision: bool,
     pub needs_json: bool,

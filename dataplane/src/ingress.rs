@@ -201,6 +201,7 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
+            trace: pipeline::trace_of(&headers),
             key: openai::api_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
             decode: openai::decode_chat,
@@ -289,6 +290,7 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
+            trace: pipeline::trace_of(&headers),
             key,
             body: read,
             decode: |bytes: &[u8], mode| {
@@ -379,6 +381,7 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
+            trace: pipeline::trace_of(&headers),
             key: openai::api_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
             decode: openai::decode_embeddings,
@@ -401,6 +404,7 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
+            trace: pipeline::trace_of(&headers),
             key: anthropic::api_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
             decode: |bytes: &[u8], mode| {

@@ -37,6 +37,7 @@ pub mod routing;
 pub mod skim;
 pub mod sse;
 pub mod state;
+pub mod trace;
 pub mod transport;
 pub mod upstream;
 pub mod worker;

@@ -219,6 +219,44 @@ fn check(args: &Args) -> ExitCode {
     }
 }
 
+/// Turns traces on when `server.tracing` or the standard OpenTelemetry variables ask for them
+/// (`OTEL_SDK_DISABLED=true` keeps them off).
+fn start_tracing(spec: Option<&ax_protocol::config::TracingSpec>) -> Result<(), String> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let by_env = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some() || env("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    if (spec.is_none() && !by_env) || env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return Ok(());
+    }
+    let spec = spec.cloned().unwrap_or_default();
+    let sampler = match spec.sample_ratio {
+        Some(ratio) => ax_dataplane::trace::Sampler::Ratio { ratio, parent_based: true },
+        None => {
+            let name = env("OTEL_TRACES_SAMPLER");
+            ax_dataplane::trace::Sampler::from_otel(name.as_deref(), env("OTEL_TRACES_SAMPLER_ARG").as_deref())
+                .ok_or_else(|| format!("OTEL_TRACES_SAMPLER={}: not a sampler ax knows", name.unwrap_or_default()))?
+        }
+    };
+    let endpoint = spec.endpoint.map(|e| {
+        let e = e.trim_end_matches('/');
+        if e.ends_with("/v1/traces") {
+            e.to_owned()
+        } else {
+            format!("{e}/v1/traces")
+        }
+    });
+    let settings = ax_dataplane::metering::traces::Settings {
+        endpoint,
+        service_name: spec
+            .service_name
+            .or_else(|| env("OTEL_SERVICE_NAME"))
+            .unwrap_or_else(|| "ax-dataplane".to_owned()),
+        sampler,
+        queue: spec.queue.map_or(4096, |q| q as usize),
+    };
+    tracing::info!(endpoint = ?settings.endpoint, sampler = ?settings.sampler, "tracing on");
+    ax_dataplane::metering::traces::install(settings)
+}
+
 fn serve(args: Args) -> ExitCode {
     let _logs = init_logs();
     no_huge_pages();
@@ -271,6 +309,10 @@ fn serve(args: Args) -> ExitCode {
         if spec.metering.spool_dir.is_none() {
             spec.metering.spool_dir = Some(control::default_spool(link).display().to_string());
         }
+    }
+    if let Err(e) = start_tracing(spec.server.tracing.as_ref()) {
+        tracing::error!(error = %e, "cannot start tracing");
+        return ExitCode::FAILURE;
     }
     let path = args.config.clone();
     let base = spec.clone();

@@ -2,8 +2,9 @@
 //!
 //! `meter` builds the record as the request goes and emits it once (also when the caller goes
 //! away); `spool` makes it durable and drains it to the configured sinks; `usage_log` writes its
-//! line in the log.
+//! line in the log; `traces` exports the request's spans over OTLP when tracing is on.
 
 pub mod meter;
 pub mod spool;
+pub mod traces;
 pub mod usage_log;

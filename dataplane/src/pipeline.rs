@@ -37,6 +37,7 @@ use crate::governance::guard::{self, Demand, Reservations};
 use crate::metering::meter::Meter;
 use crate::routing::failover::{self, AttemptCtx, Served};
 use crate::routing::plan;
+use crate::trace::{Hop, TraceContext};
 use crate::upstream::call::{self, ChatOutcome};
 use crate::App;
 use stream::{EgressStream, StreamEncoder};
@@ -127,6 +128,8 @@ impl Drop for Ledger {
 pub struct Inbound<'h, B, D> {
     pub request_id: &'h str,
     pub start: Instant,
+    /// The request's trace, when tracing is on (`trace_of`).
+    pub trace: Option<TraceContext>,
     pub key: Option<&'h str>,
     pub body: B,
     pub decode: D,
@@ -178,9 +181,9 @@ impl Rejection {
     }
 
     /// Writes the refused request's record.
-    fn record<'s, R>(self, request_id: &str, start: Instant) -> Ended<'s, R> {
+    fn record<'s, R>(self, request_id: &str, start: Instant, trace: Option<TraceContext>) -> Ended<'s, R> {
         let caller = self.caller.as_ref().map(|(t, k)| (t.as_str(), k.as_str()));
-        Meter::rejected(request_id, caller, self.alias.as_deref(), start, &self.error);
+        Meter::rejected(request_id, caller, self.alias.as_deref(), start, trace, &self.error);
         Ended::Rejected(self.error)
     }
 }
@@ -337,13 +340,33 @@ where
     S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
     E: StreamEncoder,
 {
-    let (rid, start) = (inbound.request_id, inbound.start);
-    recorded(chat_stages(app, snap, inbound, forwarding, events).await, rid, start)
+    let (rid, start, trace) = (inbound.request_id, inbound.start, inbound.trace);
+    recorded(chat_stages(app, snap, inbound, forwarding, events).await, rid, start, trace)
 }
 
 /// A call's end, with the record of a refusal written.
-fn recorded<'s, R>(stages: Result<Ended<'s, R>, Rejection>, request_id: &str, start: Instant) -> Ended<'s, R> {
-    stages.unwrap_or_else(|r| r.record(request_id, start))
+fn recorded<'s, R>(
+    stages: Result<Ended<'s, R>, Rejection>,
+    request_id: &str,
+    start: Instant,
+    trace: Option<TraceContext>,
+) -> Ended<'s, R> {
+    stages.unwrap_or_else(|r| r.record(request_id, start, trace))
+}
+
+/// The request's trace context when tracing is on: the caller's `traceparent` continued, or a
+/// new trace; `None` (and no work) with tracing off.
+pub fn trace_of(headers: &http::HeaderMap) -> Option<TraceContext> {
+    if !crate::trace::enabled() {
+        return None;
+    }
+    crate::trace::begin(headers.get("traceparent").map(http::HeaderValue::as_bytes))
+}
+
+/// What an attempt sends its upstream to identify itself: the request id, and the attempt's
+/// `traceparent` when the request is traced.
+fn hop_header(trace: Option<&TraceContext>, attempt: u32) -> Option<String> {
+    trace.map(|t| t.traceparent(attempt))
 }
 
 /// The canonical request from the caller's bytes: decoded and validated.
@@ -416,7 +439,7 @@ where
     S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
     E: StreamEncoder,
 {
-    let Inbound { request_id: rid, start, key, body, decode } = inbound;
+    let Inbound { request_id: rid, start, trace, key, body, decode } = inbound;
     let (caller, bytes) = admit_body(snap, key, body).await?;
     // With forwarding, the skim names the alias and the route decides: a route every candidate
     // of which speaks the caller's protocol is served from the caller's bytes; any other is
@@ -467,6 +490,13 @@ where
         .map_err(Rejection::of(&caller, Some(alias)))?;
     let guard::Passed { route, reservations, degraded, warning } = passed;
     let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, req.stream(), start);
+    if trace.is_some() {
+        let (max_tokens, temperature) = match &req {
+            Request::Forward(r) => (r.max_output, r.temperature),
+            Request::Canonical(c) => (c.max_completion_tokens.or(c.max_tokens), c.temperature),
+        };
+        meter.trace(trace, max_tokens, temperature);
+    }
     meter.prompt_estimate(needs.prompt_estimate);
     meter.degraded(degraded.clone());
     let mut ledger = Ledger { meter, reservations };
@@ -476,11 +506,14 @@ where
     let decoded: std::sync::OnceLock<ChatRequest> = std::sync::OnceLock::new();
     let include_usage = req.include_usage();
     let (req, needs, events, decoded, decode) = (&req, &needs, &events, &decoded, &decode);
-    let result = failover::run(snap, route, needs, rid, &mut attempt_log, |a| async move {
-        let AttemptCtx { up, model, deadlines, guard } = a;
+    let trace = trace.as_ref();
+    let result = failover::run(snap, route, needs, rid, start, &mut attempt_log, |a| async move {
+        let AttemptCtx { up, model, deadlines, guard, attempt } = a;
+        let traceparent = hop_header(trace, attempt);
+        let hop = Hop { request_id: rid, traceparent: traceparent.as_deref() };
         let outcome = match req {
             Request::Forward(raw) if up.speaks.has(raw.protocol) => {
-                call::chat_forward(up, model, raw, rid, deadlines).await
+                call::chat_forward(up, model, raw, hop, deadlines).await
             }
             Request::Forward(raw) => {
                 let canon = match decoded.get() {
@@ -490,14 +523,14 @@ where
                 match canon {
                     Ok(c) => {
                         let c = for_provider(c, &needs.params, up);
-                        call::chat(up, model, &c, snap.default_max_tokens, rid, deadlines).await
+                        call::chat(up, model, &c, snap.default_max_tokens, hop, deadlines).await
                     }
                     Err(e) => Err(e),
                 }
             }
             Request::Canonical(c) => {
                 let c = for_provider(c, &needs.params, up);
-                call::chat(up, model, &c, snap.default_max_tokens, rid, deadlines).await
+                call::chat(up, model, &c, snap.default_max_tokens, hop, deadlines).await
             }
         };
         match outcome {
@@ -573,8 +606,8 @@ where
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
 {
-    let (rid, start) = (inbound.request_id, inbound.start);
-    recorded(embeddings_stages(app, snap, inbound).await, rid, start)
+    let (rid, start, trace) = (inbound.request_id, inbound.start, inbound.trace);
+    recorded(embeddings_stages(app, snap, inbound).await, rid, start, trace)
 }
 
 async fn embeddings_stages<'s, B, Fut, D>(
@@ -587,7 +620,7 @@ where
     Fut: Future<Output = Result<Bytes, AxError>>,
     D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
 {
-    let (rid, start) = (inbound.request_id, inbound.start);
+    let (rid, start, trace) = (inbound.request_id, inbound.start, inbound.trace);
     let (caller, req, route) = admit::<EmbeddingsRequest, _, _, _>(snap, inbound).await?;
     let alias = route.alias.as_str();
     let needs = plan::embeddings_needs(&req);
@@ -598,14 +631,18 @@ where
     let guard::Passed { route, reservations, degraded, .. } = passed;
     let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, false, start);
     meter.operation(crate::metering::meter::Operation::Embeddings);
+    meter.trace(trace, None, None);
     meter.prompt_estimate(needs.prompt_estimate);
     meter.degraded(degraded);
     let mut ledger = Ledger { meter, reservations };
     let mut attempt_log = Vec::new();
     let req_ref = &req;
-    let result = failover::run(snap, route, &needs, rid, &mut attempt_log, |a| async move {
-        let AttemptCtx { up, model, deadlines, guard } = a;
-        match call::embeddings(up, model, req_ref, rid, deadlines).await {
+    let trace = trace.as_ref();
+    let result = failover::run(snap, route, &needs, rid, start, &mut attempt_log, |a| async move {
+        let AttemptCtx { up, model, deadlines, guard, attempt } = a;
+        let traceparent = hop_header(trace, attempt);
+        let hop = Hop { request_id: rid, traceparent: traceparent.as_deref() };
+        match call::embeddings(up, model, req_ref, hop, deadlines).await {
             Ok(resp) => {
                 let mut guard = guard;
                 guard.usage(resp.prompt_tokens);

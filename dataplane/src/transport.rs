@@ -36,6 +36,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+
+use crate::trace::Hop;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -230,10 +232,10 @@ impl Client {
         path: &Uri,
         body: impl Into<Payload>,
         headers: &[(HeaderName, HeaderValue)],
-        request_id: &str,
+        hop: Hop<'_>,
     ) -> Result<Response, Error> {
         let body = body.into();
-        let head = self.request_head(path, body.len(), headers, request_id);
+        let head = self.request_head(path, body.len(), headers, hop);
         let slot = crate::worker::current() % self.pools.len();
         // Pooled connections first; a request no byte of went out moves on to the next.
         for _ in 0..MAX_STALE_TRIES {
@@ -255,8 +257,9 @@ impl Client {
         path: &Uri,
         body_len: usize,
         headers: &[(HeaderName, HeaderValue)],
-        request_id: &str,
+        hop: Hop<'_>,
     ) -> Vec<u8> {
+        let request_id = hop.request_id;
         let target = path.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
         let mut h = Vec::with_capacity(target.len() + self.fixed_head.len() + request_id.len() + 96);
         h.extend_from_slice(b"POST ");
@@ -275,6 +278,11 @@ impl Client {
         if !request_id.is_empty() && request_id.bytes().all(|b| b.is_ascii_graphic()) {
             h.extend_from_slice(b"x-request-id: ");
             h.extend_from_slice(request_id.as_bytes());
+            h.extend_from_slice(b"\r\n");
+        }
+        if let Some(tp) = hop.traceparent {
+            h.extend_from_slice(b"traceparent: ");
+            h.extend_from_slice(tp.as_bytes());
             h.extend_from_slice(b"\r\n");
         }
         h.extend_from_slice(b"content-length: ");
@@ -948,7 +956,7 @@ mod tests {
 
     async fn call(c: &Client) -> Result<Vec<u8>, String> {
         let target: Uri = "/v1/chat/completions".parse().unwrap();
-        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-1").await.map_err(|e| e.to_string())?;
+        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-1".into()).await.map_err(|e| e.to_string())?;
         let mut body = Vec::new();
         while let Some(b) = resp.chunk().await.map_err(|e| e.to_string())? {
             body.extend_from_slice(&b);
@@ -982,7 +990,7 @@ mod tests {
         let s = server(false).await;
         let c = client(&s.url);
         let target: Uri = "/v1/chat/completions".parse().unwrap();
-        drop(c.post_json(&target, b"{}".to_vec(), &[], "req-1").await.unwrap());
+        drop(c.post_json(&target, b"{}".to_vec(), &[], "req-1".into()).await.unwrap());
         assert_eq!(c.idle(), 0);
         call(&c).await.unwrap();
         assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
@@ -993,13 +1001,13 @@ mod tests {
         let s = server_with(false, true).await;
         let c = client(&s.url);
         let target: Uri = "/v1/chat/completions".parse().unwrap();
-        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-1").await.unwrap();
+        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-1".into()).await.unwrap();
         assert_eq!(resp.chunk().await.unwrap().unwrap(), &b"data: one\n\n"[..]);
         // The caller has its last event and moves on; the body's end arrives 20 ms later.
         resp.finish_in_background();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(c.idle(), 1);
-        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-2").await.unwrap();
+        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-2".into()).await.unwrap();
         while resp.chunk().await.unwrap().is_some() {}
         assert_eq!(s.accepted.load(Ordering::SeqCst), 1);
     }
@@ -1025,7 +1033,7 @@ mod tests {
         drop(l);
         let c = client(&url);
         let target: Uri = "/".parse().unwrap();
-        assert!(matches!(c.post_json(&target, Vec::<u8>::new(), &[], "r").await, Err(Error::Connect(_))));
+        assert!(matches!(c.post_json(&target, Vec::<u8>::new(), &[], "r".into()).await, Err(Error::Connect(_))));
     }
 
     #[tokio::test]
@@ -1040,7 +1048,7 @@ mod tests {
         });
         let target: Uri = "/".parse().unwrap();
         let c = Client::new(&url, HeaderMap::new(), Duration::from_secs(2), 1).unwrap();
-        let e = c.post_json(&target, Vec::<u8>::new(), &[], "r").await.err().unwrap();
+        let e = c.post_json(&target, Vec::<u8>::new(), &[], "r".into()).await.err().unwrap();
         assert!(matches!(&e, Error::Connect(m) if m.starts_with("TLS")), "{e}");
         // One that accepts and says nothing: the connect timeout covers the handshake.
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1052,7 +1060,7 @@ mod tests {
             }
         });
         let c = Client::new(&url, HeaderMap::new(), Duration::from_millis(200), 1).unwrap();
-        assert!(matches!(c.post_json(&target, Vec::<u8>::new(), &[], "r").await, Err(Error::ConnectTimeout)));
+        assert!(matches!(c.post_json(&target, Vec::<u8>::new(), &[], "r".into()).await, Err(Error::ConnectTimeout)));
     }
 
     #[test]
@@ -1100,7 +1108,7 @@ mod tests {
 
     async fn body_of(c: &Client) -> Result<(StatusCode, Vec<u8>), String> {
         let target: Uri = "/v1/x".parse().unwrap();
-        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-1").await.map_err(|e| e.to_string())?;
+        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-1".into()).await.map_err(|e| e.to_string())?;
         let mut body = Vec::new();
         while let Some(b) = resp.chunk().await.map_err(|e| e.to_string())? {
             body.extend_from_slice(&b);
@@ -1140,7 +1148,7 @@ mod tests {
         .await;
         let c = client(&url);
         let target: Uri = "/".parse().unwrap();
-        let mut resp = c.post_json(&target, Vec::<u8>::new(), &[], "r").await.unwrap();
+        let mut resp = c.post_json(&target, Vec::<u8>::new(), &[], "r".into()).await.unwrap();
         assert_eq!(resp.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers.get("retry-after").unwrap(), "7");
         assert!(resp.headers.get("x-other").is_none(), "only the kept headers are kept");
@@ -1231,14 +1239,17 @@ mod tests {
         let url = reqwest::Url::parse("http://127.0.0.1:9/v1").unwrap();
         let c = client(&url);
         let target: Uri = "/v1/chat/completions?x=1".parse().unwrap();
-        let head = String::from_utf8(c.request_head(&target, 17, &[], "req-1")).unwrap();
+        let head = String::from_utf8(c.request_head(&target, 17, &[], "req-1".into())).unwrap();
         assert_eq!(
             head,
             "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: 127.0.0.1:9\r\nauthorization: Bearer sk-upstream\r\n\
              content-type: application/json\r\nx-request-id: req-1\r\ncontent-length: 17\r\n\r\n"
         );
-        let head = String::from_utf8(c.request_head(&target, 0, &[], "bad\r\nid")).unwrap();
+        let head = String::from_utf8(c.request_head(&target, 0, &[], "bad\r\nid".into())).unwrap();
         assert!(!head.contains("x-request-id"), "{head}");
+        let traced = Hop { request_id: "r", traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") };
+        let head = String::from_utf8(c.request_head(&target, 0, &[], traced)).unwrap();
+        assert!(head.contains("\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"), "{head}");
         assert!(!format!("{c:?}").contains("sk-upstream"), "the key is never printed");
     }
 

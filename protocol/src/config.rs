@@ -97,6 +97,33 @@ pub struct ServerSpec {
     /// `redis_url` when set, else a bounded store in this process (read at start).
     #[serde(default)]
     pub response_store: ResponseStoreSpec,
+    /// Traces over OTLP/HTTP (read at start). Off unless this is set or the standard
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingSpec>,
+}
+
+/// `server.tracing`: where spans go and how many; unset fields fall back to the standard
+/// OpenTelemetry environment variables, then to the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingSpec {
+    /// The collector's OTLP/HTTP address (`http://collector:4318`; `/v1/traces` is added unless
+    /// the path already ends with it). Else `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`, else `http://localhost:4318/v1/traces`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Head sampling: the share of new traces kept, 0 to 1 (a caller's `traceparent` decides for
+    /// its own trace; failed requests are always kept). Else `OTEL_TRACES_SAMPLER(_ARG)`, else 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_ratio: Option<f64>,
+    /// `service.name`; else `OTEL_SERVICE_NAME`, else `ax-dataplane`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// Requests whose spans may wait for the exporter (default 4096); past it spans are dropped
+    /// and counted, never waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
 }
 
 /// The response store's limits.
@@ -162,6 +189,7 @@ impl Default for ServerSpec {
             redis_prefix: default_redis_prefix(),
             replicas: default_replicas(),
             response_store: ResponseStoreSpec::default(),
+            tracing: None,
         }
     }
 }

@@ -79,4 +79,11 @@ pub struct AttemptRecord {
     /// have billed it.
     pub possibly_billed: bool,
     pub latency_ms: u64,
+    /// When the attempt began, in microseconds after the request arrived (its trace span's start).
+    #[serde(default)]
+    pub offset_us: u64,
+    /// The upstream's provider as the OpenTelemetry GenAI conventions name it (`openai`,
+    /// `anthropic`, `gcp.gemini`, `azure.ai.openai`, `ax.mock`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub provider: String,
 }

@@ -301,6 +301,20 @@ pub fn validate_all(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> 
             "a Redis Cluster is not behind Sentinel: set one of redis_cluster, redis_sentinel",
         ));
     }
+    if let Some(t) = &spec.server.tracing {
+        if t.sample_ratio.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
+            p.add(err("server.tracing.sample_ratio", "a share from 0 to 1"));
+        }
+        if t.queue.is_some_and(|q| !(1..=1_000_000).contains(&q)) {
+            p.add(err("server.tracing.queue", "from 1 to 1,000,000 requests"));
+        }
+        if t.endpoint.as_deref().is_some_and(|e| !e.starts_with("http://")) {
+            p.add(err(
+                "server.tracing.endpoint",
+                "an http:// URL: OTLP over HTTP to a collector (https is not supported yet)",
+            ));
+        }
+    }
     if spec.server.redis_sentinel.as_deref().is_some_and(str::is_empty) {
         p.add(err("server.redis_sentinel", "the name of the master the Sentinels watch"));
     }

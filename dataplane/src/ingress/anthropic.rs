@@ -68,6 +68,7 @@ struct Skimmed {
     messages: Option<u64>,
     stream: bool,
     max_tokens: Option<u32>,
+    temperature: Option<f64>,
     tools: bool,
     images: u64,
     text: usize,
@@ -161,6 +162,7 @@ fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, 
             "system" => skim_content(s, &mut read).map_err(field("system"))?,
             "stream" => read.stream = s.decode().map_err(field("stream"))?,
             "max_tokens" => read.max_tokens = Some(s.decode().map_err(field("max_tokens"))?),
+            "temperature" => read.temperature = s.decode().map_err(field("temperature"))?,
             "tools" => {
                 let span = s.value()?;
                 read.text += span.len();
@@ -212,6 +214,7 @@ pub fn skim_messages(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Ski
         // Anthropic's stream events carry the usage themselves.
         include_usage: true,
         max_output: Some(max_tokens),
+        temperature: read.temperature,
         needs_tools: read.tools,
         needs_vision: read.images > 0,
         needs_json: false,
@@ -233,6 +236,7 @@ pub fn with_model(body: Bytes, model: &str) -> Vec<Bytes> {
             stream: false,
             include_usage: false,
             max_output: None,
+            temperature: None,
             needs_tools: false,
             needs_vision: false,
             needs_json: false,

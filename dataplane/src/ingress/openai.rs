@@ -56,6 +56,7 @@ struct Skimmed {
     stream_options: Option<(std::ops::Range<usize>, std::ops::Range<usize>, bool)>,
     max_tokens: Option<u32>,
     max_completion_tokens: Option<u32>,
+    temperature: Option<f64>,
     n: Option<u32>,
     tools: bool,
     json: bool,
@@ -176,6 +177,7 @@ fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, 
                 read.stream_options = Some((member_start..s.pos(), value..s.pos(), o.is_some_and(|o| o.include_usage)));
             }
             "max_tokens" => read.max_tokens = s.decode().map_err(field_error("max_tokens"))?,
+            "temperature" => read.temperature = s.decode().map_err(field_error("temperature"))?,
             "max_completion_tokens" => {
                 read.max_completion_tokens = s.decode().map_err(field_error("max_completion_tokens"))?
             }
@@ -269,6 +271,7 @@ pub fn skim_chat(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, A
         stream: read.stream,
         include_usage: read.stream_options.as_ref().is_some_and(|o| o.2),
         max_output: read.max_completion_tokens.or(read.max_tokens),
+        temperature: read.temperature,
         needs_tools: read.tools,
         needs_vision: read.images > 0,
         needs_json: read.json,

@@ -210,6 +210,7 @@ pub fn skim_responses(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<cr
         // The usage is in the final event, whatever the caller asked.
         include_usage: true,
         max_output,
+        temperature: None,
         needs_tools: tools,
         needs_vision: images > 0,
         needs_json: json,

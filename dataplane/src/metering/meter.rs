@@ -243,6 +243,13 @@ pub struct Served<'a> {
     pub provider: &'static str,
 }
 
+/// A traced request: its trace context and what its span says of the request.
+struct Traced {
+    ctx: crate::trace::TraceContext,
+    max_tokens: Option<u32>,
+    temperature: Option<f64>,
+}
+
 pub struct Meter {
     pub record: UsageRecord,
     start: Instant,
@@ -253,6 +260,8 @@ pub struct Meter {
     /// The serving upstream's `gen_ai.provider.name`, once one was tried.
     provider: Option<&'static str>,
     operation: Operation,
+    /// The request's trace, when tracing is on, and what its span says of the request.
+    trace: Option<Box<Traced>>,
     /// Whether the provider reported usage; if not, tokens are estimated at the end.
     usage_known: bool,
     /// Prompt tokens as estimated before routing (for records without provider usage).
@@ -283,6 +292,7 @@ impl Meter {
             prices: None,
             provider: None,
             operation: Operation::Chat,
+            trace: None,
             usage_known: false,
             prompt_estimate: 0,
             deltas: 0,
@@ -290,9 +300,17 @@ impl Meter {
     }
 
     /// The usage record of a request rejected before any upstream was chosen.
-    pub fn rejected(request_id: &str, caller: Option<(&str, &str)>, alias: Option<&str>, start: Instant, e: &AxError) {
+    pub fn rejected(
+        request_id: &str,
+        caller: Option<(&str, &str)>,
+        alias: Option<&str>,
+        start: Instant,
+        trace: Option<crate::trace::TraceContext>,
+        e: &AxError,
+    ) {
         let (tenant, key) = caller.unwrap_or_default();
         let mut m = Self::new(request_id, tenant, key, alias.unwrap_or_default(), false, start);
+        m.trace(trace, None, None);
         m.finish(e.status().as_u16(), Some(e.code()));
     }
 
@@ -316,6 +334,16 @@ impl Meter {
         r.fallback = s.fallback.map(str::to_owned);
         self.prices = s.prices;
         self.provider = Some(s.provider);
+    }
+
+    /// The request's trace (exported with the record), with its output cap and temperature.
+    pub fn trace(
+        &mut self,
+        ctx: Option<crate::trace::TraceContext>,
+        max_tokens: Option<u32>,
+        temperature: Option<f64>,
+    ) {
+        self.trace = ctx.map(|ctx| Box::new(Traced { ctx, max_tokens, temperature }));
     }
 
     /// `gen_ai.operation.name` of the call (chat unless said otherwise).
@@ -462,6 +490,17 @@ impl Meter {
         });
         crate::metering::spool::append(r);
         crate::metering::usage_log::line(r);
+        if let Some(t) = &self.trace {
+            let facts = super::traces::SpanFacts {
+                operation: operation.as_str(),
+                provider,
+                max_tokens: t.max_tokens,
+                temperature: t.temperature,
+                ttft,
+                elapsed,
+            };
+            super::traces::record(&t.ctx, r, &facts);
+        }
     }
 }
 

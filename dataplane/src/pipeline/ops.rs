@@ -54,7 +54,7 @@ pub async fn count_tokens(
         let model = &up.models[c.model];
         if model.count_url.is_some() {
             let deadlines = Deadlines::new(up, route, tokio::time::Instant::now() + COUNT_TIMEOUT);
-            match call::count_tokens(up, model, body(&model.name), headers, request_id, deadlines).await {
+            match call::count_tokens(up, model, body(&model.name), headers, request_id.into(), deadlines).await {
                 Ok(n) => return Ok(TokenCount::Exact(n)),
                 Err(e) => {
                     tracing::warn!(upstream = %up.name, code = e.code(), "count_tokens failed; answering ax's estimate")

@@ -45,6 +45,8 @@ pub struct AttemptCtx<'s> {
     pub model: &'s Model,
     pub deadlines: Deadlines,
     pub guard: AttemptHealth,
+    /// The attempt's number, from 1 (its trace span and `traceparent`).
+    pub attempt: u32,
 }
 
 /// One attempt's bookkeeping: its concurrency permit, whether it is the breaker's probe, and its
@@ -150,6 +152,7 @@ pub async fn run<'s, T, F, Fut>(
     route: &'s Route,
     needs: &Needs,
     request_id: &str,
+    request_start: std::time::Instant,
     log: &mut Vec<AttemptRecord>,
     mut attempt: F,
 ) -> Result<(T, Served<'s>), (AxError, Option<Served<'s>>)>
@@ -209,17 +212,20 @@ where
         let Some(guard) = admit(up, model, needs.reserve_tokens, &mut skips) else { continue };
         attempts += 1;
         let served = Served { up, model, attempts, fallback: item.fallback };
-        let ctx = AttemptCtx { up, model, deadlines: Deadlines::new(up, item.route, deadline), guard };
+        let ctx =
+            AttemptCtx { up, model, deadlines: Deadlines::new(up, item.route, deadline), guard, attempt: attempts };
         let started = Instant::now();
+        let timing =
+            |started: Instant| (started.into_std().saturating_duration_since(request_start), started.elapsed());
         let e = match attempt(ctx).await {
             Ok(v) => {
-                log.push(attempt_record(request_id, &served, None, started.elapsed()));
+                log.push(attempt_record(request_id, &served, None, timing(started)));
                 return Ok((v, served));
             }
             Err((e, guard)) => {
                 guard.finish(e.outcome());
                 log_failed(&served, &e, started.elapsed());
-                log.push(attempt_record(request_id, &served, Some(&e), started.elapsed()));
+                log.push(attempt_record(request_id, &served, Some(&e), timing(started)));
                 e
             }
         };
@@ -309,7 +315,13 @@ fn log_failed(served: &Served<'_>, e: &AxError, elapsed: Duration) {
     );
 }
 
-fn attempt_record(request_id: &str, served: &Served<'_>, e: Option<&AxError>, elapsed: Duration) -> AttemptRecord {
+/// `(offset, elapsed)`: when the attempt began after the request arrived, and how long it took.
+fn attempt_record(
+    request_id: &str,
+    served: &Served<'_>,
+    e: Option<&AxError>,
+    (offset, elapsed): (Duration, Duration),
+) -> AttemptRecord {
     AttemptRecord {
         attempt_id: ax_protocol::usage::attempt_id(request_id, served.attempts),
         upstream: served.up.name.clone(),
@@ -326,5 +338,7 @@ fn attempt_record(request_id: &str, served: &Served<'_>, e: Option<&AxError>, el
             )
         }),
         latency_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        offset_us: u64::try_from(offset.as_micros()).unwrap_or(u64::MAX),
+        provider: crate::metering::meter::genai_provider(served.up.kind).to_owned(),
     }
 }

@@ -19,6 +19,7 @@ use crate::config::snapshot::{Backend, Model, Route, Upstream};
 use crate::error::AxError;
 use crate::providers::{self, Ctx, StreamDecoder};
 use crate::sse::SseDecoder;
+use crate::trace::Hop;
 use crate::transport::{self, Client, Response};
 use crate::upstream::mock;
 use ax_protocol::config::{Capability, ProviderKind};
@@ -79,7 +80,7 @@ pub async fn chat(
     model: &Model,
     req: &ChatRequest,
     default_max_tokens: u32,
-    request_id: &str,
+    hop: Hop<'_>,
     deadlines: Deadlines,
 ) -> Result<ChatOutcome, AxError> {
     let client = match &up.backend {
@@ -104,7 +105,7 @@ pub async fn chat(
     };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(client, up, url.as_ref(), body.into(), &[], request_id, deadlines).await?;
+    let resp = send(client, up, url.as_ref(), body.into(), &[], hop, deadlines).await?;
     if req.stream {
         return stream_of(up, resp, deadlines, StreamDecoder::new(up.kind)).await;
     }
@@ -126,7 +127,7 @@ pub async fn chat_forward(
     up: &Upstream,
     model: &Model,
     req: &RawChat,
-    request_id: &str,
+    hop: Hop<'_>,
     deadlines: Deadlines,
 ) -> Result<ChatOutcome, AxError> {
     let Backend::Http(client) = &up.backend else { return Err(AxError::Internal) };
@@ -137,7 +138,7 @@ pub async fn chat_forward(
         (false, true) => &model.stream_url,
         (false, false) => &model.chat_url,
     };
-    let resp = send(client, up, url.as_ref(), body.into(), &req.headers, request_id, deadlines).await?;
+    let resp = send(client, up, url.as_ref(), body.into(), &req.headers, hop, deadlines).await?;
     if req.stream {
         return stream_of(up, resp, deadlines, StreamDecoder::forwarding(up.kind, req.protocol)).await;
     }
@@ -176,7 +177,7 @@ pub async fn count_tokens(
     model: &Model,
     body: Vec<bytes::Bytes>,
     headers: &[(http::HeaderName, http::HeaderValue)],
-    request_id: &str,
+    hop: Hop<'_>,
     deadlines: Deadlines,
 ) -> Result<u64, AxError> {
     #[derive(serde::Deserialize)]
@@ -184,7 +185,7 @@ pub async fn count_tokens(
         input_tokens: u64,
     }
     let Backend::Http(client) = &up.backend else { return Err(AxError::Internal) };
-    let resp = send(client, up, model.count_url.as_ref(), body.into(), headers, request_id, deadlines).await?;
+    let resp = send(client, up, model.count_url.as_ref(), body.into(), headers, hop, deadlines).await?;
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     serde_json::from_slice::<Count>(&bytes).map(|c| c.input_tokens).map_err(|_| AxError::UpstreamInvalidResponse)
 }
@@ -222,7 +223,7 @@ pub async fn embeddings(
     up: &Upstream,
     model: &Model,
     req: &EmbeddingsRequest,
-    request_id: &str,
+    hop: Hop<'_>,
     deadlines: Deadlines,
 ) -> Result<EmbeddingsResponse, AxError> {
     let client = match &up.backend {
@@ -231,7 +232,7 @@ pub async fn embeddings(
     };
     let ctx = Ctx { kind: up.kind, model: &model.name, max_tokens: 0, reasoning: false };
     let body = providers::encode_embeddings(ctx, req)?;
-    let resp = send(client, up, model.embed_url.as_ref(), body.into(), &[], request_id, deadlines).await?;
+    let resp = send(client, up, model.embed_url.as_ref(), body.into(), &[], hop, deadlines).await?;
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
 }
@@ -244,11 +245,11 @@ async fn send(
     target: Option<&http::Uri>,
     body: transport::Payload,
     headers: &[(http::HeaderName, http::HeaderValue)],
-    request_id: &str,
+    hop: Hop<'_>,
     deadlines: Deadlines,
 ) -> Result<Response, AxError> {
     let Some(target) = target else { return Err(AxError::Internal) };
-    let fut = client.post_json(target, body, headers, request_id);
+    let fut = client.post_json(target, body, headers, hop);
     let (end, late) = deadlines.step_end(deadlines.first_byte, AxError::UpstreamFirstByteTimeout);
     let resp = timeout_at(end, fut).await.map_err(|_| late)?.map_err(|e| {
         tracing::warn!(upstream = %up.name, error = %e, "upstream request failed");

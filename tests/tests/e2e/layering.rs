@@ -139,7 +139,7 @@ fn mutual(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
 
 /// The data plane's layers, bottom first: a module imports only from layers below its own.
 const LAYERS: &[&[&str]] = &[
-    &["error", "canonical", "body", "worker", "sse", "skim"],
+    &["error", "canonical", "body", "worker", "sse", "skim", "trace"],
     &["providers", "state", "transport", "response_store"],
     &["config"],
     &["upstream", "metering", "governance"],
@@ -186,7 +186,7 @@ fn data_plane_modules_import_only_from_lower_layers() {
 #[test]
 fn ingress_reaches_the_stages_only_through_the_pipeline() {
     let g = graph(&root().join("dataplane/src"));
-    let allowed = ["pipeline", "error", "canonical", "body", "sse", "skim"];
+    let allowed = ["pipeline", "error", "canonical", "body", "sse", "skim", "trace"];
     for (m, deps) in g.iter().filter(|(m, _)| top(m) == "ingress") {
         for d in deps.iter().filter(|d| top(d) != "ingress") {
             assert!(allowed.contains(&top(d)), "{m} imports {d}: ingress may import only {allowed:?}");

@@ -18,6 +18,7 @@ mod reasoning;
 mod reload;
 mod responses_store;
 mod sdk;
+mod traces;
 mod translation;
 mod ui;
 

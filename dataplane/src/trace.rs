@@ -1,0 +1,205 @@
+//! W3C trace context: the `traceparent` a caller sends, the ids of a request's spans, the head
+//! sampling decision, and the `traceparent` each upstream attempt carries.
+//!
+//! Off unless traces are exported (`install`, from the binary's start): then `begin` reads the
+//! caller's `traceparent` (a new trace when there is none or it is malformed), gives the request a
+//! span id, and decides sampling as the configured sampler says (`OTEL_TRACES_SAMPLER`'s names).
+//! An attempt's span id is derived from the request's and the attempt's number (`attempt_span`),
+//! so the upstream's `traceparent` and the exported attempt span agree without carrying one more
+//! id. Spans are made and exported when the request's record is (`metering::traces`); errors are
+//! exported whatever the sampling said.
+
+use std::sync::OnceLock;
+
+/// How requests are sampled at their head.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampler {
+    /// Keep a `ratio` of new traces (by trace id, so every service keeps the same ones); with
+    /// `parent_based`, a caller's `traceparent` decides for its trace.
+    Ratio { ratio: f64, parent_based: bool },
+}
+
+impl Sampler {
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` as every OpenTelemetry SDK reads them
+    /// (`parentbased_always_on` when unset); `None` for a name it does not know.
+    pub fn from_otel(name: Option<&str>, arg: Option<&str>) -> Option<Self> {
+        let ratio =
+            || arg.and_then(|a| a.trim().parse::<f64>().ok()).filter(|r| (0.0..=1.0).contains(r)).unwrap_or(1.0);
+        let (ratio, parent_based) = match name.map(str::trim).unwrap_or("parentbased_always_on") {
+            "always_on" => (1.0, false),
+            "always_off" => (0.0, false),
+            "traceidratio" => (ratio(), false),
+            "parentbased_always_on" => (1.0, true),
+            "parentbased_always_off" => (0.0, true),
+            "parentbased_traceidratio" => (ratio(), true),
+            _ => return None,
+        };
+        Some(Self::Ratio { ratio, parent_based })
+    }
+
+    fn sampled(self, trace_id: u128, parent: Option<bool>) -> bool {
+        let Self::Ratio { ratio, parent_based } = self;
+        match parent {
+            Some(flag) if parent_based => flag,
+            _ => {
+                // The trace id's low 63 bits against the ratio, as the SDKs' TraceIdRatioBased.
+                let bound = (ratio * (1u64 << 63) as f64) as u64;
+                ratio >= 1.0 || ((trace_id as u64) >> 1) < bound
+            }
+        }
+    }
+}
+
+/// What identifies one upstream request: the caller's request id and, when tracing, the
+/// attempt's `traceparent`.
+#[derive(Debug, Clone, Copy)]
+pub struct Hop<'a> {
+    pub request_id: &'a str,
+    pub traceparent: Option<&'a str>,
+}
+
+impl<'a> From<&'a str> for Hop<'a> {
+    fn from(request_id: &'a str) -> Self {
+        Self { request_id, traceparent: None }
+    }
+}
+
+static SAMPLER: OnceLock<Sampler> = OnceLock::new();
+
+/// Turns tracing on for the process (once; later calls change nothing).
+pub fn install(sampler: Sampler) {
+    let _ = SAMPLER.set(sampler);
+}
+
+/// Whether traces are on.
+pub fn enabled() -> bool {
+    SAMPLER.get().is_some()
+}
+
+/// One request's place in its trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceContext {
+    pub trace_id: u128,
+    /// The caller's span, when it sent a `traceparent`: the request span's parent.
+    pub parent: Option<u64>,
+    /// The request's own span.
+    pub span: u64,
+    /// The head sampling decision (errors are exported either way).
+    pub sampled: bool,
+}
+
+/// The request's trace context when tracing is on: the caller's `traceparent` continued, or a
+/// new trace.
+pub fn begin(traceparent: Option<&[u8]>) -> Option<TraceContext> {
+    let sampler = SAMPLER.get()?;
+    let parent = traceparent.and_then(parse);
+    let trace_id = parent.map_or_else(|| nonzero(rand::random::<u128>), |p| p.0);
+    Some(TraceContext {
+        trace_id,
+        parent: parent.map(|p| p.1),
+        span: nonzero(rand::random::<u64>),
+        sampled: sampler.sampled(trace_id, parent.map(|p| p.2)),
+    })
+}
+
+fn nonzero<T: PartialEq + From<u8>>(draw: fn() -> T) -> T {
+    loop {
+        let v = draw();
+        if v != T::from(0) {
+            return v;
+        }
+    }
+}
+
+/// `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`: (trace id, span id, sampled). Any other
+/// version is read by the same layout, as the W3C spec asks; all-zero ids and `ff` are refused.
+pub fn parse(v: &[u8]) -> Option<(u128, u64, bool)> {
+    let s = std::str::from_utf8(v).ok()?.trim();
+    let mut parts = s.split('-');
+    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !hex(version, 2) || version == "ff" || !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
+        return None;
+    }
+    if version == "00" && parts.next().is_some() {
+        return None;
+    }
+    let trace = u128::from_str_radix(trace, 16).ok().filter(|t| *t != 0)?;
+    let span = u64::from_str_radix(span, 16).ok().filter(|s| *s != 0)?;
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    Some((trace, span, flags & 1 == 1))
+}
+
+impl TraceContext {
+    /// The span id of attempt `n` (1-based): a fixed mix of the request's span id and `n`, never
+    /// zero and never the request's own.
+    pub fn attempt_span(&self, n: u32) -> u64 {
+        let mut z = self.span ^ (u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        if z == 0 || z == self.span {
+            z = self.span.rotate_left(1) | 1;
+        }
+        z
+    }
+
+    /// The `traceparent` attempt `n` sends its upstream.
+    pub fn traceparent(&self, n: u32) -> String {
+        format!("00-{:032x}-{:016x}-{:02x}", self.trace_id, self.attempt_span(n), u8::from(self.sampled))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_is_read_as_the_spec_writes_it() {
+        let t = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(parse(t.as_bytes()), Some((0x4bf92f3577b34da6a3ce929d0e0e4736, 0x00f067aa0ba902b7, true)));
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        assert_eq!(parse(unsampled.as_bytes()).map(|p| p.2), Some(false));
+        // A later version may add fields; version 00 may not.
+        assert!(parse(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra").is_some());
+        for bad in [
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "",
+            "garbage",
+        ] {
+            assert_eq!(parse(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn attempt_spans_differ_from_each_other_and_from_the_request() {
+        let t = TraceContext { trace_id: 7, parent: None, span: 42, sampled: true };
+        let spans: Vec<u64> = (1..=5).map(|n| t.attempt_span(n)).collect();
+        let mut unique = spans.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), 5);
+        assert!(!spans.contains(&42) && !spans.contains(&0));
+        assert_eq!(t.traceparent(1), format!("00-{:032x}-{:016x}-01", 7, spans[0]));
+    }
+
+    #[test]
+    fn sampling_follows_the_parent_or_the_ratio() {
+        let on = Sampler::from_otel(None, None).unwrap();
+        assert!(on.sampled(1, None) && !on.sampled(1, Some(false)));
+        let none = Sampler::from_otel(Some("traceidratio"), Some("0")).unwrap();
+        assert!(!none.sampled(u128::MAX, None) && !none.sampled(1, Some(true)));
+        let half = Sampler::from_otel(Some("parentbased_traceidratio"), Some("0.5")).unwrap();
+        let kept = (0..10_000u128)
+            .filter(|i| half.sampled(i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835), None))
+            .count();
+        assert!((4_000..6_000).contains(&kept), "{kept}");
+        assert!(half.sampled(0, Some(true)));
+        assert_eq!(Sampler::from_otel(Some("jaeger_remote"), None), None);
+    }
+}
