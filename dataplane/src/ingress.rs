@@ -36,12 +36,15 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
     let (parts, body) = req.into_parts();
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
     let post = parts.method == Method::POST;
+    // The model calls' futures are several KiB each: boxed, the router's own future (which hyper
+    // moves into its connection task per request) stays small, and each is built once in place
+    // instead of being copied from state to state.
     let r = match parts.uri.path() {
-        "/v1/chat/completions" if post => chat_completions(app, parts.headers, body).await,
-        "/v1/messages" if post => messages(app, parts.headers, body).await,
-        "/v1/responses" if post => responses_api(app, parts.headers, body).await,
-        "/v1/messages/count_tokens" if post => count_tokens(app, parts.headers, body).await,
-        "/v1/embeddings" if post => embeddings(app, parts.headers, body).await,
+        "/v1/chat/completions" if post => Box::pin(chat_completions(app, parts.headers, body)).await,
+        "/v1/messages" if post => Box::pin(messages(app, parts.headers, body)).await,
+        "/v1/responses" if post => Box::pin(responses_api(app, parts.headers, body)).await,
+        "/v1/messages/count_tokens" if post => Box::pin(count_tokens(app, parts.headers, body)).await,
+        "/v1/embeddings" if post => Box::pin(embeddings(app, parts.headers, body)).await,
         "/v1/models" if get => models(&app, &parts.headers),
         "/healthz" if get => healthz(),
         "/readyz" if get => readyz(&app),
