@@ -1247,9 +1247,13 @@ mod tests {
         );
         let head = String::from_utf8(c.request_head(&target, 0, &[], "bad\r\nid".into())).unwrap();
         assert!(!head.contains("x-request-id"), "{head}");
-        let traced = Hop { request_id: "r", traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") };
+        let traced =
+            Hop { request_id: "r", traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") };
         let head = String::from_utf8(c.request_head(&target, 0, &[], traced)).unwrap();
-        assert!(head.contains("\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"), "{head}");
+        assert!(
+            head.contains("\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"),
+            "{head}"
+        );
         assert!(!format!("{c:?}").contains("sk-upstream"), "the key is never printed");
     }
 
