@@ -52,3 +52,17 @@ bench_cleanup() {
   for f in "$WORK"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
+
+# wrk_cpu URL SCRIPT PID: a 1 s warm-up, then wrk -t1 -c64 for $DUR seconds; prints "req/s CPU-µs-per-request"
+# (PID's user + system time over the run ÷ the requests wrk counted); exits on a non-2xx answer.
+wrk_cpu() {
+  wrk -t1 -c64 -d1s -s "$2" "$1" >/dev/null 2>&1 || true
+  local t0 t1 out
+  t0=$(ticks "$3")
+  out=$(wrk -t1 -c64 -d"${DUR}s" -s "$2" "$1")
+  t1=$(ticks "$3")
+  echo "$out" | grep -q "Non-2xx" && { echo "non-2xx answers: $out" >&2; exit 1; }
+  echo "$out" | awk -v dt=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" '
+    /requests in/ { n = $1 } /^Requests\/sec/ { rps = $2 }
+    END { printf "%.0f %.1f\n", rps, dt / hz * 1e6 / n }'
+}

@@ -112,17 +112,7 @@ else:
 PY
   echo "$out"
 }
-run() { # $1 = url, $2 = script, $3 = pid whose CPU counts; prints "rps cpu_us_per_request"
-  wrk -t1 -c64 -d1s -s "$2" "$1" >/dev/null 2>&1 || true
-  local t0 t1 out
-  t0=$(ticks "$3")
-  out=$(wrk -t1 -c64 -d"${DUR}s" -s "$2" "$1")
-  t1=$(ticks "$3")
-  echo "$out" | grep -q "Non-2xx" && { echo "non-2xx answers: $out" >&2; exit 1; }
-  echo "$out" | awk -v dt=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" '
-    /requests in/ { n = $1 } /^Requests\/sec/ { rps = $2 }
-    END { printf "%.0f %.1f\n", rps, dt / hz * 1e6 / n }'
-}
+run() { wrk_cpu "$@"; }
 # nginx works in its (one) worker process, not the master.
 worker() { pgrep -P "$(cat "$WORK/$1.pid")" | head -1; }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); runs of ${DUR}s, wrk -t1 -c64; req/s and CPU µs per request"

@@ -61,18 +61,7 @@ start_ax() { # $1 = collector URL or ""; prints the address
   cat "$WORK/ax.addr"
 }
 stop_ax() { kill "$(cat "$WORK/ax.pid")"; wait "$(cat "$WORK/ax.pid")" 2>/dev/null || true; rm -f "$WORK/ax.pid"; }
-run() { # $1 = address; prints "rps cpu_us_per_request"
-  local pid t0 t1 out
-  pid=$(cat "$WORK/ax.pid")
-  wrk -t1 -c64 -d1s -s "$WORK/post.lua" "http://$1/v1/chat/completions" >/dev/null 2>&1 || true
-  t0=$(ticks "$pid")
-  out=$(wrk -t1 -c64 -d"${DUR}s" -s "$WORK/post.lua" "http://$1/v1/chat/completions")
-  t1=$(ticks "$pid")
-  echo "$out" | grep -q "Non-2xx" && { echo "non-2xx answers: $out" >&2; exit 1; }
-  echo "$out" | awk -v dt=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" '
-    /requests in/ { n = $1 } /^Requests\/sec/ { rps = $2 }
-    END { printf "%.0f %.1f\n", rps, dt / hz * 1e6 / n }'
-}
+run() { wrk_cpu "http://$1/v1/chat/completions" "$WORK/post.lua" "$(cat "$WORK/ax.pid")"; }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); runs of ${DUR}s, wrk -t1 -c64, ~1 KB body, ax at its defaults"
 echo "| round | off req/s | off CPU µs | traced req/s | traced CPU µs |"
 echo "|---|---:|---:|---:|---:|"

@@ -161,6 +161,33 @@ fn context(trace_id: u128, span: u64) -> SpanContext {
     )
 }
 
+/// One span: its context, its parent (id, whether remote), kind, name, (start, end).
+fn span(
+    context: SpanContext,
+    parent: Option<(u64, bool)>,
+    span_kind: SpanKind,
+    name: String,
+    (start_time, end_time): (SystemTime, SystemTime),
+    attributes: Vec<KeyValue>,
+    status: Status,
+) -> SpanData {
+    SpanData {
+        span_context: context,
+        parent_span_id: parent.map_or(SpanId::INVALID, |p| SpanId::from_bytes(p.0.to_be_bytes())),
+        parent_span_is_remote: parent.is_some_and(|p| p.1),
+        span_kind,
+        name: Cow::Owned(name),
+        start_time,
+        end_time,
+        attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status,
+        instrumentation_scope: scope(),
+    }
+}
+
 fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -218,21 +245,15 @@ fn spans(ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, end: SystemTime) ->
         None => Status::Unset,
     };
     let mut out = Vec::with_capacity(1 + r.attempt_list.len());
-    out.push(SpanData {
-        span_context: context(ctx.trace_id, ctx.span),
-        parent_span_id: ctx.parent.map_or(SpanId::INVALID, |p| SpanId::from_bytes(p.to_be_bytes())),
-        parent_span_is_remote: ctx.parent.is_some(),
-        span_kind: SpanKind::Server,
-        name: Cow::Owned(format!("{} {}", f.operation, r.alias)),
-        start_time: start,
-        end_time: end,
-        attributes: a,
-        dropped_attributes_count: 0,
-        events: SpanEvents::default(),
-        links: SpanLinks::default(),
+    out.push(span(
+        context(ctx.trace_id, ctx.span),
+        ctx.parent.map(|p| (p, true)),
+        SpanKind::Server,
+        format!("{} {}", f.operation, r.alias),
+        (start, end),
+        a,
         status,
-        instrumentation_scope: scope(),
-    });
+    ));
     for (i, at) in r.attempt_list.iter().enumerate() {
         let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
         let begin = start + Duration::from_micros(at.offset_us);
@@ -260,26 +281,21 @@ fn spans(ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, end: SystemTime) ->
                 Status::Unset
             }
         };
-        out.push(SpanData {
-            span_context: context(ctx.trace_id, ctx.attempt_span(n)),
-            parent_span_id: SpanId::from_bytes(ctx.span.to_be_bytes()),
-            parent_span_is_remote: false,
-            span_kind: SpanKind::Client,
-            name: Cow::Owned(format!("{} {}", f.operation, at.model)),
-            start_time: begin,
-            // The attempt that answered lasts as long as its answer (a stream's last event).
-            end_time: if at.error_code.is_none() {
-                end
-            } else {
-                (begin + Duration::from_millis(at.latency_ms)).min(end).max(begin)
-            },
-            attributes: a,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
+        // The attempt that answered lasts as long as its answer (a stream's last event).
+        let finish = if at.error_code.is_none() {
+            end
+        } else {
+            (begin + Duration::from_millis(at.latency_ms)).min(end).max(begin)
+        };
+        out.push(span(
+            context(ctx.trace_id, ctx.attempt_span(n)),
+            Some((ctx.span, false)),
+            SpanKind::Client,
+            format!("{} {}", f.operation, at.model),
+            (begin, finish),
+            a,
             status,
-            instrumentation_scope: scope(),
-        });
+        ));
     }
     out
 }
