@@ -64,6 +64,9 @@ pub struct UsageRecord {
     pub retry_of: Option<String>,
     /// Every upstream attempt, in order.
     pub attempt_list: Vec<AttemptRecord>,
+    /// The W3C trace id (32 hex digits) of the request's exported spans, when it was traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// One upstream attempt of a request.

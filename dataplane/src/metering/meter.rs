@@ -488,6 +488,9 @@ impl Meter {
                 }
             }
         });
+        if let Some(t) = self.trace.as_deref().filter(|t| super::traces::exported(&t.ctx, r)) {
+            r.trace_id = Some(format!("{:032x}", t.ctx.trace_id));
+        }
         crate::metering::spool::append(r);
         crate::metering::usage_log::line(r);
         if let Some(t) = &self.trace {

@@ -133,10 +133,15 @@ pub struct SpanFacts {
     pub elapsed: Duration,
 }
 
+/// Whether a finished request's spans are exported: its trace was sampled, or it failed.
+pub fn exported(ctx: &TraceContext, r: &UsageRecord) -> bool {
+    ctx.sampled || r.error_code.is_some() || r.status >= 500
+}
+
 /// Queues the spans of a finished request: when its trace was sampled, or when it failed.
 pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts) {
     let Some(queue) = QUEUE.get() else { return };
-    if !ctx.sampled && r.error_code.is_none() && r.status < 500 {
+    if !exported(ctx, r) {
         return;
     }
     let spans = spans(ctx, r, facts, SystemTime::now());

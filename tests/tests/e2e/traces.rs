@@ -244,6 +244,19 @@ async fn a_failover_and_a_stream_are_traced_with_genai_attributes_and_propagated
     assert!(!text.contains("\"hi\"") && !text.contains("Hel"), "content in spans: {text}");
     let m = reqwest::get(format!("{}/metrics", dp.url)).await.unwrap().text().await.unwrap();
     assert!(m.lines().any(|l| l.starts_with("ax_trace_spans_exported_total ") && !l.ends_with(" 0")), "{m}");
+    // The usage record names its trace, for the request explorer.
+    // (Usage lines are handed to the log writer in batches: within about a second.)
+    let start = Instant::now();
+    let usage = loop {
+        let logs = dp.logs();
+        let usage = |l: &&str| l.contains("\"target\":\"ax::usage\"") && l.contains("\"request_id\":\"req-failover\"");
+        if let Some(l) = logs.lines().find(usage) {
+            break l.to_owned();
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no usage line for req-failover:\n{logs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(usage.contains(&format!("\"trace_id\":\"{caller_trace}\"")), "{usage}");
 }
 
 /// Requests, (count, p50, p99 in µs) at concurrency 8.

@@ -1121,12 +1121,16 @@ async fn operator_finds_a_failed_over_request_by_its_id() {
             .json(&json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] }))
             .send()
     };
+    // Records keep their start to the millisecond: the calls are a few apart, so "newest first"
+    // is the order they were sent in.
+    let gap = || tokio::time::sleep(Duration::from_millis(5));
     let r = call("req-failed-over", "chat").await.unwrap();
     assert_eq!((r.status().as_u16(), r.headers()["x-ax-upstream"].to_str().unwrap()), (200, "a"));
-    for i in 0..3 {
-        let ids = ["req-plain-0", "req-plain-1", "req-plain-2"];
-        assert_eq!(call(ids[i], "chat").await.unwrap().status(), 200);
+    for id in ["req-plain-0", "req-plain-1", "req-plain-2"] {
+        gap().await;
+        assert_eq!(call(id, "chat").await.unwrap().status(), 200);
     }
+    gap().await;
     let r = call("req-no-such-alias", "nope").await.unwrap();
     assert!(r.status().is_client_error(), "{}", r.status());
 
@@ -1207,6 +1211,7 @@ async fn operator_finds_a_failed_over_request_by_its_id() {
     b.find("form.explorer button[type=submit]").await.click().await.unwrap();
     b.wait_text("Request req-failed-over", 10).await;
     b.wait_text("answered", 10).await;
+    assert_eq!(b.find("section.request dd.trace-id").await.text().await.unwrap(), "not traced");
     let rows = b.client.find_all(Locator::Css("section.request table.attempts tbody tr")).await.unwrap();
     let mut cells = Vec::new();
     for r in rows {

@@ -155,6 +155,7 @@ fn RequestView(id: String, close: impl Fn() + 'static + Copy + Send + Sync) -> i
                         <dl class="facts">
                             <dt>"When (UTC)"</dt><dd>{d.started_at.replace('T', " ")}</dd>
                             <dt>"Data plane"</dt><dd>{d.node}</dd>
+                            <dt>"Trace"</dt><dd class="trace-id">{r.trace_id.clone().unwrap_or_else(|| "not traced".to_owned())}</dd>
                             <dt>"Tenant / key"</dt><dd>{format!("{} / {}", r.tenant, r.key_id)}</dd>
                             <dt>"Alias"</dt><dd>{r.fallback.as_ref().map_or_else(|| r.alias.clone(), |f| format!("{} → fallback {f}", r.alias))}</dd>
                             <dt>"Outcome"</dt><dd class="outcome">{outcome}</dd>
