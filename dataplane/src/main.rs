@@ -229,7 +229,7 @@ fn start_tracing(spec: Option<&ax_protocol::config::TracingSpec>) -> Result<(), 
     }
     let spec = spec.cloned().unwrap_or_default();
     let sampler = match spec.sample_ratio {
-        Some(ratio) => ax_dataplane::trace::Sampler::Ratio { ratio, parent_based: true },
+        Some(ratio) => ax_dataplane::trace::Sampler { ratio, parent_based: true },
         None => {
             let name = env("OTEL_TRACES_SAMPLER");
             ax_dataplane::trace::Sampler::from_otel(name.as_deref(), env("OTEL_TRACES_SAMPLER_ARG").as_deref())

@@ -363,12 +363,6 @@ pub fn trace_of(headers: &http::HeaderMap) -> Option<TraceContext> {
     crate::trace::begin(headers.get("traceparent").map(http::HeaderValue::as_bytes))
 }
 
-/// What an attempt sends its upstream to identify itself: the request id, and the attempt's
-/// `traceparent` when the request is traced.
-fn hop_header(trace: Option<&TraceContext>, attempt: u32) -> Option<String> {
-    trace.map(|t| t.traceparent(attempt))
-}
-
 /// The canonical request from the caller's bytes: decoded and validated.
 fn canonical<D>(decode: &D, bytes: &[u8], mode: ParamsMode) -> Result<ChatRequest, AxError>
 where
@@ -509,7 +503,7 @@ where
     let trace = trace.as_ref();
     let result = failover::run(snap, route, needs, rid, start, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, deadlines, guard, attempt } = a;
-        let traceparent = hop_header(trace, attempt);
+        let traceparent = trace.map(|t| t.traceparent(attempt));
         let hop = Hop { request_id: rid, traceparent: traceparent.as_deref() };
         let outcome = match req {
             Request::Forward(raw) if up.speaks.has(raw.protocol) => {
@@ -640,7 +634,7 @@ where
     let trace = trace.as_ref();
     let result = failover::run(snap, route, &needs, rid, start, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, deadlines, guard, attempt } = a;
-        let traceparent = hop_header(trace, attempt);
+        let traceparent = trace.map(|t| t.traceparent(attempt));
         let hop = Hop { request_id: rid, traceparent: traceparent.as_deref() };
         match call::embeddings(up, model, req_ref, hop, deadlines).await {
             Ok(resp) => {

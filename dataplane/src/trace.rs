@@ -11,12 +11,13 @@
 
 use std::sync::OnceLock;
 
-/// How requests are sampled at their head.
+/// How requests are sampled at their head: a `ratio` of new traces kept (by trace id, so every
+/// service keeps the same ones); with `parent_based`, a caller's `traceparent` decides for its
+/// trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Sampler {
-    /// Keep a `ratio` of new traces (by trace id, so every service keeps the same ones); with
-    /// `parent_based`, a caller's `traceparent` decides for its trace.
-    Ratio { ratio: f64, parent_based: bool },
+pub struct Sampler {
+    pub ratio: f64,
+    pub parent_based: bool,
 }
 
 impl Sampler {
@@ -34,11 +35,11 @@ impl Sampler {
             "parentbased_traceidratio" => (ratio(), true),
             _ => return None,
         };
-        Some(Self::Ratio { ratio, parent_based })
+        Some(Self { ratio, parent_based })
     }
 
     fn sampled(self, trace_id: u128, parent: Option<bool>) -> bool {
-        let Self::Ratio { ratio, parent_based } = self;
+        let Self { ratio, parent_based } = self;
         match parent {
             Some(flag) if parent_based => flag,
             _ => {

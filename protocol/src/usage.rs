@@ -87,6 +87,6 @@ pub struct AttemptRecord {
     pub offset_us: u64,
     /// The upstream's provider as the OpenTelemetry GenAI conventions name it (`openai`,
     /// `anthropic`, `gcp.gemini`, `azure.ai.openai`, `ax.mock`).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub provider: String,
+    #[serde(default, skip_serializing_if = "str::is_empty")]
+    pub provider: std::borrow::Cow<'static, str>,
 }

@@ -488,12 +488,13 @@ impl Meter {
                 }
             }
         });
-        if let Some(t) = self.trace.as_deref().filter(|t| super::traces::exported(&t.ctx, r)) {
+        let traced = self.trace.as_deref().filter(|t| super::traces::exported(&t.ctx, r));
+        if let Some(t) = traced {
             r.trace_id = Some(format!("{:032x}", t.ctx.trace_id));
         }
         crate::metering::spool::append(r);
         crate::metering::usage_log::line(r);
-        if let Some(t) = &self.trace {
+        if let Some(t) = traced {
             let facts = super::traces::SpanFacts {
                 operation: operation.as_str(),
                 provider,

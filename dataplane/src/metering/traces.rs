@@ -138,12 +138,9 @@ pub fn exported(ctx: &TraceContext, r: &UsageRecord) -> bool {
     ctx.sampled || r.error_code.is_some() || r.status >= 500
 }
 
-/// Queues the spans of a finished request: when its trace was sampled, or when it failed.
+/// Queues the spans of a finished request the meter found `exported`.
 pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts) {
     let Some(queue) = QUEUE.get() else { return };
-    if !exported(ctx, r) {
-        return;
-    }
     let spans = spans(ctx, r, facts, SystemTime::now());
     let n = spans.len() as u64;
     if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send(spans) {

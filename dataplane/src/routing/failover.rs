@@ -339,6 +339,6 @@ fn attempt_record(
         }),
         latency_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         offset_us: u64::try_from(offset.as_micros()).unwrap_or(u64::MAX),
-        provider: crate::metering::meter::genai_provider(served.up.kind).to_owned(),
+        provider: crate::metering::meter::genai_provider(served.up.kind).into(),
     }
 }
