@@ -223,37 +223,10 @@ fn check(args: &Args) -> ExitCode {
 /// (`OTEL_SDK_DISABLED=true` keeps them off).
 fn start_tracing(spec: Option<&ax_protocol::config::TracingSpec>) -> Result<(), String> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-    let by_env = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some() || env("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
-    if (spec.is_none() && !by_env) || env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+    let Some(settings) = ax_dataplane::metering::traces::Settings::resolve(spec, &env)? else {
         return Ok(());
-    }
-    let spec = spec.cloned().unwrap_or_default();
-    let sampler = match spec.sample_ratio {
-        Some(ratio) => ax_dataplane::trace::Sampler { ratio, parent_based: true },
-        None => {
-            let name = env("OTEL_TRACES_SAMPLER");
-            ax_dataplane::trace::Sampler::from_otel(name.as_deref(), env("OTEL_TRACES_SAMPLER_ARG").as_deref())
-                .ok_or_else(|| format!("OTEL_TRACES_SAMPLER={}: not a sampler ax knows", name.unwrap_or_default()))?
-        }
     };
-    let endpoint = spec.endpoint.map(|e| {
-        let e = e.trim_end_matches('/');
-        if e.ends_with("/v1/traces") {
-            e.to_owned()
-        } else {
-            format!("{e}/v1/traces")
-        }
-    });
-    let settings = ax_dataplane::metering::traces::Settings {
-        endpoint,
-        service_name: spec
-            .service_name
-            .or_else(|| env("OTEL_SERVICE_NAME"))
-            .unwrap_or_else(|| "ax-dataplane".to_owned()),
-        sampler,
-        queue: spec.queue.map_or(4096, |q| q as usize),
-    };
-    tracing::info!(endpoint = ?settings.endpoint, sampler = ?settings.sampler, "tracing on");
+    tracing::info!(endpoint = %settings.endpoint, sampler = ?settings.sampler, "tracing on");
     ax_dataplane::metering::traces::install(settings)
 }
 

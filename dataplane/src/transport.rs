@@ -226,6 +226,26 @@ impl Client {
         })
     }
 
+    /// Trusts the PEM certificates in `pem` besides the Mozilla roots (a private CA's).
+    pub fn trusting(mut self, pem: &[u8]) -> Result<Self, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let Some((_, name)) = self.origin.tls.take() else { return Ok(self) };
+        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        let mut added = 0;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| format!("not a PEM certificate: {e}"))?;
+            roots.add(cert).map_err(|e| format!("a certificate that cannot be trusted: {e}"))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err("no PEM certificate in it".to_owned());
+        }
+        let config = tls_config_with(roots)?;
+        self.origin.tls = Some((TlsConnector::from(config), name));
+        Ok(self)
+    }
+
     /// POSTs a JSON body to `path` (origin-form: path and query) and waits for the response head.
     pub async fn post_json(
         &self,
@@ -234,8 +254,20 @@ impl Client {
         headers: &[(HeaderName, HeaderValue)],
         hop: Hop<'_>,
     ) -> Result<Response, Error> {
+        self.post(path, "application/json", body, headers, hop).await
+    }
+
+    /// POSTs a body of `content_type` to `path` and waits for the response head.
+    pub async fn post(
+        &self,
+        path: &Uri,
+        content_type: &str,
+        body: impl Into<Payload>,
+        headers: &[(HeaderName, HeaderValue)],
+        hop: Hop<'_>,
+    ) -> Result<Response, Error> {
         let body = body.into();
-        let head = self.request_head(path, body.len(), headers, hop);
+        let head = self.request_head(path, content_type, body.len(), headers, hop);
         let slot = crate::worker::current() % self.pools.len();
         // Pooled connections first; a request no byte of went out moves on to the next.
         for _ in 0..MAX_STALE_TRIES {
@@ -255,6 +287,7 @@ impl Client {
     fn request_head(
         &self,
         path: &Uri,
+        content_type: &str,
         body_len: usize,
         headers: &[(HeaderName, HeaderValue)],
         hop: Hop<'_>,
@@ -266,7 +299,9 @@ impl Client {
         h.extend_from_slice(target.as_bytes());
         h.extend_from_slice(b" HTTP/1.1\r\n");
         h.extend_from_slice(&self.fixed_head);
-        h.extend_from_slice(b"content-type: application/json\r\n");
+        h.extend_from_slice(b"content-type: ");
+        h.extend_from_slice(content_type.as_bytes());
+        h.extend_from_slice(b"\r\n");
         for (name, value) in headers {
             h.extend_from_slice(name.as_str().as_bytes());
             h.extend_from_slice(b": ");
@@ -822,17 +857,18 @@ impl AsyncWrite for Io {
 fn tls_config() -> Result<Arc<ClientConfig>, String> {
     static CONFIG: std::sync::OnceLock<Result<Arc<ClientConfig>, String>> = std::sync::OnceLock::new();
     CONFIG
-        .get_or_init(|| {
-            let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-            let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Ok(Arc::new(config))
-        })
+        .get_or_init(|| tls_config_with(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() }))
         .clone()
+}
+
+fn tls_config_with(roots: rustls::RootCertStore) -> Result<Arc<ClientConfig>, String> {
+    let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// The fuzz target of the response parser and the body framing (`crate::fuzz::upstream_http`):
@@ -1239,17 +1275,17 @@ mod tests {
         let url = reqwest::Url::parse("http://127.0.0.1:9/v1").unwrap();
         let c = client(&url);
         let target: Uri = "/v1/chat/completions?x=1".parse().unwrap();
-        let head = String::from_utf8(c.request_head(&target, 17, &[], "req-1".into())).unwrap();
+        let head = String::from_utf8(c.request_head(&target, "application/json", 17, &[], "req-1".into())).unwrap();
         assert_eq!(
             head,
             "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: 127.0.0.1:9\r\nauthorization: Bearer sk-upstream\r\n\
              content-type: application/json\r\nx-request-id: req-1\r\ncontent-length: 17\r\n\r\n"
         );
-        let head = String::from_utf8(c.request_head(&target, 0, &[], "bad\r\nid".into())).unwrap();
+        let head = String::from_utf8(c.request_head(&target, "application/json", 0, &[], "bad\r\nid".into())).unwrap();
         assert!(!head.contains("x-request-id"), "{head}");
         let traced =
             Hop { request_id: "r", traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") };
-        let head = String::from_utf8(c.request_head(&target, 0, &[], traced)).unwrap();
+        let head = String::from_utf8(c.request_head(&target, "application/json", 0, &[], traced)).unwrap();
         assert!(
             head.contains("\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"),
             "{head}"

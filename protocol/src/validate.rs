@@ -308,11 +308,8 @@ pub fn validate_all(spec: &ConfigSpec, env: &dyn Fn(&str) -> Option<String>) -> 
         if t.queue.is_some_and(|q| !(1..=1_000_000).contains(&q)) {
             p.add(err("server.tracing.queue", "from 1 to 1,000,000 requests"));
         }
-        if t.endpoint.as_deref().is_some_and(|e| !e.starts_with("http://")) {
-            p.add(err(
-                "server.tracing.endpoint",
-                "an http:// URL: OTLP over HTTP to a collector (https is not supported yet)",
-            ));
+        if t.endpoint.as_deref().is_some_and(|e| !(e.starts_with("http://") || e.starts_with("https://"))) {
+            p.add(err("server.tracing.endpoint", "an http:// or https:// URL: OTLP over HTTP to a collector"));
         }
     }
     if spec.server.redis_sentinel.as_deref().is_some_and(str::is_empty) {

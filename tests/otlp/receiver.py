@@ -1,8 +1,10 @@
 """An OTLP/HTTP trace receiver for the end-to-end tests, built on the official `opentelemetry-proto`
 package: `POST /v1/traces` takes an `ExportTraceServiceRequest` (protobuf) and keeps its spans;
 `GET /spans` lists them as JSON (ids in hex, attributes as plain values, the resource's and the
-scope's too); `POST /stall` makes every later export wait 30 s before answering (a slow
-collector). Listens on 127.0.0.1 on a free port and writes it to the file named by its argument.
+scope's too, with the export's `content-type` and `authorization`); `POST /stall` makes every
+later export wait 30 s before answering (a slow collector). Listens on 127.0.0.1 on a free port
+and writes it to the file named by its first argument; with two more (a PEM certificate chain and
+its key) it serves HTTPS.
 """
 
 import json
@@ -67,10 +69,13 @@ class Handler(BaseHTTPRequestHandler):
                             "end_ns": s.end_time_unix_nano,
                             "status": s.status.code,
                             "status_message": s.status.message,
+                            "flags": s.flags,
                             "attributes": attributes(s.attributes),
                             "resource": resource,
                             "scope": ss.scope.name,
+                            "scope_version": ss.scope.version,
                             "content_type": self.headers.get("content-type"),
+                            "authorization": self.headers.get("authorization"),
                         }
                     )
         with LOCK:
@@ -91,6 +96,12 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if len(sys.argv) > 3:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(sys.argv[2], sys.argv[3])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     with open(sys.argv[1] + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))
     import os

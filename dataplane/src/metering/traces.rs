@@ -2,77 +2,205 @@
 //! request and a client span per upstream attempt, made from the request's record when it is
 //! emitted (so a request costs nothing more until then, and nothing at all with tracing off).
 //!
-//! The spans of a request go into a bounded queue with `try_send`: a serving thread never waits
-//! on the exporter. The `ax-traces` thread batches them (up to `MAX_BATCH` spans, or what came in
-//! `BATCH_WAIT`) and exports each batch through `opentelemetry-otlp`'s HTTP exporter (TCP_NODELAY,
-//! a timeout per batch). A full queue (the collector slow) and a failed export (the collector
-//! down) drop spans, counted in `ax_trace_spans_dropped_total{reason}`; exported spans in
+//! A request's spans are written as protobuf (`otlp`) into one buffer and go into a bounded queue
+//! with `try_send`: a serving thread never waits on the exporter. The `ax-traces` thread batches
+//! them (up to `MAX_BATCH` spans, or what came in `BATCH_WAIT`) and POSTs each batch to the
+//! collector (`http://` or `https://`, TCP_NODELAY, kept alive, the batch retried while the
+//! collector answers 429/502/503/504 or cannot be reached, within the export timeout). A full
+//! queue (the collector slow) and a failed export (the collector down or refusing) drop spans,
+//! counted in `ax_trace_spans_dropped_total{reason}`; exported spans in
 //! `ax_trace_spans_exported_total`. Memory is bounded by the queue.
 //!
 //! Prompts and completions are never recorded: only the record's figures are.
 
-use std::borrow::Cow;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use ax_protocol::usage::UsageRecord;
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
+use http::{HeaderName, HeaderValue, Uri};
 
-use crate::trace::{Sampler, TraceContext};
+use super::otlp::{self, Kind, SpanHead, Value};
+use crate::trace::{Hop, Sampler, TraceContext};
+use crate::transport;
 
 /// Spans per export.
 const MAX_BATCH: usize = 512;
 /// How long a batch waits to fill.
 const BATCH_WAIT: Duration = Duration::from_millis(500);
-/// One export's limit, retries included.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// What is read, at most, of a collector's answer.
+const MAX_ANSWER: usize = 64 * 1024;
 
 /// Where and how traces go.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The OTLP/HTTP traces URL (`…/v1/traces`); `None`: the standard environment variables'
-    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`).
-    pub endpoint: Option<String>,
+    /// The OTLP/HTTP traces URL (`…/v1/traces`).
+    pub endpoint: String,
+    /// Sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`: a collector's credentials). Never
+    /// printed.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// PEM certificates trusted besides the Mozilla roots (`OTEL_EXPORTER_OTLP_CERTIFICATE`).
+    pub ca_pem: Option<Vec<u8>>,
+    /// One export's limit, retries included (`OTEL_EXPORTER_OTLP_TIMEOUT`, default 10 s).
+    pub timeout: Duration,
     pub service_name: String,
     pub sampler: Sampler,
     /// Requests whose spans may wait for the exporter; past it they are dropped (counted).
     pub queue: usize,
 }
 
-static QUEUE: OnceLock<SyncSender<Vec<SpanData>>> = OnceLock::new();
-
-/// Starts the exporter thread and turns tracing on. Call once, inside no runtime (the thread
-/// runs its own).
-pub fn install(settings: Settings) -> Result<(), String> {
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_nodelay(true);
-    let client = opentelemetry_http::hyper::HyperClient::new(connector, EXPORT_TIMEOUT, None);
-    let mut builder = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_http_client(client)
-        .with_protocol(Protocol::HttpBinary)
-        .with_timeout(EXPORT_TIMEOUT);
-    if let Some(e) = &settings.endpoint {
-        builder = builder.with_endpoint(e.clone());
+impl Settings {
+    /// The settings `server.tracing` and the standard OpenTelemetry variables (read through
+    /// `env`) ask for; `None` when tracing stays off: neither asks for it, or
+    /// `OTEL_SDK_DISABLED=true`. ax's keys win over the variables; the traces-only variables over
+    /// the general ones.
+    pub fn resolve(
+        spec: Option<&ax_protocol::config::TracingSpec>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<Self>, String> {
+        let either = |traces: &str, general: &str| env(traces).map(|v| (traces.to_owned(), v)).or_else(|| env(general).map(|v| (general.to_owned(), v)));
+        let by_env = either("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT");
+        if (spec.is_none() && by_env.is_none())
+            || env("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        {
+            return Ok(None);
+        }
+        let spec = spec.cloned().unwrap_or_default();
+        if let Some((name, p)) = either("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") {
+            if p.trim() != "http/protobuf" {
+                return Err(format!("{name}={p}: ax exports traces over OTLP/HTTP with protobuf (http/protobuf) only; point it at the collector's HTTP port (4318)"));
+            }
+        }
+        let endpoint = match (spec.endpoint, by_env) {
+            // ax's key, and the general variable, name the collector: the traces path is added.
+            (Some(e), _) => with_traces_path(&e),
+            (None, Some((name, e))) if name == "OTEL_EXPORTER_OTLP_ENDPOINT" => with_traces_path(&e),
+            // The traces variable is the whole URL.
+            (None, Some((_, e))) => e.trim().to_owned(),
+            (None, None) => "http://localhost:4318/v1/traces".to_owned(),
+        };
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(format!("the OTLP traces endpoint {endpoint:?} is not an http:// or https:// URL"));
+        }
+        let headers = match either("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS") {
+            Some((name, v)) => parse_headers(&v).map_err(|e| format!("{name}: {e}"))?,
+            None => Vec::new(),
+        };
+        let timeout = match either("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT") {
+            Some((name, v)) => match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => return Err(format!("{name}={v}: a timeout in milliseconds")),
+            },
+            None => Duration::from_secs(10),
+        };
+        let ca_pem = match either("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE") {
+            Some((name, path)) => Some(std::fs::read(path.trim()).map_err(|e| format!("{name}={path}: {e}"))?),
+            None => None,
+        };
+        let sampler = match spec.sample_ratio {
+            Some(ratio) => Sampler { ratio, parent_based: true },
+            None => {
+                let name = env("OTEL_TRACES_SAMPLER");
+                Sampler::from_otel(name.as_deref(), env("OTEL_TRACES_SAMPLER_ARG").as_deref())
+                    .ok_or_else(|| format!("OTEL_TRACES_SAMPLER={}: not a sampler ax knows", name.unwrap_or_default()))?
+            }
+        };
+        Ok(Some(Self {
+            endpoint,
+            headers,
+            ca_pem,
+            timeout,
+            service_name: spec.service_name.or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "ax-dataplane".to_owned()),
+            sampler,
+            queue: spec.queue.map_or(4096, |q| q as usize),
+        }))
     }
-    let mut exporter = builder.build().map_err(|e| format!("the OTLP trace exporter: {e}"))?;
-    exporter.set_resource(
-        &opentelemetry_sdk::Resource::builder_empty()
-            .with_attributes([
-                KeyValue::new("service.name", settings.service_name.clone()),
-                KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-            ])
-            .build(),
-    );
+}
+
+fn with_traces_path(e: &str) -> String {
+    let e = e.trim().trim_end_matches('/');
+    if e.ends_with("/v1/traces") {
+        e.to_owned()
+    } else {
+        format!("{e}/v1/traces")
+    }
+}
+
+/// `OTEL_EXPORTER_OTLP_HEADERS`: `key=value` pairs separated by commas, values percent-encoded
+/// (the W3C Baggage format the specification names).
+fn parse_headers(v: &str) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+    let mut out = Vec::new();
+    for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((k, val)) = pair.split_once('=') else {
+            return Err(format!("{:?} is not key=value", pair.split('=').next().unwrap_or_default()));
+        };
+        let name = HeaderName::from_bytes(k.trim().as_bytes()).map_err(|_| format!("{:?} is not a header name", k.trim()))?;
+        let decoded = percent_encoding::percent_decode_str(val.trim()).decode_utf8_lossy();
+        // The value is a credential, often: it is never echoed.
+        let value = HeaderValue::from_str(&decoded).map_err(|_| format!("the value of {name} is not a header value"))?;
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+/// One request's spans, encoded, and how many.
+struct Spans {
+    bytes: Vec<u8>,
+    count: u64,
+}
+
+static QUEUE: OnceLock<SyncSender<Spans>> = OnceLock::new();
+/// The exporter thread: woken when `WAKE_AT` spans wait (half a batch, or the queue's length in
+/// requests when that is less), else it wakes by itself every
+/// `BATCH_WAIT`. (A blocking `recv` would have every request's `send` wake it: a futex call and a
+/// context switch per request, a third of a traced request's cost in session 20's first try.)
+static EXPORTER: OnceLock<std::thread::Thread> = OnceLock::new();
+/// Spans queued and not yet taken by the exporter.
+static PENDING: AtomicU64 = AtomicU64::new(0);
+static WAKE_AT: AtomicU64 = AtomicU64::new(MAX_BATCH as u64 / 2);
+
+/// The collector: where batches go, and the head each starts with.
+struct Collector {
+    client: transport::Client,
+    path: Uri,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    timeout: Duration,
+    resource: Vec<(&'static str, String)>,
+}
+
+/// Checks the settings, starts the exporter thread and turns tracing on. Call once, inside no
+/// runtime (the thread runs its own).
+pub fn install(settings: Settings) -> Result<(), String> {
+    let url = reqwest::Url::parse(&settings.endpoint)
+        .map_err(|e| format!("the OTLP traces endpoint {:?}: {e}", settings.endpoint))?;
+    let path: Uri = url[url::Position::BeforePath..]
+        .parse()
+        .map_err(|e| format!("the OTLP traces endpoint's path: {e}"))?;
+    let mut client = transport::Client::new(&url, http::HeaderMap::new(), settings.timeout, 1)
+        .map_err(|e| format!("the OTLP traces endpoint {}: {e}", settings.endpoint))?;
+    if let Some(pem) = &settings.ca_pem {
+        client = client.trusting(pem).map_err(|e| format!("the OTLP certificate: {e}"))?;
+    }
+    let collector = Collector {
+        client,
+        path,
+        headers: settings.headers,
+        timeout: settings.timeout,
+        resource: vec![
+            ("service.name", settings.service_name),
+            ("service.version", env!("CARGO_PKG_VERSION").to_owned()),
+            ("telemetry.sdk.name", "ax".to_owned()),
+            ("telemetry.sdk.language", "rust".to_owned()),
+        ],
+    };
     let (tx, rx) = std::sync::mpsc::sync_channel(settings.queue.max(1));
-    std::thread::Builder::new()
+    WAKE_AT.store((MAX_BATCH as u64 / 2).min(settings.queue.max(1) as u64), Ordering::Relaxed);
+    let exporter = std::thread::Builder::new()
         .name("ax-traces".to_owned())
-        .spawn(move || export_loop(exporter, rx))
+        .spawn(move || export_loop(&collector, &rx))
         .map_err(|e| format!("the trace exporter thread: {e}"))?;
+    let _ = EXPORTER.set(exporter.thread().clone());
     metrics::describe_counter!("ax_trace_spans_exported_total", "Trace spans the OTLP collector accepted");
     metrics::describe_counter!(
         "ax_trace_spans_dropped_total",
@@ -87,7 +215,7 @@ pub fn install(settings: Settings) -> Result<(), String> {
     Ok(())
 }
 
-fn export_loop(exporter: opentelemetry_otlp::SpanExporter, rx: Receiver<Vec<SpanData>>) {
+fn export_loop(collector: &Collector, rx: &Receiver<Spans>) {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -95,29 +223,92 @@ fn export_loop(exporter: opentelemetry_otlp::SpanExporter, rx: Receiver<Vec<Span
             return;
         }
     };
-    rt.block_on(async {
-        while let Ok(mut batch) = rx.recv() {
-            let until = Instant::now() + BATCH_WAIT;
-            while batch.len() < MAX_BATCH {
-                match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                    Ok(mut more) => batch.append(&mut more),
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+    let mut batch = Vec::with_capacity(256 * 1024);
+    loop {
+        // Sleeps until `WAKE_AT` spans wait or `BATCH_WAIT` passed, unless a full batch waits.
+        if PENDING.load(Ordering::Relaxed) < MAX_BATCH as u64 {
+            std::thread::park_timeout(BATCH_WAIT);
+        }
+        batch.clear();
+        let mut n = 0;
+        while n < MAX_BATCH as u64 {
+            match rx.try_recv() {
+                Ok(more) => {
+                    batch.extend_from_slice(&more.bytes);
+                    n += more.count;
                 }
-            }
-            let n = batch.len() as u64;
-            match tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(batch)).await {
-                Ok(Ok(())) => metrics::counter!("ax_trace_spans_exported_total").increment(n),
-                outcome => {
-                    let why = match outcome {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "timed out".to_owned(),
-                    };
-                    tracing::warn!(spans = n, error = %why, "trace export failed; the spans are dropped");
-                    metrics::counter!("ax_trace_spans_dropped_total", "reason" => "export_failed").increment(n);
-                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return,
             }
         }
-    });
+        PENDING.fetch_sub(n, Ordering::Relaxed);
+        if n == 0 {
+            continue;
+        }
+        match rt.block_on(collector.export(&batch)) {
+            Ok(0) => metrics::counter!("ax_trace_spans_exported_total").increment(n),
+            Ok(rejected) => {
+                let rejected = rejected.min(n);
+                tracing::warn!(spans = n, rejected, "the collector rejected some spans");
+                metrics::counter!("ax_trace_spans_exported_total").increment(n - rejected);
+                metrics::counter!("ax_trace_spans_dropped_total", "reason" => "export_failed").increment(rejected);
+            }
+            Err(why) => {
+                tracing::warn!(spans = n, error = %why, "trace export failed; the spans are dropped");
+                metrics::counter!("ax_trace_spans_dropped_total", "reason" => "export_failed").increment(n);
+            }
+        }
+    }
+}
+
+impl Collector {
+    /// Sends one batch, retrying what OTLP says may be retried until the timeout; the spans
+    /// the collector rejected.
+    async fn export(&self, spans: &[u8]) -> Result<u64, String> {
+        let resource: Vec<(&str, &str)> = self.resource.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let head = otlp::request_head(&resource, spans.len());
+        let body = vec![bytes::Bytes::from(head), bytes::Bytes::copy_from_slice(spans)];
+        let until = tokio::time::Instant::now() + self.timeout;
+        let mut wait = Duration::from_millis(100);
+        loop {
+            let tried = tokio::time::timeout_at(until, self.post(body.clone())).await;
+            let why = match tried {
+                Err(_) => return Err("timed out".to_owned()),
+                Ok(Ok(Ok(answer))) => return Ok(otlp::rejected_spans(&answer)),
+                Ok(Ok(Err((status, retryable)))) if !retryable => return Err(format!("the collector answered {status}")),
+                Ok(Ok(Err((status, _)))) => format!("the collector answered {status}"),
+                Ok(Err(e)) => e.to_string(),
+            };
+            if tokio::time::Instant::now() + wait >= until {
+                return Err(why);
+            }
+            tokio::time::sleep(wait).await;
+            wait *= 2;
+        }
+    }
+
+    /// One POST: the answer's body on a 2xx, else its status and whether it may be retried.
+    async fn post(
+        &self,
+        body: Vec<bytes::Bytes>,
+    ) -> Result<Result<Vec<u8>, (http::StatusCode, bool)>, transport::Error> {
+        let hop = Hop { request_id: "", traceparent: None };
+        let mut resp = self.client.post(&self.path, "application/x-protobuf", body, &self.headers, hop).await?;
+        let mut answer = Vec::new();
+        // The answer is read to its end so the connection is kept (a long one is cut short).
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            if answer.len() + chunk.len() > MAX_ANSWER {
+                break;
+            }
+            answer.extend_from_slice(&chunk);
+        }
+        let status = resp.status;
+        if status.is_success() {
+            return Ok(Ok(answer));
+        }
+        let retryable = matches!(status.as_u16(), 429 | 502 | 503 | 504);
+        Ok(Err((status, retryable)))
+    }
 }
 
 /// What a request's spans say beyond its record.
@@ -141,163 +332,238 @@ pub fn exported(ctx: &TraceContext, r: &UsageRecord) -> bool {
 /// Queues the spans of a finished request the meter found `exported`.
 pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts) {
     let Some(queue) = QUEUE.get() else { return };
-    let spans = spans(ctx, r, facts, SystemTime::now());
-    let n = spans.len() as u64;
-    if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send(spans) {
-        metrics::counter!("ax_trace_spans_dropped_total", "reason" => "queue_full").increment(n);
-    }
-}
-
-fn scope() -> InstrumentationScope {
-    static SCOPE: OnceLock<InstrumentationScope> = OnceLock::new();
-    SCOPE.get_or_init(|| InstrumentationScope::builder("ax").with_version(env!("CARGO_PKG_VERSION")).build()).clone()
-}
-
-fn context(trace_id: u128, span: u64) -> SpanContext {
-    SpanContext::new(
-        TraceId::from_bytes(trace_id.to_be_bytes()),
-        SpanId::from_bytes(span.to_be_bytes()),
-        TraceFlags::SAMPLED,
-        false,
-        TraceState::default(),
-    )
-}
-
-/// One span: its context, its parent (id, whether remote), kind, name, (start, end).
-fn span(
-    context: SpanContext,
-    parent: Option<(u64, bool)>,
-    span_kind: SpanKind,
-    name: String,
-    (start_time, end_time): (SystemTime, SystemTime),
-    attributes: Vec<KeyValue>,
-    status: Status,
-) -> SpanData {
-    SpanData {
-        span_context: context,
-        parent_span_id: parent.map_or(SpanId::INVALID, |p| SpanId::from_bytes(p.0.to_be_bytes())),
-        parent_span_is_remote: parent.is_some_and(|p| p.1),
-        span_kind,
-        name: Cow::Owned(name),
-        start_time,
-        end_time,
-        attributes,
-        dropped_attributes_count: 0,
-        events: SpanEvents::default(),
-        links: SpanLinks::default(),
-        status,
-        instrumentation_scope: scope(),
-    }
-}
-
-fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// The request's span and one per attempt, ending at `end`.
-fn spans(ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, end: SystemTime) -> Vec<SpanData> {
-    let start = end.checked_sub(f.elapsed).unwrap_or(end);
-    let mut a = vec![
-        KeyValue::new("gen_ai.operation.name", f.operation),
-        KeyValue::new("gen_ai.request.model", r.alias.clone()),
-        KeyValue::new("ax.request_id", r.request_id.clone()),
-        KeyValue::new("ax.tenant", r.tenant.clone()),
-        KeyValue::new("ax.key_id", r.key_id.clone()),
-        KeyValue::new("ax.alias", r.alias.clone()),
-        KeyValue::new("ax.attempts", i64::from(r.attempts)),
-        KeyValue::new("ax.stream", r.stream),
-        KeyValue::new("http.response.status_code", i64::from(r.status)),
-    ];
-    if let Some(p) = f.provider {
-        a.push(KeyValue::new("gen_ai.provider.name", p));
-    }
-    if !r.upstream.is_empty() {
-        a.push(KeyValue::new("ax.upstream", r.upstream.clone()));
-        a.push(KeyValue::new("gen_ai.response.model", r.model.clone()));
-    }
-    if let Some(m) = f.max_tokens {
-        a.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(m)));
-    }
-    if let Some(t) = f.temperature {
-        a.push(KeyValue::new("gen_ai.request.temperature", t));
-    }
-    if r.status == 200 || r.prompt_tokens > 0 || r.completion_tokens > 0 {
-        a.push(KeyValue::new("gen_ai.usage.input_tokens", int(r.prompt_tokens)));
-        a.push(KeyValue::new("gen_ai.usage.output_tokens", int(r.completion_tokens)));
-        a.push(KeyValue::new("gen_ai.usage.cache_read.input_tokens", int(r.cached_prompt_tokens)));
-        a.push(KeyValue::new("gen_ai.usage.cache_creation.input_tokens", int(r.cache_write_tokens)));
-    }
-    if let Some(t) = f.ttft {
-        a.push(KeyValue::new("gen_ai.response.time_to_first_chunk", t.as_secs_f64()));
-    }
-    if let Some(c) = r.cost_micro_usd {
-        a.push(KeyValue::new("ax.cost_usd", c as f64 / 1e6));
-    }
-    if let Some(rt) = &r.retry_of {
-        a.push(KeyValue::new("ax.retry_of", rt.clone()));
-    }
-    if let Some(fb) = &r.fallback {
-        a.push(KeyValue::new("ax.fallback", fb.clone()));
-    }
-    let status = match &r.error_code {
-        Some(code) => {
-            a.push(KeyValue::new("error.type", code.clone()));
-            Status::error(code.clone())
+    let mut bytes = Vec::with_capacity(1024 + 512 * r.attempt_list.len());
+    spans(&mut bytes, ctx, r, facts, SystemTime::now());
+    let count = 1 + r.attempt_list.len() as u64;
+    match queue.try_send(Spans { bytes, count }) {
+        Ok(()) => {
+            let before = PENDING.fetch_add(count, Ordering::Relaxed);
+            let wake_at = WAKE_AT.load(Ordering::Relaxed);
+            if before < wake_at && before + count >= wake_at {
+                if let Some(t) = EXPORTER.get() {
+                    t.unpark();
+                }
+            }
         }
-        None => Status::Unset,
+        Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            metrics::counter!("ax_trace_spans_dropped_total", "reason" => "queue_full").increment(count);
+        }
+    }
+}
+
+fn int(v: u64) -> Value<'static> {
+    Value::Int(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The request's span and one per attempt, ending at `end`, as `ScopeSpans.spans` entries.
+fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, end: SystemTime) {
+    let start = end.checked_sub(f.elapsed).unwrap_or(end);
+    let (start_ns, end_ns) = (unix_ns(start), unix_ns(end));
+    let head = SpanHead {
+        trace_id: ctx.trace_id,
+        span_id: ctx.span,
+        parent: ctx.parent.map(|p| (p, true)),
+        kind: Kind::Server,
+        name: [f.operation, " ", &r.alias],
+        start_unix_ns: start_ns,
+        end_unix_ns: end_ns,
     };
-    let mut out = Vec::with_capacity(1 + r.attempt_list.len());
-    out.push(span(
-        context(ctx.trace_id, ctx.span),
-        ctx.parent.map(|p| (p, true)),
-        SpanKind::Server,
-        format!("{} {}", f.operation, r.alias),
-        (start, end),
-        a,
-        status,
-    ));
+    let a = |b: &mut Vec<u8>, key: &str, v: Value<'_>| otlp::attribute(b, 9, key, v);
+    otlp::span(out, &head, r.error_code.as_deref(), |b| {
+        a(b, "gen_ai.operation.name", Value::Str(f.operation));
+        a(b, "gen_ai.request.model", Value::Str(&r.alias));
+        a(b, "ax.request_id", Value::Str(&r.request_id));
+        a(b, "ax.tenant", Value::Str(&r.tenant));
+        a(b, "ax.key_id", Value::Str(&r.key_id));
+        a(b, "ax.alias", Value::Str(&r.alias));
+        a(b, "ax.attempts", Value::Int(i64::from(r.attempts)));
+        a(b, "ax.stream", Value::Bool(r.stream));
+        a(b, "http.response.status_code", Value::Int(i64::from(r.status)));
+        if let Some(p) = f.provider {
+            a(b, "gen_ai.provider.name", Value::Str(p));
+        }
+        if !r.upstream.is_empty() {
+            a(b, "ax.upstream", Value::Str(&r.upstream));
+            a(b, "gen_ai.response.model", Value::Str(&r.model));
+        }
+        if let Some(m) = f.max_tokens {
+            a(b, "gen_ai.request.max_tokens", Value::Int(i64::from(m)));
+        }
+        if let Some(t) = f.temperature {
+            a(b, "gen_ai.request.temperature", Value::F64(t));
+        }
+        if r.status == 200 || r.prompt_tokens > 0 || r.completion_tokens > 0 {
+            a(b, "gen_ai.usage.input_tokens", int(r.prompt_tokens));
+            a(b, "gen_ai.usage.output_tokens", int(r.completion_tokens));
+            a(b, "gen_ai.usage.cache_read.input_tokens", int(r.cached_prompt_tokens));
+            a(b, "gen_ai.usage.cache_creation.input_tokens", int(r.cache_write_tokens));
+        }
+        if let Some(t) = f.ttft {
+            a(b, "gen_ai.response.time_to_first_chunk", Value::F64(t.as_secs_f64()));
+        }
+        if let Some(c) = r.cost_micro_usd {
+            a(b, "ax.cost_usd", Value::F64(c as f64 / 1e6));
+        }
+        if let Some(rt) = &r.retry_of {
+            a(b, "ax.retry_of", Value::Str(rt));
+        }
+        if let Some(fb) = &r.fallback {
+            a(b, "ax.fallback", Value::Str(fb));
+        }
+        if let Some(code) = &r.error_code {
+            a(b, "error.type", Value::Str(code));
+        }
+    });
     for (i, at) in r.attempt_list.iter().enumerate() {
         let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
-        let begin = start + Duration::from_micros(at.offset_us);
-        let mut a = vec![
-            KeyValue::new("gen_ai.operation.name", f.operation),
-            KeyValue::new("gen_ai.request.model", at.model.clone()),
-            KeyValue::new("ax.upstream", at.upstream.clone()),
-            KeyValue::new("ax.attempt", i64::from(n)),
-            KeyValue::new("ax.attempt_id", at.attempt_id.clone()),
-            KeyValue::new("ax.possibly_billed", at.possibly_billed),
-        ];
-        if !at.provider.is_empty() {
-            a.push(KeyValue::new("gen_ai.provider.name", at.provider.clone()));
-        }
-        if i > 0 {
-            a.push(KeyValue::new("ax.retry_of", r.attempt_list[i - 1].attempt_id.clone()));
-        }
-        let status = match &at.error_code {
-            Some(code) => {
-                a.push(KeyValue::new("error.type", code.clone()));
-                Status::error(code.clone())
-            }
-            None => {
-                a.push(KeyValue::new("gen_ai.response.model", at.model.clone()));
-                Status::Unset
-            }
-        };
+        let begin = start_ns.saturating_add(at.offset_us.saturating_mul(1000));
         // The attempt that answered lasts as long as its answer (a stream's last event).
         let finish = if at.error_code.is_none() {
-            end
+            end_ns
         } else {
-            (begin + Duration::from_millis(at.latency_ms)).min(end).max(begin)
+            begin.saturating_add(at.latency_ms.saturating_mul(1_000_000)).min(end_ns).max(begin)
         };
-        out.push(span(
-            context(ctx.trace_id, ctx.attempt_span(n)),
-            Some((ctx.span, false)),
-            SpanKind::Client,
-            format!("{} {}", f.operation, at.model),
-            (begin, finish),
-            a,
-            status,
-        ));
+        let head = SpanHead {
+            trace_id: ctx.trace_id,
+            span_id: ctx.attempt_span(n),
+            parent: Some((ctx.span, false)),
+            kind: Kind::Client,
+            name: [f.operation, " ", &at.model],
+            start_unix_ns: begin,
+            end_unix_ns: finish,
+        };
+        otlp::span(out, &head, at.error_code.as_deref(), |b| {
+            a(b, "gen_ai.operation.name", Value::Str(f.operation));
+            a(b, "gen_ai.request.model", Value::Str(&at.model));
+            a(b, "ax.upstream", Value::Str(&at.upstream));
+            a(b, "ax.attempt", Value::Int(i64::from(n)));
+            a(b, "ax.attempt_id", Value::Str(&at.attempt_id));
+            a(b, "ax.possibly_billed", Value::Bool(at.possibly_billed));
+            if !at.provider.is_empty() {
+                a(b, "gen_ai.provider.name", Value::Str(&at.provider));
+            }
+            if i > 0 {
+                a(b, "ax.retry_of", Value::Str(&r.attempt_list[i - 1].attempt_id));
+            }
+            match &at.error_code {
+                Some(code) => a(b, "error.type", Value::Str(code)),
+                None => a(b, "gen_ai.response.model", Value::Str(&at.model)),
+            }
+        });
     }
-    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(spec: Option<&str>, vars: &[(&str, &str)]) -> Result<Option<Settings>, String> {
+        let spec: Option<ax_protocol::config::TracingSpec> = spec.map(|s| serde_norway::from_str(s).unwrap());
+        let env = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned());
+        Settings::resolve(spec.as_ref(), &env)
+    }
+
+    #[test]
+    fn tracing_is_off_unless_asked_for_and_disabled_wins() {
+        assert!(resolve(None, &[]).unwrap().is_none());
+        assert!(resolve(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")]).unwrap().is_some());
+        assert!(resolve(Some("{}"), &[("OTEL_SDK_DISABLED", "TRUE")]).unwrap().is_none());
+        let on = resolve(Some("{}"), &[]).unwrap().unwrap();
+        assert_eq!(on.endpoint, "http://localhost:4318/v1/traces");
+        assert_eq!((on.timeout, on.queue, on.service_name.as_str()), (Duration::from_secs(10), 4096, "ax-dataplane"));
+    }
+
+    #[test]
+    fn endpoints_follow_the_specification() {
+        let endpoint = |spec, vars: &[(&str, &str)]| resolve(spec, vars).unwrap().unwrap().endpoint;
+        // The general variable names the collector; the traces one is the whole URL.
+        assert_eq!(endpoint(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318/")]), "https://c:4318/v1/traces");
+        assert_eq!(
+            endpoint(
+                None,
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a"), ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b/custom")]
+            ),
+            "http://b/custom"
+        );
+        // ax's key wins over both.
+        assert_eq!(
+            endpoint(Some("{ endpoint: 'http://x:1' }"), &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b")]),
+            "http://x:1/v1/traces"
+        );
+        assert!(resolve(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]).unwrap_err().contains("http://"));
+    }
+
+    #[test]
+    fn headers_timeout_protocol_and_sampler_are_read_or_refused() {
+        let s = resolve(
+            Some("{}"),
+            &[
+                ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20abc , x-scope=ops"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+                ("OTEL_SERVICE_NAME", "gw"),
+            ],
+        )
+        .unwrap()
+        .unwrap();
+        let h: Vec<(&str, &str)> = s.headers.iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
+        assert_eq!(h, [("authorization", "Bearer abc"), ("x-scope", "ops")]);
+        assert_eq!(s.timeout, Duration::from_millis(2500));
+        assert_eq!(s.sampler, Sampler { ratio: 0.25, parent_based: false });
+        assert_eq!(s.service_name, "gw");
+        for (var, value, says) in [
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon", "milliseconds"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "novalue", "key=value"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "bad name=1", "header name"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem", "/nonexistent/ca.pem"),
+            ("OTEL_TRACES_SAMPLER", "jaeger_remote", "not a sampler"),
+        ] {
+            let e = resolve(Some("{}"), &[(var, value)]).err().unwrap_or_else(|| panic!("{var}={value} accepted"));
+            assert!(e.contains(says) && e.contains(var), "{var}={value}: {e}");
+        }
+        // A credential in a header is never echoed in an error.
+        let e = resolve(Some("{}"), &[("OTEL_EXPORTER_OTLP_HEADERS", "authorization=sec%0Aret")]).unwrap_err();
+        assert!(!e.contains("sec"), "{e}");
+    }
+
+    #[test]
+    fn a_request_with_two_attempts_is_three_spans() {
+        let ctx = TraceContext { trace_id: 7, parent: None, span: 9, sampled: true };
+        let r = UsageRecord {
+            request_id: "r".into(),
+            alias: "chat".into(),
+            status: 200,
+            attempts: 2,
+            attempt_list: vec![
+                ax_protocol::usage::AttemptRecord {
+                    attempt_id: "r#1".into(),
+                    error_code: Some("upstream_timeout".into()),
+                    ..Default::default()
+                },
+                ax_protocol::usage::AttemptRecord { attempt_id: "r#2".into(), ..Default::default() },
+            ],
+            ..UsageRecord::default()
+        };
+        let facts = SpanFacts {
+            operation: "chat",
+            provider: None,
+            max_tokens: None,
+            temperature: None,
+            ttft: None,
+            elapsed: Duration::from_millis(5),
+        };
+        let mut b = Vec::new();
+        spans(&mut b, &ctx, &r, &facts, SystemTime::now());
+        let body = [otlp::request_head(&[], b.len()), b].concat();
+        // Three `spans` entries of one ScopeSpans: each a field 2.
+        assert_eq!(otlp::count_spans(&body), Some(3));
+    }
 }
