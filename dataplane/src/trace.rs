@@ -147,7 +147,28 @@ impl TraceContext {
 
     /// The `traceparent` attempt `n` sends its upstream.
     pub fn traceparent(&self, n: u32) -> String {
-        format!("00-{:032x}-{:016x}-{:02x}", self.trace_id, self.attempt_span(n), u8::from(self.sampled))
+        let mut s = String::with_capacity(55);
+        s.push_str("00-");
+        hex(&mut s, self.trace_id, 32);
+        s.push('-');
+        hex(&mut s, u128::from(self.attempt_span(n)), 16);
+        s.push_str(if self.sampled { "-01" } else { "-00" });
+        s
+    }
+
+    /// The trace id as 32 lowercase hex digits.
+    pub fn trace_id_hex(&self) -> String {
+        let mut s = String::with_capacity(32);
+        hex(&mut s, self.trace_id, 32);
+        s
+    }
+}
+
+/// The low `digits` hex digits of `v`, zero-padded (`format!("{:032x}")` costs ten times as much).
+fn hex(out: &mut String, v: u128, digits: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for i in (0..digits).rev() {
+        out.push(char::from(DIGITS[((v >> (4 * i)) & 0xf) as usize]));
     }
 }
 
@@ -187,6 +208,9 @@ mod tests {
         assert_eq!(unique.len(), 5);
         assert!(!spans.contains(&42) && !spans.contains(&0));
         assert_eq!(t.traceparent(1), format!("00-{:032x}-{:016x}-01", 7, spans[0]));
+        let big = TraceContext { trace_id: 0x0af7651916cd43dd8448eb211c80319c, sampled: false, ..t };
+        assert_eq!(big.trace_id_hex(), "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(big.traceparent(2), format!("00-{:032x}-{:016x}-00", big.trace_id, big.attempt_span(2)));
     }
 
     #[test]

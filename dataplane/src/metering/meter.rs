@@ -490,7 +490,7 @@ impl Meter {
         });
         let traced = self.trace.as_deref().filter(|t| super::traces::exported(&t.ctx, r));
         if let Some(t) = traced {
-            r.trace_id = Some(format!("{:032x}", t.ctx.trace_id));
+            r.trace_id = Some(t.ctx.trace_id_hex());
         }
         crate::metering::spool::append(r);
         crate::metering::usage_log::line(r);

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use ax_protocol::usage::UsageRecord;
 use http::{HeaderName, HeaderValue, Uri};
 
-use super::otlp::{self, Kind, SpanHead, Value};
+use super::otlp::{self, key, Kind, SpanHead, Value};
 use crate::trace::{Hop, Sampler, TraceContext};
 use crate::transport;
 
@@ -59,7 +59,9 @@ impl Settings {
         spec: Option<&ax_protocol::config::TracingSpec>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<Self>, String> {
-        let either = |traces: &str, general: &str| env(traces).map(|v| (traces.to_owned(), v)).or_else(|| env(general).map(|v| (general.to_owned(), v)));
+        let either = |traces: &str, general: &str| {
+            env(traces).map(|v| (traces.to_owned(), v)).or_else(|| env(general).map(|v| (general.to_owned(), v)))
+        };
         let by_env = either("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT");
         if (spec.is_none() && by_env.is_none())
             || env("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
@@ -102,8 +104,9 @@ impl Settings {
             Some(ratio) => Sampler { ratio, parent_based: true },
             None => {
                 let name = env("OTEL_TRACES_SAMPLER");
-                Sampler::from_otel(name.as_deref(), env("OTEL_TRACES_SAMPLER_ARG").as_deref())
-                    .ok_or_else(|| format!("OTEL_TRACES_SAMPLER={}: not a sampler ax knows", name.unwrap_or_default()))?
+                Sampler::from_otel(name.as_deref(), env("OTEL_TRACES_SAMPLER_ARG").as_deref()).ok_or_else(|| {
+                    format!("OTEL_TRACES_SAMPLER={}: not a sampler ax knows", name.unwrap_or_default())
+                })?
             }
         };
         Ok(Some(Self {
@@ -111,7 +114,10 @@ impl Settings {
             headers,
             ca_pem,
             timeout,
-            service_name: spec.service_name.or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "ax-dataplane".to_owned()),
+            service_name: spec
+                .service_name
+                .or_else(|| env("OTEL_SERVICE_NAME"))
+                .unwrap_or_else(|| "ax-dataplane".to_owned()),
             sampler,
             queue: spec.queue.map_or(4096, |q| q as usize),
         }))
@@ -135,10 +141,12 @@ fn parse_headers(v: &str) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
         let Some((k, val)) = pair.split_once('=') else {
             return Err(format!("{:?} is not key=value", pair.split('=').next().unwrap_or_default()));
         };
-        let name = HeaderName::from_bytes(k.trim().as_bytes()).map_err(|_| format!("{:?} is not a header name", k.trim()))?;
+        let name =
+            HeaderName::from_bytes(k.trim().as_bytes()).map_err(|_| format!("{:?} is not a header name", k.trim()))?;
         let decoded = percent_encoding::percent_decode_str(val.trim()).decode_utf8_lossy();
         // The value is a credential, often: it is never echoed.
-        let value = HeaderValue::from_str(&decoded).map_err(|_| format!("the value of {name} is not a header value"))?;
+        let value =
+            HeaderValue::from_str(&decoded).map_err(|_| format!("the value of {name} is not a header value"))?;
         out.push((name, value));
     }
     Ok(out)
@@ -174,9 +182,8 @@ struct Collector {
 pub fn install(settings: Settings) -> Result<(), String> {
     let url = reqwest::Url::parse(&settings.endpoint)
         .map_err(|e| format!("the OTLP traces endpoint {:?}: {e}", settings.endpoint))?;
-    let path: Uri = url[url::Position::BeforePath..]
-        .parse()
-        .map_err(|e| format!("the OTLP traces endpoint's path: {e}"))?;
+    let path: Uri =
+        url[url::Position::BeforePath..].parse().map_err(|e| format!("the OTLP traces endpoint's path: {e}"))?;
     let mut client = transport::Client::new(&url, http::HeaderMap::new(), settings.timeout, 1)
         .map_err(|e| format!("the OTLP traces endpoint {}: {e}", settings.endpoint))?;
     if let Some(pem) = &settings.ca_pem {
@@ -275,7 +282,9 @@ impl Collector {
             let why = match tried {
                 Err(_) => return Err("timed out".to_owned()),
                 Ok(Ok(Ok(answer))) => return Ok(otlp::rejected_spans(&answer)),
-                Ok(Ok(Err((status, retryable)))) if !retryable => return Err(format!("the collector answered {status}")),
+                Ok(Ok(Err((status, retryable)))) if !retryable => {
+                    return Err(format!("the collector answered {status}"))
+                }
                 Ok(Ok(Err((status, _)))) => format!("the collector answered {status}"),
                 Ok(Err(e)) => e.to_string(),
             };
@@ -372,50 +381,50 @@ fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, 
         start_unix_ns: start_ns,
         end_unix_ns: end_ns,
     };
-    let a = |b: &mut Vec<u8>, key: &str, v: Value<'_>| otlp::attribute(b, 9, key, v);
+    let a = |b: &mut Vec<u8>, key: &otlp::Key, v: Value<'_>| otlp::attribute(b, 9, key, v);
     otlp::span(out, &head, r.error_code.as_deref(), |b| {
-        a(b, "gen_ai.operation.name", Value::Str(f.operation));
-        a(b, "gen_ai.request.model", Value::Str(&r.alias));
-        a(b, "ax.request_id", Value::Str(&r.request_id));
-        a(b, "ax.tenant", Value::Str(&r.tenant));
-        a(b, "ax.key_id", Value::Str(&r.key_id));
-        a(b, "ax.alias", Value::Str(&r.alias));
-        a(b, "ax.attempts", Value::Int(i64::from(r.attempts)));
-        a(b, "ax.stream", Value::Bool(r.stream));
-        a(b, "http.response.status_code", Value::Int(i64::from(r.status)));
+        a(b, key!("gen_ai.operation.name"), Value::Str(f.operation));
+        a(b, key!("gen_ai.request.model"), Value::Str(&r.alias));
+        a(b, key!("ax.request_id"), Value::Str(&r.request_id));
+        a(b, key!("ax.tenant"), Value::Str(&r.tenant));
+        a(b, key!("ax.key_id"), Value::Str(&r.key_id));
+        a(b, key!("ax.alias"), Value::Str(&r.alias));
+        a(b, key!("ax.attempts"), Value::Int(i64::from(r.attempts)));
+        a(b, key!("ax.stream"), Value::Bool(r.stream));
+        a(b, key!("http.response.status_code"), Value::Int(i64::from(r.status)));
         if let Some(p) = f.provider {
-            a(b, "gen_ai.provider.name", Value::Str(p));
+            a(b, key!("gen_ai.provider.name"), Value::Str(p));
         }
         if !r.upstream.is_empty() {
-            a(b, "ax.upstream", Value::Str(&r.upstream));
-            a(b, "gen_ai.response.model", Value::Str(&r.model));
+            a(b, key!("ax.upstream"), Value::Str(&r.upstream));
+            a(b, key!("gen_ai.response.model"), Value::Str(&r.model));
         }
         if let Some(m) = f.max_tokens {
-            a(b, "gen_ai.request.max_tokens", Value::Int(i64::from(m)));
+            a(b, key!("gen_ai.request.max_tokens"), Value::Int(i64::from(m)));
         }
         if let Some(t) = f.temperature {
-            a(b, "gen_ai.request.temperature", Value::F64(t));
+            a(b, key!("gen_ai.request.temperature"), Value::F64(t));
         }
         if r.status == 200 || r.prompt_tokens > 0 || r.completion_tokens > 0 {
-            a(b, "gen_ai.usage.input_tokens", int(r.prompt_tokens));
-            a(b, "gen_ai.usage.output_tokens", int(r.completion_tokens));
-            a(b, "gen_ai.usage.cache_read.input_tokens", int(r.cached_prompt_tokens));
-            a(b, "gen_ai.usage.cache_creation.input_tokens", int(r.cache_write_tokens));
+            a(b, key!("gen_ai.usage.input_tokens"), int(r.prompt_tokens));
+            a(b, key!("gen_ai.usage.output_tokens"), int(r.completion_tokens));
+            a(b, key!("gen_ai.usage.cache_read.input_tokens"), int(r.cached_prompt_tokens));
+            a(b, key!("gen_ai.usage.cache_creation.input_tokens"), int(r.cache_write_tokens));
         }
         if let Some(t) = f.ttft {
-            a(b, "gen_ai.response.time_to_first_chunk", Value::F64(t.as_secs_f64()));
+            a(b, key!("gen_ai.response.time_to_first_chunk"), Value::F64(t.as_secs_f64()));
         }
         if let Some(c) = r.cost_micro_usd {
-            a(b, "ax.cost_usd", Value::F64(c as f64 / 1e6));
+            a(b, key!("ax.cost_usd"), Value::F64(c as f64 / 1e6));
         }
         if let Some(rt) = &r.retry_of {
-            a(b, "ax.retry_of", Value::Str(rt));
+            a(b, key!("ax.retry_of"), Value::Str(rt));
         }
         if let Some(fb) = &r.fallback {
-            a(b, "ax.fallback", Value::Str(fb));
+            a(b, key!("ax.fallback"), Value::Str(fb));
         }
         if let Some(code) = &r.error_code {
-            a(b, "error.type", Value::Str(code));
+            a(b, key!("error.type"), Value::Str(code));
         }
     });
     for (i, at) in r.attempt_list.iter().enumerate() {
@@ -437,21 +446,21 @@ fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, 
             end_unix_ns: finish,
         };
         otlp::span(out, &head, at.error_code.as_deref(), |b| {
-            a(b, "gen_ai.operation.name", Value::Str(f.operation));
-            a(b, "gen_ai.request.model", Value::Str(&at.model));
-            a(b, "ax.upstream", Value::Str(&at.upstream));
-            a(b, "ax.attempt", Value::Int(i64::from(n)));
-            a(b, "ax.attempt_id", Value::Str(&at.attempt_id));
-            a(b, "ax.possibly_billed", Value::Bool(at.possibly_billed));
+            a(b, key!("gen_ai.operation.name"), Value::Str(f.operation));
+            a(b, key!("gen_ai.request.model"), Value::Str(&at.model));
+            a(b, key!("ax.upstream"), Value::Str(&at.upstream));
+            a(b, key!("ax.attempt"), Value::Int(i64::from(n)));
+            a(b, key!("ax.attempt_id"), Value::Str(&at.attempt_id));
+            a(b, key!("ax.possibly_billed"), Value::Bool(at.possibly_billed));
             if !at.provider.is_empty() {
-                a(b, "gen_ai.provider.name", Value::Str(&at.provider));
+                a(b, key!("gen_ai.provider.name"), Value::Str(&at.provider));
             }
             if i > 0 {
-                a(b, "ax.retry_of", Value::Str(&r.attempt_list[i - 1].attempt_id));
+                a(b, key!("ax.retry_of"), Value::Str(&r.attempt_list[i - 1].attempt_id));
             }
             match &at.error_code {
-                Some(code) => a(b, "error.type", Value::Str(code)),
-                None => a(b, "gen_ai.response.model", Value::Str(&at.model)),
+                Some(code) => a(b, key!("error.type"), Value::Str(code)),
+                None => a(b, key!("gen_ai.response.model"), Value::Str(&at.model)),
             }
         });
     }
@@ -485,7 +494,10 @@ mod tests {
         assert_eq!(
             endpoint(
                 None,
-                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a"), ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b/custom")]
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b/custom")
+                ]
             ),
             "http://b/custom"
         );

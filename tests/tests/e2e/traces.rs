@@ -30,11 +30,7 @@ impl Receiver {
         if let Some((chain, key)) = tls {
             cmd.arg(chain).arg(key);
         }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("receiver");
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("receiver");
         let mut receiver = Self { url: String::new(), child };
         for _ in 0..400 {
             if let Ok(p) = std::fs::read_to_string(&port_file) {
@@ -384,8 +380,12 @@ fn certificates(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::pat
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
     let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-    run(&[&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=ax test CA"]]
-        .concat());
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=ax test CA"],
+    ]
+    .concat());
     run(&[&["req"][..], &ec, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]].concat());
     std::fs::write(
         dir.join("server.ext"),
@@ -393,8 +393,21 @@ fn certificates(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::pat
     )
     .unwrap();
     run(&[
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
-        "server.pem", "-days", "2", "-extfile", "server.ext",
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
     ]);
     (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"))
 }
