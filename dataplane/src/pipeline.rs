@@ -494,7 +494,7 @@ where
     meter.prompt_estimate(needs.prompt_estimate);
     meter.degraded(degraded.clone());
     let mut ledger = Ledger { meter, reservations };
-    let mut attempt_log = Vec::new();
+    let mut attempt_log = failover::AttemptLog::default();
     // A forwarded request that meets an upstream of another protocol (a long-context or
     // downgrade alias that translates) is decoded then, once.
     let decoded: std::sync::OnceLock<ChatRequest> = std::sync::OnceLock::new();
@@ -502,9 +502,9 @@ where
     let (req, needs, events, decoded, decode) = (&req, &needs, &events, &decoded, &decode);
     let trace = trace.as_ref();
     let result = failover::run(snap, route, needs, rid, start, &mut attempt_log, |a| async move {
-        let AttemptCtx { up, model, deadlines, guard, attempt } = a;
+        let AttemptCtx { up, model, deadlines, guard, attempt, io } = a;
         let traceparent = trace.map(|t| t.traceparent(attempt));
-        let hop = Hop { request_id: rid, traceparent: traceparent.as_deref() };
+        let hop = Hop { request_id: rid, traceparent: traceparent.as_deref(), io: Some(&io) };
         let outcome = match req {
             Request::Forward(raw) if up.speaks.has(raw.protocol) => {
                 call::chat_forward(up, model, raw, hop, deadlines).await
@@ -556,7 +556,7 @@ where
         }
     })
     .await;
-    ledger.meter.attempts(attempt_log);
+    ledger.meter.attempts(attempt_log.list, attempt_log.answering);
     let (reply, served_by) = match result {
         Ok(x) => x,
         Err((e, s)) => return Ok(failed(e, ledger, s)),
@@ -629,13 +629,13 @@ where
     meter.prompt_estimate(needs.prompt_estimate);
     meter.degraded(degraded);
     let mut ledger = Ledger { meter, reservations };
-    let mut attempt_log = Vec::new();
+    let mut attempt_log = failover::AttemptLog::default();
     let req_ref = &req;
     let trace = trace.as_ref();
     let result = failover::run(snap, route, &needs, rid, start, &mut attempt_log, |a| async move {
-        let AttemptCtx { up, model, deadlines, guard, attempt } = a;
+        let AttemptCtx { up, model, deadlines, guard, attempt, io } = a;
         let traceparent = trace.map(|t| t.traceparent(attempt));
-        let hop = Hop { request_id: rid, traceparent: traceparent.as_deref() };
+        let hop = Hop { request_id: rid, traceparent: traceparent.as_deref(), io: Some(&io) };
         match call::embeddings(up, model, req_ref, hop, deadlines).await {
             Ok(resp) => {
                 let mut guard = guard;
@@ -647,7 +647,7 @@ where
         }
     })
     .await;
-    ledger.meter.attempts(attempt_log);
+    ledger.meter.attempts(attempt_log.list, attempt_log.answering);
     let (mut resp, served_by) = match result {
         Ok(x) => x,
         Err((e, s)) => return Ok(failed(e, ledger, s)),

@@ -52,16 +52,42 @@ impl Sampler {
 }
 
 /// What identifies one upstream request: the caller's request id and, when tracing, the
-/// attempt's `traceparent`.
+/// attempt's `traceparent`; and where its bytes are counted.
 #[derive(Debug, Clone, Copy)]
 pub struct Hop<'a> {
     pub request_id: &'a str,
     pub traceparent: Option<&'a str>,
+    /// The attempt's byte counts (its record in the request explorer).
+    pub io: Option<&'a std::sync::Arc<AttemptIo>>,
 }
 
 impl<'a> From<&'a str> for Hop<'a> {
     fn from(request_id: &'a str) -> Self {
-        Self { request_id, traceparent: None }
+        Self { request_id, traceparent: None, io: None }
+    }
+}
+
+/// The bytes an upstream attempt wrote (request head and body) and read (response head and
+/// body, as far as it was read); counted by the transport, read when the attempt is recorded.
+#[derive(Debug, Default)]
+pub struct AttemptIo {
+    pub sent: std::sync::atomic::AtomicU64,
+    pub received: std::sync::atomic::AtomicU64,
+}
+
+impl AttemptIo {
+    /// (sent, received) so far.
+    pub fn counts(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.sent.load(Relaxed), self.received.load(Relaxed))
+    }
+
+    pub fn add_sent(&self, n: usize) {
+        self.sent.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn add_received(&self, n: usize) {
+        self.received.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -37,7 +37,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::trace::Hop;
+use crate::trace::{AttemptIo, Hop};
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -131,6 +131,8 @@ pub struct Response {
     framing: Framing,
     keep_alive: bool,
     home: Home,
+    /// Where the body's bytes are counted.
+    io: Option<Arc<AttemptIo>>,
 }
 
 /// Where a connection goes back to.
@@ -269,18 +271,28 @@ impl Client {
         let body = body.into();
         let head = self.request_head(path, content_type, body.len(), headers, hop);
         let slot = crate::worker::current() % self.pools.len();
+        let io = hop.io;
+        let sent = |io: Option<&Arc<AttemptIo>>| {
+            if let Some(io) = io {
+                io.add_sent(head.len() + body.len());
+            }
+        };
         // Pooled connections first; a request no byte of went out moves on to the next.
         for _ in 0..MAX_STALE_TRIES {
             let Some(mut conn) = self.take(slot) else { break };
             match conn.write_request(&head, &body).await {
-                Ok(()) => return self.response(conn, slot).await,
+                Ok(()) => {
+                    sent(io);
+                    return self.response(conn, slot, io).await;
+                }
                 Err((false, _)) => {}
                 Err((true, e)) => return Err(Error::Request(e.to_string())),
             }
         }
         let mut conn = self.connect().await?;
         conn.write_request(&head, &body).await.map_err(|(_, e)| Error::Request(e.to_string()))?;
-        self.response(conn, slot).await
+        sent(io);
+        self.response(conn, slot, io).await
     }
 
     /// `headers`: the caller's, passed on (their values are `HeaderValue`s: no line breaks).
@@ -327,7 +339,7 @@ impl Client {
     }
 
     /// Reads the answer's head (skipping 1xx heads).
-    async fn response(&self, mut conn: Conn, slot: usize) -> Result<Response, Error> {
+    async fn response(&self, mut conn: Conn, slot: usize, io: Option<&Arc<AttemptIo>>) -> Result<Response, Error> {
         loop {
             let head = loop {
                 match parse_head(&conn.buf).map_err(Error::Request)? {
@@ -340,6 +352,9 @@ impl Client {
                 }
             };
             conn.buf.advance(head.len);
+            if let Some(io) = io {
+                io.add_received(head.len);
+            }
             if head.status.is_informational() {
                 if head.status == StatusCode::SWITCHING_PROTOCOLS {
                     return Err(Error::Request("the upstream switched protocols".into()));
@@ -353,6 +368,7 @@ impl Client {
                 framing: head.framing,
                 keep_alive: head.keep_alive,
                 home: Home { pools: self.pools.clone(), slot },
+                io: io.cloned(),
             });
         }
     }
@@ -715,7 +731,12 @@ impl Response {
                 };
             };
             match self.framing.step(&mut conn.buf) {
-                Ok(Step::Data(b)) => return Ok(Some(b)),
+                Ok(Step::Data(b)) => {
+                    if let Some(io) = &self.io {
+                        io.add_received(b.len());
+                    }
+                    return Ok(Some(b));
+                }
                 Ok(Step::End) => {
                     self.release();
                     return Ok(None);
@@ -1283,8 +1304,11 @@ mod tests {
         );
         let head = String::from_utf8(c.request_head(&target, "application/json", 0, &[], "bad\r\nid".into())).unwrap();
         assert!(!head.contains("x-request-id"), "{head}");
-        let traced =
-            Hop { request_id: "r", traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") };
+        let traced = Hop {
+            request_id: "r",
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            io: None,
+        };
         let head = String::from_utf8(c.request_head(&target, "application/json", 0, &[], traced)).unwrap();
         assert!(
             head.contains("\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"),

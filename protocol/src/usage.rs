@@ -89,4 +89,13 @@ pub struct AttemptRecord {
     /// `anthropic`, `gcp.gemini`, `azure.ai.openai`, `ax.mock`).
     #[serde(default, skip_serializing_if = "str::is_empty")]
     pub provider: std::borrow::Cow<'static, str>,
+    /// The answering attempt's time to its first token, from when the attempt began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<u64>,
+    /// What the attempt wrote to the upstream (request head and body) and read back (response
+    /// head and body): 0 sent when it never reached the upstream.
+    #[serde(default)]
+    pub sent_bytes: u64,
+    #[serde(default)]
+    pub received_bytes: u64,
 }

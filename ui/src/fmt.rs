@@ -45,6 +45,15 @@ pub fn pct(p: f64) -> String {
     }
 }
 
+/// A byte count: `0 B`, `812 B`, `48.3 KB`, `1.2 MB` (powers of 1,000).
+pub fn bytes(n: u64) -> String {
+    match n {
+        0..1_000 => format!("{n} B"),
+        1_000..1_000_000 => format!("{:.1} KB", n as f64 / 1e3),
+        _ => format!("{:.1} MB", n as f64 / 1e6),
+    }
+}
+
 /// Milliseconds, "–" when unknown: `0.4 ms`, `12 ms`.
 pub fn ms(x: Option<f64>) -> String {
     match x {

@@ -268,6 +268,8 @@ pub struct Meter {
     prompt_estimate: u64,
     /// Content and tool-call deltas forwarded so far (a stream's completion tokens, estimated).
     deltas: u64,
+    /// The answering attempt's byte counts, read when the record is emitted.
+    answering: Option<std::sync::Arc<crate::trace::AttemptIo>>,
 }
 
 impl Meter {
@@ -296,6 +298,7 @@ impl Meter {
             usage_known: false,
             prompt_estimate: 0,
             deltas: 0,
+            answering: None,
         }
     }
 
@@ -352,8 +355,10 @@ impl Meter {
     }
 
     /// Every attempt of the request, in order.
-    pub fn attempts(&mut self, list: Vec<AttemptRecord>) {
+    /// The request's attempts, and the byte counts of the one that answered.
+    pub fn attempts(&mut self, list: Vec<AttemptRecord>, answering: Option<std::sync::Arc<crate::trace::AttemptIo>>) {
         self.record.attempt_list = list;
+        self.answering = answering;
     }
 
     pub fn first_token(&mut self) {
@@ -435,6 +440,16 @@ impl Meter {
         let r = &mut self.record;
         r.latency_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         r.ttft_ms = self.ttft.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        // The answering attempt: its whole answer was read by now, and its first token came.
+        if let Some(a) = r.attempt_list.iter_mut().rev().find(|a| a.error_code.is_none()) {
+            if let Some(io) = self.answering.take() {
+                (a.sent_bytes, a.received_bytes) = io.counts();
+            }
+            a.ttft_ms = self.ttft.map(|t| {
+                let t = u64::try_from(t.as_micros()).unwrap_or(u64::MAX).saturating_sub(a.offset_us);
+                t / 1000
+            });
+        }
 
         let (provider, operation, ttft) = (self.provider, self.operation, self.ttft);
         Handles::with(&r.alias, &r.upstream, |h| {

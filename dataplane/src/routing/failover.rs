@@ -26,6 +26,7 @@ use crate::error::Outcome;
 use crate::routing::plan::{self, Needs};
 use crate::state::health::{Admission, ModelHealth, Permit, UpstreamHealth};
 use crate::state::limits::Held;
+use crate::trace::AttemptIo;
 use crate::upstream::call::Deadlines;
 
 /// Who served, for headers, metering and logs.
@@ -47,6 +48,16 @@ pub struct AttemptCtx<'s> {
     pub guard: AttemptHealth,
     /// The attempt's number, from 1 (its trace span and `traceparent`).
     pub attempt: u32,
+    /// Its bytes, counted by the transport (`Hop::io`).
+    pub io: Arc<AttemptIo>,
+}
+
+/// The attempts of a request, in order, and the byte counts of the one that answered (its body
+/// is read after `run` returns: the meter reads the counts when the request ends).
+#[derive(Default)]
+pub struct AttemptLog {
+    pub list: Vec<AttemptRecord>,
+    pub answering: Option<Arc<AttemptIo>>,
 }
 
 /// One attempt's bookkeeping: its concurrency permit, whether it is the breaker's probe, and its
@@ -153,7 +164,7 @@ pub async fn run<'s, T, F, Fut>(
     needs: &Needs,
     request_id: &str,
     request_start: std::time::Instant,
-    log: &mut Vec<AttemptRecord>,
+    log: &mut AttemptLog,
     mut attempt: F,
 ) -> Result<(T, Served<'s>), (AxError, Option<Served<'s>>)>
 where
@@ -212,20 +223,28 @@ where
         let Some(guard) = admit(up, model, needs.reserve_tokens, &mut skips) else { continue };
         attempts += 1;
         let served = Served { up, model, attempts, fallback: item.fallback };
-        let ctx =
-            AttemptCtx { up, model, deadlines: Deadlines::new(up, item.route, deadline), guard, attempt: attempts };
+        let io = Arc::new(AttemptIo::default());
+        let ctx = AttemptCtx {
+            up,
+            model,
+            deadlines: Deadlines::new(up, item.route, deadline),
+            guard,
+            attempt: attempts,
+            io: io.clone(),
+        };
         let started = Instant::now();
         let timing =
             |started: Instant| (started.into_std().saturating_duration_since(request_start), started.elapsed());
         let e = match attempt(ctx).await {
             Ok(v) => {
-                log.push(attempt_record(request_id, &served, None, timing(started)));
+                log.list.push(attempt_record(request_id, &served, None, timing(started), &io));
+                log.answering = Some(io);
                 return Ok((v, served));
             }
             Err((e, guard)) => {
                 guard.finish(e.outcome());
                 log_failed(&served, &e, started.elapsed());
-                log.push(attempt_record(request_id, &served, Some(&e), timing(started)));
+                log.list.push(attempt_record(request_id, &served, Some(&e), timing(started), &io));
                 e
             }
         };
@@ -321,7 +340,9 @@ fn attempt_record(
     served: &Served<'_>,
     e: Option<&AxError>,
     (offset, elapsed): (Duration, Duration),
+    io: &AttemptIo,
 ) -> AttemptRecord {
+    let (sent_bytes, received_bytes) = io.counts();
     AttemptRecord {
         attempt_id: ax_protocol::usage::attempt_id(request_id, served.attempts),
         upstream: served.up.name.clone(),
@@ -340,5 +361,8 @@ fn attempt_record(
         latency_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         offset_us: u64::try_from(offset.as_micros()).unwrap_or(u64::MAX),
         provider: crate::metering::meter::genai_provider(served.up.kind).into(),
+        ttft_ms: None,
+        sent_bytes,
+        received_bytes,
     }
 }

@@ -274,6 +274,12 @@ async fn a_failover_and_a_stream_are_traced_with_genai_attributes_and_propagated
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(usage.contains(&format!("\"trace_id\":\"{caller_trace}\"")), "{usage}");
+    // Each attempt's bytes: the refused one sent nothing, the answering one its request.
+    let record: Value = serde_json::from_str(&usage).unwrap();
+    let list = &record["fields"]["attempt_list"];
+    assert_eq!(list[0]["sent_bytes"], 0, "{usage}");
+    assert!(list[1]["sent_bytes"].as_u64().is_some_and(|n| n > 100), "{usage}");
+    assert!(list[1]["received_bytes"].as_u64().is_some_and(|n| n > 100), "{usage}");
 }
 
 /// Requests, (count, p50, p99 in µs) at concurrency 8.

@@ -1,6 +1,6 @@
 //! The request explorer: requests newest first, narrowed by id, tenant, key, alias, upstream,
 //! status, error code and time; one request opens to its attempts (upstream, model, outcome,
-//! latency), tokens and cost. The filters live in the URL (`/requests?error=any`), so the
+//! latency, time to first token, bytes sent and received), tokens and cost. The filters live in the URL (`/requests?error=any`), so the
 //! overview's error figures link here and a search can be shared.
 
 use ax_protocol::admin::{RequestDetail, RequestList, RequestRow};
@@ -170,7 +170,7 @@ fn RequestView(id: String, close: impl Fn() + 'static + Copy + Send + Sync) -> i
                             <dt>"Stream"</dt><dd>{if r.stream { if r.incomplete { "yes, cut short" } else { "yes" } } else { "no" }}</dd>
                         </dl>
                         <table class="attempts">
-                            <thead><tr><th>"Attempt"</th><th>"Upstream"</th><th>"Model"</th><th>"Outcome"</th><th class="num">"Latency"</th><th>"Possibly billed"</th></tr></thead>
+                            <thead><tr><th>"Attempt"</th><th>"Upstream"</th><th>"Model"</th><th>"Outcome"</th><th class="num">"Latency"</th><th class="num">"TTFT"</th><th class="num">"Sent"</th><th class="num">"Received"</th><th>"Possibly billed"</th></tr></thead>
                             <tbody>
                             {r.attempt_list.into_iter().map(|a| { let failed = a.error_code.is_some(); view! {
                                 <tr class:bad=failed class:answered=!failed>
@@ -179,6 +179,9 @@ fn RequestView(id: String, close: impl Fn() + 'static + Copy + Send + Sync) -> i
                                     <td>{a.model}</td>
                                     <td>{a.error_code.clone().unwrap_or_else(|| "answered".to_owned())}</td>
                                     <td class="num">{fmt::ms(Some(a.latency_ms as f64))}</td>
+                                    <td class="num">{fmt::ms(a.ttft_ms.map(|t| t as f64))}</td>
+                                    <td class="num sent">{fmt::bytes(a.sent_bytes)}</td>
+                                    <td class="num received">{fmt::bytes(a.received_bytes)}</td>
                                     <td>{if a.possibly_billed { "yes" } else { "no" }}</td>
                                 </tr>
                             }}).collect_view()}
