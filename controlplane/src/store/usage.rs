@@ -2,10 +2,11 @@
 //! the `usage_daily` rollups reports read, and `usage_dead_letters`.
 
 use ax_protocol::usage::{UsageRecord, UNKNOWN_ALIAS};
+use http::StatusCode;
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 
 /// A batch of records as the columns of one `unnest` statement.
 #[derive(Default)]
@@ -444,8 +445,24 @@ pub async fn requests(db: &PgPool, f: &RequestFilter<'_>) -> ApiResult<Vec<Reque
         q.push(" AND (started_at, request_id) < (").push(at(us)).push(", ").push_bind(id.to_owned()).push(")");
     }
     q.push(" ORDER BY started_at DESC, request_id DESC LIMIT ").push_bind(f.limit);
-    Ok(q.build_query_as().fetch_all(db).await?)
+    // A combination of filters that matches almost nothing can walk an index far back; the
+    // search is cut off rather than holding a connection (and the caller) for seconds.
+    let mut tx = db.begin().await?;
+    sqlx::query(SEARCH_TIMEOUT).execute(&mut *tx).await?;
+    let rows = q.build_query_as().fetch_all(&mut *tx).await.map_err(|e| match &e {
+        sqlx::Error::Database(d) if d.code().as_deref() == Some("57014") => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "search_too_broad",
+            "this search took longer than 3 s: narrow it with a time range (from, to), a tenant or a key",
+        ),
+        _ => ApiError::from(e),
+    })?;
+    tx.rollback().await?;
+    Ok(rows)
 }
+
+/// How long one explorer search may run (Postgres cancels it past that: SQLSTATE 57014).
+const SEARCH_TIMEOUT: &str = "SET LOCAL statement_timeout = '3s'";
 
 /// One request's newest record: (started at in Unix microseconds, node, record).
 pub async fn request(db: &PgPool, request_id: &str) -> ApiResult<Option<(i64, String, Value)>> {

@@ -1192,10 +1192,10 @@ async fn operator_finds_a_failed_over_request_by_its_id() {
     assert_eq!(attempts.len(), 2, "{detail}");
     assert_eq!((attempts[0]["upstream"].as_str(), attempts[1]["upstream"].as_str()), (Some("down"), Some("a")));
     assert!(attempts[0]["error_code"].is_string() && attempts[1]["error_code"].is_null(), "{detail}");
-    // The refused attempt sent nothing; the answering one its request, and read its answer.
-    assert_eq!(attempts[0]["sent_bytes"], 0, "{detail}");
-    assert!(attempts[1]["sent_bytes"].as_u64().is_some_and(|n| n > 100), "{detail}");
-    assert!(attempts[1]["received_bytes"].as_u64().is_some_and(|n| n > 100), "{detail}");
+    // Each attempt's bytes: the refused one sent nothing, nor did the answering mock (it is in
+    // the process; `traces.rs` checks a real upstream's counts).
+    assert_eq!((&attempts[0]["sent_bytes"], &attempts[0]["received_bytes"]), (&json!(0), &json!(0)), "{detail}");
+    assert_eq!(attempts[1]["sent_bytes"], 0, "{detail}");
     assert_eq!(detail["node"], "dp-1");
     assert_eq!(admin.send("GET", "/api/v1/requests/req-never", None).await.status(), 404);
 
@@ -1227,8 +1227,9 @@ async fn operator_finds_a_failed_over_request_by_its_id() {
         cells[1].contains("req-failed-over#2") && cells[1].contains(" a ") && cells[1].contains("answered"),
         "{cells:?}"
     );
-    assert!(cells[0].contains(" 0 B "), "the refused attempt sent nothing: {cells:?}");
-    assert!(!cells[1].contains(" 0 B "), "the answering attempt's bytes: {cells:?}");
+    assert!(cells[0].contains(" 0 B 0 B "), "the refused attempt sent nothing: {cells:?}");
+    let head = b.find("section.request table.attempts thead").await.text().await.unwrap();
+    assert!(["TTFT", "Sent", "Received"].iter().all(|h| head.contains(h)), "{head}");
     assert!(b.client.current_url().await.unwrap().as_str().contains("request_id=req-failed-over"));
     b.screenshot("requests-failed-over").await;
     drop(dp);
