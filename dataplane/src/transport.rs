@@ -249,14 +249,16 @@ impl Client {
     }
 
     /// POSTs a JSON body to `path` (origin-form: path and query) and waits for the response head.
-    pub async fn post_json(
-        &self,
-        path: &Uri,
+    /// (`post`'s own future, not one wrapping it: a request's future is moved whole several
+    /// times, and each level of nesting makes it larger.)
+    pub fn post_json<'a>(
+        &'a self,
+        path: &'a Uri,
         body: impl Into<Payload>,
-        headers: &[(HeaderName, HeaderValue)],
-        hop: Hop<'_>,
-    ) -> Result<Response, Error> {
-        self.post(path, "application/json", body, headers, hop).await
+        headers: &'a [(HeaderName, HeaderValue)],
+        hop: Hop<'a>,
+    ) -> impl std::future::Future<Output = Result<Response, Error>> + 'a {
+        self.post(path, "application/json", body.into(), headers, hop)
     }
 
     /// POSTs a body of `content_type` to `path` and waits for the response head.
@@ -264,11 +266,10 @@ impl Client {
         &self,
         path: &Uri,
         content_type: &str,
-        body: impl Into<Payload>,
+        body: Payload,
         headers: &[(HeaderName, HeaderValue)],
         hop: Hop<'_>,
     ) -> Result<Response, Error> {
-        let body = body.into();
         let head = self.request_head(path, content_type, body.len(), headers, hop);
         let slot = crate::worker::current() % self.pools.len();
         let io = hop.io;

@@ -354,8 +354,7 @@ impl Meter {
         self.operation = op;
     }
 
-    /// Every attempt of the request, in order.
-    /// The request's attempts, and the byte counts of the one that answered.
+    /// Every attempt of the request, in order, and the byte counts of the one that answered.
     pub fn attempts(&mut self, list: Vec<AttemptRecord>, answering: Option<std::sync::Arc<crate::trace::AttemptIo>>) {
         self.record.attempt_list = list;
         self.answering = answering;

@@ -302,7 +302,7 @@ impl Collector {
         body: Vec<bytes::Bytes>,
     ) -> Result<Result<Vec<u8>, (http::StatusCode, bool)>, transport::Error> {
         let hop = Hop::from("");
-        let mut resp = self.client.post(&self.path, "application/x-protobuf", body, &self.headers, hop).await?;
+        let mut resp = self.client.post(&self.path, "application/x-protobuf", body.into(), &self.headers, hop).await?;
         let mut answer = Vec::new();
         // The answer is read to its end so the connection is kept (a long one is cut short).
         while let Ok(Some(chunk)) = resp.chunk().await {
