@@ -71,8 +71,8 @@ impl<'a> From<&'a str> for Hop<'a> {
 /// body, as far as it was read); counted by the transport, read when the attempt is recorded.
 #[derive(Debug, Default)]
 pub struct AttemptIo {
-    pub sent: std::sync::atomic::AtomicU64,
-    pub received: std::sync::atomic::AtomicU64,
+    sent: std::sync::atomic::AtomicU64,
+    received: std::sync::atomic::AtomicU64,
 }
 
 impl AttemptIo {

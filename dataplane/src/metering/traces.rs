@@ -137,9 +137,10 @@ fn with_traces_path(e: &str) -> String {
 /// (the W3C Baggage format the specification names).
 fn parse_headers(v: &str) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
     let mut out = Vec::new();
-    for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for (i, pair) in v.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate() {
+        // (The pair is not echoed: it may be a credential written without its name.)
         let Some((k, val)) = pair.split_once('=') else {
-            return Err(format!("{:?} is not key=value", pair.split('=').next().unwrap_or_default()));
+            return Err(format!("pair {} is not key=value", i + 1));
         };
         let name =
             HeaderName::from_bytes(k.trim().as_bytes()).map_err(|_| format!("{:?} is not a header name", k.trim()))?;
