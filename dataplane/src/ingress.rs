@@ -36,15 +36,13 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
     let (parts, body) = req.into_parts();
     let get = parts.method == Method::GET || parts.method == Method::HEAD;
     let post = parts.method == Method::POST;
-    // The model calls' futures are several KiB each: boxed, the router's own future (which hyper
-    // moves into its connection task per request) stays small, and each is built once in place
-    // instead of being copied from state to state.
+    // The model calls box their own state (`model_call`): the futures here stay small.
     let r = match parts.uri.path() {
-        "/v1/chat/completions" if post => Box::pin(chat_completions(app, parts.headers, body)).await,
-        "/v1/messages" if post => Box::pin(messages(app, parts.headers, body)).await,
-        "/v1/responses" if post => Box::pin(responses_api(app, parts.headers, body)).await,
+        "/v1/chat/completions" if post => chat_completions(app, parts.headers, body).await,
+        "/v1/messages" if post => messages(app, parts.headers, body).await,
+        "/v1/responses" if post => responses_api(app, parts.headers, body).await,
         "/v1/messages/count_tokens" if post => Box::pin(count_tokens(app, parts.headers, body)).await,
-        "/v1/embeddings" if post => Box::pin(embeddings(app, parts.headers, body)).await,
+        "/v1/embeddings" if post => embeddings(app, parts.headers, body).await,
         "/v1/models" if get => models(&app, &parts.headers),
         "/healthz" if get => healthz(),
         "/readyz" if get => readyz(&app),
@@ -186,7 +184,9 @@ fn request_span(request_id: &str, path: &'static str) -> tracing::Span {
 }
 
 /// A model endpoint's frame: the request id and the request's span. (The pipeline loads the
-/// snapshot once for the whole request.)
+/// snapshot once for the whole request.) The call's state (several KiB) is boxed here, under
+/// the span: it is copied once, into its box, where a future holding it inline would be copied
+/// whole at every level that moves it (the router's, hyper's, the span's wrapper).
 async fn model_call<F, Fut>(app: Arc<App>, headers: HeaderMap, path: &'static str, call: F) -> Response
 where
     F: FnOnce(Arc<App>, String, HeaderMap, Instant) -> Fut,
@@ -195,7 +195,7 @@ where
     let start = Instant::now();
     let rid = request_id(&headers);
     let span = request_span(&rid, path);
-    call(app, rid, headers, start).instrument(span).await
+    Box::pin(call(app, rid, headers, start)).instrument(span).await
 }
 
 async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
