@@ -501,9 +501,10 @@ where
     let include_usage = req.include_usage();
     let (req, needs, events, decoded, decode) = (&req, &needs, &events, &decoded, &decode);
     let trace = trace.as_ref();
+    let origin = failover::Origin { request_id: rid, start, fleet: app.fleet.as_ref() };
     // Boxed: the attempts' state (~4.5 KiB) is built once in its box, not inline in every future
     // that holds this one (each of which is moved whole, so copied, before it first runs).
-    let result = Box::pin(failover::run(snap, route, needs, rid, start, &mut attempt_log, |a| async move {
+    let result = Box::pin(failover::run(snap, route, needs, origin, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, deadlines, guard, attempt, io } = a;
         let traceparent = trace.map(|t| t.traceparent(attempt));
         let hop = Hop { request_id: rid, traceparent: traceparent.as_deref(), io: Some(&io) };
@@ -634,7 +635,8 @@ where
     let mut attempt_log = failover::AttemptLog::default();
     let req_ref = &req;
     let trace = trace.as_ref();
-    let result = failover::run(snap, route, &needs, rid, start, &mut attempt_log, |a| async move {
+    let origin = failover::Origin { request_id: rid, start, fleet: app.fleet.as_ref() };
+    let result = failover::run(snap, route, &needs, origin, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, deadlines, guard, attempt, io } = a;
         let traceparent = trace.map(|t| t.traceparent(attempt));
         let hop = Hop { request_id: rid, traceparent: traceparent.as_deref(), io: Some(&io) };

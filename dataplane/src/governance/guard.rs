@@ -125,6 +125,63 @@ async fn check_limits(
     Ok(Holds { local, shared })
 }
 
+/// What one upstream attempt holds against the upstream's own rate limits (the provider's quota
+/// it protects): a local reservation, and with Redis the share taken from the fleet's leases.
+#[derive(Default)]
+pub struct UpstreamHold {
+    local: Option<Held>,
+    shared: Option<fleet::FleetHeld>,
+}
+
+impl UpstreamHold {
+    /// The attempt's actual tokens replace its reservation (0 for an attempt that failed).
+    pub fn settle(&mut self, tokens: u64) {
+        if let Some(h) = &mut self.local {
+            h.settle(tokens);
+        }
+        if let Some(h) = &mut self.shared {
+            h.settle(tokens);
+        }
+    }
+}
+
+/// An upstream's rate limits for one attempt of `tokens`: fleet-wide through the upstream's
+/// leases (or `exact`) when Redis is configured and reachable, else in this process, at
+/// `limit ÷ replicas` when Redis is configured. `Err(retry_after)` when the upstream is full
+/// (the attempt skips it: a full upstream is not a refusal).
+pub async fn upstream_limits(
+    fleet: Option<&Arc<Fleet>>,
+    name: &str,
+    limiter: &crate::state::limits::Limiter,
+    tokens: u64,
+) -> Result<UpstreamHold, std::time::Duration> {
+    if limiter.is_unlimited() {
+        return Ok(UpstreamHold::default());
+    }
+    let mut shared = None;
+    let mut divisor = 1;
+    if let Some(s) = fleet {
+        divisor = s.replicas();
+        if !s.is_down() && (limiter.rpm.is_some() || limiter.tpm.is_some()) {
+            let layer = [("upstream", "upstream", name, limiter)];
+            shared = match fleet_limits(s, layer.iter(), tokens).await {
+                Ok(held) => held,
+                Err(e) => return Err(e.retry_after().unwrap_or(std::time::Duration::from_secs(1))),
+            };
+        }
+    }
+    let rates_local = shared.is_none();
+    match limiter.admit_scaled(tokens, divisor, rates_local) {
+        Ok(h) => Ok(UpstreamHold { local: Some(h), shared }),
+        Err(r) => {
+            if let Some(sh) = &mut shared {
+                sh.cancel();
+            }
+            Err(r.retry_after)
+        }
+    }
+}
+
 /// The per-minute limits of `layers` fleet-wide: from each subject's lease, or (`exact`) all
 /// in one script call. None when Redis cannot be used now (every limit is then local).
 async fn fleet_limits<'a>(

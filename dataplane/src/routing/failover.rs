@@ -25,7 +25,8 @@ use crate::error::AxError;
 use crate::error::Outcome;
 use crate::routing::plan::{self, Needs};
 use crate::state::health::{Admission, ModelHealth, Permit, UpstreamHealth};
-use crate::state::limits::Held;
+use crate::governance::fleet::Fleet;
+use crate::governance::guard::{self, UpstreamHold};
 use crate::trace::AttemptIo;
 use crate::upstream::call::Deadlines;
 
@@ -73,11 +74,11 @@ pub struct AttemptHealth {
     done: bool,
     _permit: Permit,
     /// The upstream rate-limit reservation of this attempt.
-    hold: Option<Held>,
+    hold: UpstreamHold,
 }
 
 impl AttemptHealth {
-    fn new(up: &Upstream, model: &Model, probe: bool, permit: Permit, hold: Option<Held>) -> Self {
+    fn new(up: &Upstream, model: &Model, probe: bool, permit: Permit, hold: UpstreamHold) -> Self {
         Self {
             upstream: up.health.clone(),
             model: model.health.clone(),
@@ -93,9 +94,7 @@ impl AttemptHealth {
 
     /// The attempt's actual token usage: settles the upstream's token reservation.
     pub fn usage(&mut self, tokens: u64) {
-        if let Some(h) = &mut self.hold {
-            h.settle(tokens);
-        }
+        self.hold.settle(tokens);
     }
 
     pub fn first_token(&mut self) {
@@ -156,14 +155,22 @@ struct Item<'s> {
     retries: u32,
 }
 
+/// The request whose attempts `run` makes: its id and arrival (each attempt's record), and the
+/// fleet that holds the upstreams' rate limits across replicas (with Redis).
+#[derive(Clone, Copy)]
+pub struct Origin<'a> {
+    pub request_id: &'a str,
+    pub start: std::time::Instant,
+    pub fleet: Option<&'a Arc<Fleet>>,
+}
+
 /// Runs attempts until one succeeds. `attempt` gets each attempt's context; on failure it hands
 /// the guard back with the error so the outcome is recorded here.
 pub async fn run<'s, T, F, Fut>(
     snap: &'s Snapshot,
     route: &'s Route,
     needs: &Needs,
-    request_id: &str,
-    request_start: std::time::Instant,
+    origin: Origin<'_>,
     log: &mut AttemptLog,
     mut attempt: F,
 ) -> Result<(T, Served<'s>), (AxError, Option<Served<'s>>)>
@@ -171,6 +178,7 @@ where
     F: FnMut(AttemptCtx<'s>) -> Fut,
     Fut: Future<Output = Result<T, (AxError, AttemptHealth)>>,
 {
+    let Origin { request_id, start: request_start, fleet } = origin;
     let fo = &route.failover;
     let deadline = Instant::now() + Duration::from_millis(fo.deadline_ms);
     let mut attempts = 0u32;
@@ -220,7 +228,7 @@ where
             skips.push(Skip { upstream: up.name.clone(), reason: "context window not larger", reopens_in: None });
             continue;
         }
-        let Some(guard) = admit(up, model, needs.reserve_tokens, &mut skips) else { continue };
+        let Some(guard) = admit(fleet, up, model, needs.reserve_tokens, &mut skips).await else { continue };
         attempts += 1;
         let served = Served { up, model, attempts, fallback: item.fallback };
         let io = Arc::new(AttemptIo::default());
@@ -284,9 +292,15 @@ where
     Err((AxError::NoHealthyUpstream { alias: route.alias.clone(), detail, retry_after }, None))
 }
 
-/// The breaker and concurrency checks; `None` (with the reason recorded) when the candidate must
-/// be skipped.
-fn admit(up: &Upstream, model: &Model, tokens: u64, skips: &mut Vec<Skip>) -> Option<AttemptHealth> {
+/// The breaker, concurrency and rate-limit checks; `None` (with the reason recorded) when the
+/// candidate must be skipped.
+async fn admit(
+    fleet: Option<&Arc<Fleet>>,
+    up: &Upstream,
+    model: &Model,
+    tokens: u64,
+    skips: &mut Vec<Skip>,
+) -> Option<AttemptHealth> {
     let probe = match up.health.breaker.admit() {
         Admission::Pass => false,
         Admission::Probe => true,
@@ -306,13 +320,9 @@ fn admit(up: &Upstream, model: &Model, tokens: u64, skips: &mut Vec<Skip>) -> Op
     let Some(permit) = up.health.try_acquire(up.max_concurrency) else {
         return release(skips, "at max_concurrency", None);
     };
-    let hold = if up.limiter.is_unlimited() {
-        None
-    } else {
-        match up.limiter.admit(tokens) {
-            Ok(h) => Some(h),
-            Err(r) => return release(skips, "at its rate limit", Some(r.retry_after)),
-        }
+    let hold = match guard::upstream_limits(fleet, &up.name, &up.limiter, tokens).await {
+        Ok(h) => h,
+        Err(retry_after) => return release(skips, "at its rate limit", Some(retry_after)),
     };
     Some(AttemptHealth::new(up, model, probe, permit, hold))
 }

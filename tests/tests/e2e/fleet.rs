@@ -143,6 +143,71 @@ tenants:
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An upstream's own rpm (the provider quota it protects) is fleet-wide too: three data planes
+/// whose route prefers `up` (rpm 600) and spills to `spare`, under 6 / 3 / 1 connections of load
+/// for 5 seconds. `up` receives at most the limit plus one block per replica, not three times
+/// the limit, and every request is served (a full upstream is skipped, never a refusal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_rate_limit_holds_across_replicas_and_the_overflow_fails_over() {
+    let redis = RedisServer::start();
+    let answer = || Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)));
+    let up = FakeUpstream::fixed(answer()).await;
+    let spare = FakeUpstream::fixed(answer()).await;
+    let limit = 600u64;
+    let yaml = format!(
+        r#"
+server: {{ redis_url: "{}", replicas: 3 }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}", limits: {{ rpm: {limit} }},
+      models: [{{ name: m, context_window: 8000, capabilities: [chat] }}] }}
+  - {{ name: spare, provider: openai, base_url: "{}", models: [{{ name: m, context_window: 8000, capabilities: [chat] }}] }}
+routes:
+  - {{ alias: chat, strategy: priority,
+      candidates: [{{ upstream: up, model: m, priority: 0 }}, {{ upstream: spare, model: m, priority: 1 }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        redis.url(),
+        up.url(),
+        spare.url(),
+        key_digest(KEY)
+    );
+    let (dir, bins) = replicas("fleet-upstream-rpm", &yaml);
+    let stop = Arc::new(AtomicBool::new(false));
+    let body = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
+    let tallies: Vec<Arc<Tally>> = (0..3).map(|_| Arc::new(Tally::default())).collect();
+    let mut tasks = Vec::new();
+    for (i, conns) in [6, 3, 1].into_iter().enumerate() {
+        for _ in 0..conns {
+            tasks.push(tokio::spawn(worker(bins[i].url.clone(), body.clone(), stop.clone(), tallies[i].clone())));
+        }
+    }
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(started.elapsed() < Duration::from_secs(50), "the whole run fits in one window");
+    let served: u64 = tallies.iter().map(|t| t.ok.load(Ordering::Relaxed)).sum();
+    let refused: u64 = tallies.iter().map(|t| t.refused.load(Ordering::Relaxed)).sum();
+    let (to_up, to_spare) = (up.hits() as u64, spare.hits() as u64);
+    let block = limit / 100;
+    eprintln!("upstream rpm {limit}: up {to_up}, spare {to_spare}, served {served}, refused {refused}");
+    assert_eq!(refused, 0, "a full upstream is skipped, never a refusal");
+    assert_eq!(to_up + to_spare, served, "every answer came from one of the two upstreams, once");
+    assert!(to_spare > 0, "the load went past the upstream's limit and spilled over");
+    assert!(to_up <= limit + 3 * block, "up received {to_up}: more than {limit} + one block ({block}) per replica");
+    assert!(to_up + 6 * block >= limit, "up received {to_up}: quota left stranded in leases");
+    let counted: u64 = redis.cli(&["HGET", "ax:rl:upstream:up:rpm", "s"]).parse().unwrap();
+    assert!(counted <= limit, "Redis counts at most the limit: {counted}");
+    for b in &bins {
+        assert!(!b.logs().contains("panicked"));
+    }
+    drop(bins);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A fleet budget of $0.25 a day over three data planes, each request costing exactly $0.001001
 /// (1 prompt token at $1 and 500 output tokens at $2 per Mtok, reserved up front in full), with
 /// one replica killed (SIGKILL) mid-run while it holds a lease. The fleet never spends more than
