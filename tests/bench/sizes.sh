@@ -16,7 +16,8 @@
 #     same body: issue 21's measure (no more CPU than the OpenAI caller to an OpenAI upstream);
 #   - ax at its defaults with a Responses caller (POST /v1/responses, the same messages as `input`)
 #     and the OpenAI upstream: translated, as every Responses request is today;
-#   - with a second binary, it at its defaults, plain and translated, in the same run.
+#   - with a second binary, it at its defaults, plain and translated, in the same run; with
+#     AX_SIZES_AB=<rounds> as well, only the two at their defaults, alternating, round by round.
 # The upstreams are nginx answering a fixed OpenAI or Anthropic body. CPU per request is the
 # proxy's utime + stime from /proc over the run, divided by the requests wrk counted. The table
 # ends with the ratios issue 20 sets targets on. Loopback only; every run is bounded by wrk's -d;
@@ -116,6 +117,26 @@ run() { wrk_cpu "$@"; }
 # nginx works in its (one) worker process, not the master.
 worker() { pgrep -P "$(cat "$WORK/$1.pid")" | head -1; }
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); runs of ${DUR}s, wrk -t1 -c64; req/s and CPU µs per request"
+if [ -n "$OTHER" ] && [ -n "${AX_SIZES_AB:-}" ]; then
+  # A/B only: this build and the other at their defaults, same protocol, alternating for
+  # AX_SIZES_AB rounds at each size (a drifting box then moves both columns alike).
+  echo "| body | round | this build | other |"
+  echo "|---|---:|---:|---:|"
+  for n in 1 60 600; do
+    plain=$(script "$n" "$KEY" chat); size=$(( $(wc -c < "$plain") / 1024 ))
+    for r in $(seq "$AX_SIZES_AB"); do
+      cells=""
+      for bin in "$AX" "$OTHER"; do
+        addr=$(start_ax "$bin" ""); pid=$(cat "$WORK/ax.pid")
+        read -r q c < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
+        stop_ax
+        cells="$cells $q / $c |"
+      done
+      echo "| ~${size} KB | $r |$cells"
+    done
+  done
+  exit 0
+fi
 HEAD='| body | nginx | nginx, access log | ax defaults | ax warn | ax governed | ax translated | ax messages → Anthropic | ax responses → OpenAI |'
 [ -n "$OTHER" ] && HEAD="$HEAD other defaults | other translated |"
 echo "$HEAD"
