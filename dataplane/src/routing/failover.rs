@@ -23,10 +23,10 @@ use tokio::time::Instant;
 use crate::config::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
 use crate::error::AxError;
 use crate::error::Outcome;
-use crate::routing::plan::{self, Needs};
-use crate::state::health::{Admission, ModelHealth, Permit, UpstreamHealth};
 use crate::governance::fleet::Fleet;
 use crate::governance::guard::{self, UpstreamHold};
+use crate::routing::plan::{self, Needs};
+use crate::state::health::{Admission, ModelHealth, Permit, UpstreamHealth};
 use crate::trace::AttemptIo;
 use crate::upstream::call::Deadlines;
 

@@ -79,6 +79,28 @@ async fn worker(url: String, body: serde_json::Value, stop: Arc<AtomicBool>, tal
     }
 }
 
+/// 6, 3 and 1 connections of small chat requests on the three replicas for `length` (well
+/// inside one minute's window); what each replica's workers saw.
+async fn uneven_load(bins: &[Binary], length: Duration) -> Vec<Arc<Tally>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let body = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
+    let tallies: Vec<Arc<Tally>> = (0..3).map(|_| Arc::new(Tally::default())).collect();
+    let mut tasks = Vec::new();
+    for (i, conns) in [6, 3, 1].into_iter().enumerate() {
+        for _ in 0..conns {
+            tasks.push(tokio::spawn(worker(bins[i].url.clone(), body.clone(), stop.clone(), tallies[i].clone())));
+        }
+    }
+    let started = Instant::now();
+    tokio::time::sleep(length).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(started.elapsed() < Duration::from_secs(50), "the whole run fits in one window");
+    tallies
+}
+
 /// `0.001001` → 1,001.
 fn micro(usd: &str) -> u64 {
     let (whole, frac) = usd.split_once('.').unwrap_or((usd, "0"));
@@ -109,22 +131,7 @@ tenants:
         key_digest(KEY)
     );
     let (dir, bins) = replicas("fleet-rpm", &yaml);
-    let stop = Arc::new(AtomicBool::new(false));
-    let body = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
-    let tallies: Vec<Arc<Tally>> = (0..3).map(|_| Arc::new(Tally::default())).collect();
-    let mut tasks = Vec::new();
-    for (i, conns) in [6, 3, 1].into_iter().enumerate() {
-        for _ in 0..conns {
-            tasks.push(tokio::spawn(worker(bins[i].url.clone(), body.clone(), stop.clone(), tallies[i].clone())));
-        }
-    }
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert!(started.elapsed() < Duration::from_secs(50), "the whole run fits in one window");
+    let tallies = uneven_load(&bins, Duration::from_secs(8)).await;
     let admitted: Vec<u64> = tallies.iter().map(|t| t.ok.load(Ordering::Relaxed)).collect();
     let refused: u64 = tallies.iter().map(|t| t.refused.load(Ordering::Relaxed)).sum();
     let total: u64 = admitted.iter().sum();
@@ -173,22 +180,7 @@ tenants:
         key_digest(KEY)
     );
     let (dir, bins) = replicas("fleet-upstream-rpm", &yaml);
-    let stop = Arc::new(AtomicBool::new(false));
-    let body = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
-    let tallies: Vec<Arc<Tally>> = (0..3).map(|_| Arc::new(Tally::default())).collect();
-    let mut tasks = Vec::new();
-    for (i, conns) in [6, 3, 1].into_iter().enumerate() {
-        for _ in 0..conns {
-            tasks.push(tokio::spawn(worker(bins[i].url.clone(), body.clone(), stop.clone(), tallies[i].clone())));
-        }
-    }
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert!(started.elapsed() < Duration::from_secs(50), "the whole run fits in one window");
+    let tallies = uneven_load(&bins, Duration::from_secs(5)).await;
     let served: u64 = tallies.iter().map(|t| t.ok.load(Ordering::Relaxed)).sum();
     let refused: u64 = tallies.iter().map(|t| t.refused.load(Ordering::Relaxed)).sum();
     let (to_up, to_spare) = (up.hits() as u64, spare.hits() as u64);
