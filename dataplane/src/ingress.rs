@@ -19,7 +19,6 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use tracing::Instrument;
 
 use crate::body::{header_value, Body};
 use crate::canonical::Protocol;
@@ -176,31 +175,24 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limit: u64) -> Result<By
     }
 }
 
-/// The span every line a request logs is in: its id and path. (Who called and for which alias is
-/// in the request's usage line, which carries the same id: recording them into the span as they
-/// became known cost more than the rest of the default level's logging of a request.)
-fn request_span(request_id: &str, path: &'static str) -> tracing::Span {
-    // A `&str` field, recorded as it is (`%` would format it through `Display` into a new string).
-    tracing::info_span!("request", request_id, path)
-}
-
-/// A model endpoint's frame: the request id and the request's span. (The pipeline loads the
-/// snapshot once for the whole request.) The call's state (several KiB) is boxed here, under
-/// the span: it is copied once, into its box, where a future holding it inline would be copied
-/// whole at every level that moves it (the router's, hyper's, the span's wrapper).
-async fn model_call<F, Fut>(app: Arc<App>, headers: HeaderMap, path: &'static str, call: F) -> Response
+/// A model endpoint's frame: the request id, current on the thread while the call runs (every
+/// line it logs carries it: `trace::WithRequestId`; who called and for which alias is in the
+/// request's usage line, which carries the same id). The pipeline loads the snapshot once for the
+/// whole request. The call's state (several KiB) is boxed here: it is copied once, into its box,
+/// where a future holding it inline would be copied whole at every level that moves it (the
+/// router's, hyper's, a wrapper's).
+async fn model_call<F, Fut>(app: Arc<App>, headers: HeaderMap, call: F) -> Response
 where
     F: FnOnce(Arc<App>, String, HeaderMap, Instant) -> Fut,
     Fut: std::future::Future<Output = Response>,
 {
     let start = Instant::now();
     let rid = request_id(&headers);
-    let span = request_span(&rid, path);
-    Box::pin(call(app, rid, headers, start)).instrument(span).await
+    crate::trace::WithRequestId::new(rid.clone(), Box::pin(call(app, rid, headers, start))).await
 }
 
 async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
-    model_call(app, headers, "/v1/chat/completions", |app, rid, headers, start| async move {
+    model_call(app, headers, |app, rid, headers, start| async move {
         let snap = app.store.load();
         let inbound = pipeline::Inbound {
             request_id: &rid,
@@ -246,7 +238,7 @@ struct Turn {
 /// continues unless this data plane remembers it, and then the turn's write goes behind its
 /// answer: a turn waits on the store at most once.
 async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
-    model_call(app, headers, "/v1/responses", |app, rid, headers, start| async move {
+    model_call(app, headers, |app, rid, headers, start| async move {
         let snap = app.store.load();
         let key = openai::api_key(&headers);
         let turn: std::sync::OnceLock<Turn> = std::sync::OnceLock::new();
@@ -380,7 +372,7 @@ async fn save_response(app: &App, id: String, k: Keep, response: Bytes) {
 }
 
 async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
-    model_call(app, headers, "/v1/embeddings", |app, rid, headers, start| async move {
+    model_call(app, headers, |app, rid, headers, start| async move {
         let snap = app.store.load();
         let inbound = pipeline::Inbound {
             request_id: &rid,
@@ -399,7 +391,7 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
 }
 
 async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
-    model_call(app, headers, "/v1/messages", |app, rid, headers, start| async move {
+    model_call(app, headers, |app, rid, headers, start| async move {
         let snap = app.store.load();
         let version = anthropic::check_version(&headers);
         let beta = anthropic::forwarded_headers(&headers);

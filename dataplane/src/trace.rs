@@ -8,8 +8,60 @@
 //! so the upstream's `traceparent` and the exported attempt span agree without carrying one more
 //! id. Spans are made and exported when the request's record is (`metering::traces`); errors are
 //! exported whatever the sampling said.
+//!
+//! Also the request id of the log lines a request writes: `WithRequestId` makes it the serving
+//! thread's current one while the request's future runs, and the log format reads it
+//! (`current_request_id`). A `tracing` span per request did the same at ~4k instructions a
+//! request (the JSON subscriber serializes a span's fields when it is made), 6 % of a small one,
+//! for the rare warning line.
 
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::{Context, Poll};
+
+thread_local! {
+    /// The id of the request this thread is running now; empty between requests.
+    static CURRENT_REQUEST: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// A request's (boxed) future, with its id current on the thread for as long as each poll runs.
+pub struct WithRequestId<F> {
+    id: String,
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> WithRequestId<F> {
+    pub fn new(id: String, inner: Pin<Box<F>>) -> Self {
+        Self { id, inner }
+    }
+}
+
+impl<F: Future> Future for WithRequestId<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let set = |id: &str| {
+            CURRENT_REQUEST.with(|c| {
+                if let Ok(mut c) = c.try_borrow_mut() {
+                    c.clear();
+                    c.push_str(id);
+                }
+            })
+        };
+        set(&this.id);
+        let r = this.inner.as_mut().poll(cx);
+        set("");
+        r
+    }
+}
+
+/// The id of the request the calling thread is running, if any (for its log lines).
+pub fn current_request_id() -> Option<String> {
+    CURRENT_REQUEST.with(|c| c.try_borrow().ok().filter(|id| !id.is_empty()).map(|id| id.clone()))
+}
 
 /// How requests are sampled at their head: a `ratio` of new traces kept (by trace id, so every
 /// service keeps the same ones); with `parent_based`, a caller's `traceparent` decides for its

@@ -504,5 +504,12 @@ async fn usage_record_lists_attempts_with_retry_of() {
     assert_eq!(r["attempts"], 2);
     assert_eq!(r["prompt_tokens"], 5);
     assert_eq!(r["tenant"], "t");
+    // The request's warning lines carry its id; lines outside a request carry none.
+    let lines: Vec<Value> = bin.logs().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let failed =
+        lines.iter().find(|v| v["fields"]["message"] == "attempt failed").expect("the failed attempt is logged");
+    assert_eq!(failed["request_id"], "req-finance-1", "{failed}");
+    let listening = lines.iter().find(|v| v["fields"]["message"] == "listening").expect("the start is logged");
+    assert!(listening.get("request_id").is_none(), "{listening}");
     let _ = std::fs::remove_dir_all(&dir);
 }
