@@ -80,12 +80,9 @@ fn request_id(headers: &HeaderMap) -> String {
             return v.to_owned();
         }
     }
-    let n: u128 = rand::random();
     let mut id = String::with_capacity(36);
     id.push_str("req_");
-    for shift in (0..32).rev() {
-        id.push(char::from(b"0123456789abcdef"[((n >> (shift * 4)) & 0xf) as usize]));
-    }
+    crate::trace::push_hex(&mut id, rand::random(), 32);
     id
 }
 

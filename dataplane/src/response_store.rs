@@ -37,6 +37,7 @@ use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::error::AxError;
+use crate::trace::push_hex;
 
 /// The longest one store operation may take before the request is refused with
 /// `response_store_unavailable`.
@@ -55,7 +56,6 @@ const BEHIND_MAX: usize = 256;
 /// its answer by another data plane may still be on its way.
 const LOOK_AGAIN: Duration = Duration::from_millis(25);
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
 const CONV_LEN: usize = 16;
 const OWN_LEN: usize = 32;
 const PREFIX: &str = "resp_";
@@ -89,21 +89,15 @@ pub struct Conversation {
     pub fetched: bool,
 }
 
-fn hex(n: u128, digits: usize, out: &mut String) {
-    for shift in (0..digits).rev() {
-        out.push(char::from(HEX[((n >> (shift * 4)) & 0xf) as usize]));
-    }
-}
-
 /// A new response id: in the conversation of `previous` when it is one of ours, else a new one.
 pub fn new_id(previous: Option<&str>) -> String {
     let mut id = String::with_capacity(PREFIX.len() + CONV_LEN + OWN_LEN);
     id.push_str(PREFIX);
     match previous.and_then(parse) {
         Some((conv, _)) => id.push_str(conv),
-        None => hex(rand::random::<u64>().into(), CONV_LEN, &mut id),
+        None => push_hex(&mut id, rand::random::<u64>().into(), CONV_LEN),
     }
-    hex(rand::random(), OWN_LEN, &mut id);
+    push_hex(&mut id, rand::random(), OWN_LEN);
     id
 }
 

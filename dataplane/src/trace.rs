@@ -227,9 +227,9 @@ impl TraceContext {
     pub fn traceparent(&self, n: u32) -> String {
         let mut s = String::with_capacity(55);
         s.push_str("00-");
-        hex(&mut s, self.trace_id, 32);
+        push_hex(&mut s, self.trace_id, 32);
         s.push('-');
-        hex(&mut s, u128::from(self.attempt_span(n)), 16);
+        push_hex(&mut s, u128::from(self.attempt_span(n)), 16);
         s.push_str(if self.sampled { "-01" } else { "-00" });
         s
     }
@@ -237,17 +237,22 @@ impl TraceContext {
     /// The trace id as 32 lowercase hex digits.
     pub fn trace_id_hex(&self) -> String {
         let mut s = String::with_capacity(32);
-        hex(&mut s, self.trace_id, 32);
+        push_hex(&mut s, self.trace_id, 32);
         s
     }
 }
 
-/// The low `digits` hex digits of `v`, zero-padded (`format!("{:032x}")` costs ten times as much).
-fn hex(out: &mut String, v: u128, digits: usize) {
+/// Appends the low `digits` (at most 32) lowercase hex digits of `v`, zero-padded: two digits
+/// per byte into a stack buffer, then one copy (`format!("{:032x}")` costs ten times as much, a
+/// `push` per digit three times).
+pub fn push_hex(out: &mut String, v: u128, digits: usize) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for i in (0..digits).rev() {
-        out.push(char::from(DIGITS[((v >> (4 * i)) & 0xf) as usize]));
+    let mut buf = [0u8; 32];
+    for (pair, b) in buf.chunks_exact_mut(2).zip(v.to_be_bytes()) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
     }
+    out.push_str(std::str::from_utf8(&buf[32 - digits.min(32)..]).unwrap_or_default());
 }
 
 #[cfg(test)]
@@ -289,6 +294,12 @@ mod tests {
         let big = TraceContext { trace_id: 0x0af7651916cd43dd8448eb211c80319c, sampled: false, ..t };
         assert_eq!(big.trace_id_hex(), "0af7651916cd43dd8448eb211c80319c");
         assert_eq!(big.traceparent(2), format!("00-{:032x}-{:016x}-00", big.trace_id, big.attempt_span(2)));
+        for (v, digits) in [(0u128, 1), (0xabc, 3), (u128::MAX, 32), (0x0123_4567_89ab_cdef, 16), (0x1f, 40)] {
+            let mut s = String::from("x");
+            push_hex(&mut s, v, digits);
+            let want = format!("x{:032x}", v);
+            assert_eq!(s, format!("x{}", &want[want.len() - digits.min(32)..]), "{v:x} in {digits}");
+        }
     }
 
     #[test]
