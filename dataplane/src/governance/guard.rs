@@ -56,12 +56,30 @@ impl BudgetHold {
     }
 }
 
-/// What one request holds against rate limits: local holds (concurrency, and the per-minute
-/// limits when they are local) and, with Redis, its fleet-wide reservations.
-struct Holds {
+/// What one request (or one upstream attempt) holds against rate limits: local holds
+/// (concurrency, and the per-minute limits when they are local) and, with Redis, its fleet-wide
+/// reservations.
+#[derive(Default)]
+pub struct Holds {
     local: Vec<Held>,
     shared: Option<fleet::FleetHeld>,
 }
+
+impl Holds {
+    /// Replaces every token reservation by `tokens`, the actual usage (0: none was used).
+    pub fn settle(&mut self, tokens: u64) {
+        for h in &mut self.local {
+            h.settle(tokens);
+        }
+        if let Some(h) = &mut self.shared {
+            h.settle(tokens);
+        }
+    }
+}
+
+/// One rate-limited layer: (the layer as the caller reads it, its tag in Redis, the subject,
+/// its limiter).
+type Layer<'a> = (&'static str, &'static str, &'a str, &'a crate::state::limits::Limiter);
 
 /// The caller-side rate limits, in order: key, the key's for the alias, tenant, alias. All or nothing: a refusal gives
 /// back what the earlier layers reserved. With Redis, the per-minute limits are fleet-wide (one
@@ -75,7 +93,6 @@ async fn check_limits(
     route: &Route,
     tokens: u64,
 ) -> Result<Holds, AxError> {
-    // (the layer as the caller reads it, its tag in Redis, the subject, its limiter)
     let per_alias = key.alias_limits.get(&route.alias);
     let all = [
         Some(("key", "key", key.key_id.as_str(), &key.limiter)),
@@ -83,7 +100,15 @@ async fn check_limits(
         Some(("tenant", "tenant", tenant.id.as_str(), &tenant.limiter)),
         Some(("alias", "alias", route.alias.as_str(), &route.limiter)),
     ];
-    let layers = all.iter().flatten();
+    admit_layers(fleet, all.iter().flatten(), tokens).await
+}
+
+/// `layers` all or nothing: fleet-wide per-minute limits with a reachable Redis, then each
+/// layer's local part (concurrency; every limit, at `limit ÷ replicas`, without Redis).
+async fn admit_layers<'a, I>(fleet: Option<&Arc<Fleet>>, layers: I, tokens: u64) -> Result<Holds, AxError>
+where
+    I: Iterator<Item = &'a Layer<'a>> + Clone,
+{
     let mut shared = None;
     let mut divisor = 1;
     if let Some(s) = fleet {
@@ -125,68 +150,29 @@ async fn check_limits(
     Ok(Holds { local, shared })
 }
 
-/// What one upstream attempt holds against the upstream's own rate limits (the provider's quota
-/// it protects): a local reservation, and with Redis the share taken from the fleet's leases.
-#[derive(Default)]
-pub struct UpstreamHold {
-    local: Option<Held>,
-    shared: Option<fleet::FleetHeld>,
-}
-
-impl UpstreamHold {
-    /// The attempt's actual tokens replace its reservation (0 for an attempt that failed).
-    pub fn settle(&mut self, tokens: u64) {
-        if let Some(h) = &mut self.local {
-            h.settle(tokens);
-        }
-        if let Some(h) = &mut self.shared {
-            h.settle(tokens);
-        }
-    }
-}
-
-/// An upstream's rate limits for one attempt of `tokens`: fleet-wide through the upstream's
-/// leases (or `exact`) when Redis is configured and reachable, else in this process, at
-/// `limit ÷ replicas` when Redis is configured. `Err(retry_after)` when the upstream is full
-/// (the attempt skips it: a full upstream is not a refusal).
+/// An upstream's rate limits for one attempt of `tokens` (the provider's quota it protects), as
+/// the caller's layers are held: fleet-wide with Redis, else local. `Err(retry_after)` when the
+/// upstream is full (the attempt skips it: a full upstream is not a refusal).
 pub async fn upstream_limits(
     fleet: Option<&Arc<Fleet>>,
     name: &str,
     limiter: &crate::state::limits::Limiter,
     tokens: u64,
-) -> Result<UpstreamHold, std::time::Duration> {
+) -> Result<Holds, std::time::Duration> {
     if limiter.is_unlimited() {
-        return Ok(UpstreamHold::default());
+        return Ok(Holds::default());
     }
-    let mut shared = None;
-    let mut divisor = 1;
-    if let Some(s) = fleet {
-        divisor = s.replicas();
-        if !s.is_down() && (limiter.rpm.is_some() || limiter.tpm.is_some()) {
-            let layer = [("upstream", "upstream", name, limiter)];
-            shared = match fleet_limits(s, layer.iter(), tokens).await {
-                Ok(held) => held,
-                Err(e) => return Err(e.retry_after().unwrap_or(std::time::Duration::from_secs(1))),
-            };
-        }
-    }
-    let rates_local = shared.is_none();
-    match limiter.admit_scaled(tokens, divisor, rates_local) {
-        Ok(h) => Ok(UpstreamHold { local: Some(h), shared }),
-        Err(r) => {
-            if let Some(sh) = &mut shared {
-                sh.cancel();
-            }
-            Err(r.retry_after)
-        }
-    }
+    let layer = [("upstream", "upstream", name, limiter)];
+    admit_layers(fleet, layer.iter(), tokens)
+        .await
+        .map_err(|e| e.retry_after().unwrap_or(std::time::Duration::from_secs(1)))
 }
 
 /// The per-minute limits of `layers` fleet-wide: from each subject's lease, or (`exact`) all
 /// in one script call. None when Redis cannot be used now (every limit is then local).
 async fn fleet_limits<'a>(
     s: &Arc<Fleet>,
-    layers: impl Iterator<Item = &'a (&'static str, &'static str, &'a str, &'a crate::state::limits::Limiter)>,
+    layers: impl Iterator<Item = &'a Layer<'a>>,
     tokens: u64,
 ) -> Result<Option<fleet::FleetHeld>, AxError> {
     let mut held = fleet::FleetHeld::empty(s);
@@ -385,12 +371,7 @@ impl Reservations {
             None
         };
         if let Some(n) = settle_to {
-            for h in &mut self.holds.local {
-                h.settle(n);
-            }
-            if let Some(h) = &mut self.holds.shared {
-                h.settle(n);
-            }
+            self.holds.settle(n);
         }
     }
 }

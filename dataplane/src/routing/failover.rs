@@ -24,7 +24,7 @@ use crate::config::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
 use crate::error::AxError;
 use crate::error::Outcome;
 use crate::governance::fleet::Fleet;
-use crate::governance::guard::{self, UpstreamHold};
+use crate::governance::guard::{self, Holds};
 use crate::routing::plan::{self, Needs};
 use crate::state::health::{Admission, ModelHealth, Permit, UpstreamHealth};
 use crate::trace::AttemptIo;
@@ -74,11 +74,11 @@ pub struct AttemptHealth {
     done: bool,
     _permit: Permit,
     /// The upstream rate-limit reservation of this attempt.
-    hold: UpstreamHold,
+    hold: Holds,
 }
 
 impl AttemptHealth {
-    fn new(up: &Upstream, model: &Model, probe: bool, permit: Permit, hold: UpstreamHold) -> Self {
+    fn new(up: &Upstream, model: &Model, probe: bool, permit: Permit, hold: Holds) -> Self {
         Self {
             upstream: up.health.clone(),
             model: model.health.clone(),
