@@ -685,6 +685,38 @@ impl FinishReason {
     }
 }
 
+impl FinishReason {
+    /// The reason in OpenAI's words where ax maps it, else the provider's own.
+    pub fn name(&self) -> &str {
+        self.openai().or(self.raw()).unwrap_or_default()
+    }
+}
+
+/// What a trace says of an answer (`gen_ai.response.id`, `gen_ai.response.finish_reasons`): the
+/// provider's id of it and why each choice stopped. Read only for traced requests (and by a
+/// stream's decoder, which keeps it as it goes).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnswerFacts {
+    pub id: Option<String>,
+    pub finish_reasons: Vec<FinishReason>,
+}
+
+impl AnswerFacts {
+    /// The answer's id, the first seen (a stream repeats it in every event).
+    pub fn saw_id(&mut self, id: &str) {
+        if self.id.is_none() && !id.is_empty() {
+            self.id = Some(id.to_owned());
+        }
+    }
+
+    pub fn of(r: &ChatResponse) -> Self {
+        Self {
+            id: (!r.id.is_empty()).then(|| r.id.clone()),
+            finish_reasons: r.choices.iter().filter_map(|c| c.finish_reason.clone()).collect(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
     /// All prompt tokens, cached ones included.

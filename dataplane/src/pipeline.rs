@@ -96,7 +96,7 @@ impl<'s> From<&Served<'s>> for ServedBy<'s> {
 /// stream the caller reads as it comes.
 pub enum ChatReply<E> {
     Full(ChatResponse),
-    Forward { body: Bytes, usage: Option<Usage> },
+    Forward { body: Bytes, usage: Option<Usage>, facts: crate::canonical::AnswerFacts },
     Stream(Box<EgressStream<E>>),
 }
 
@@ -540,13 +540,13 @@ where
                 guard.finish(Outcome::Success);
                 Ok(ChatReply::Full(r))
             }
-            Ok(ChatOutcome::Forward { body, usage }) => {
+            Ok(ChatOutcome::Forward { body, usage, facts }) => {
                 let mut guard = guard;
                 if let Some(u) = &usage {
                     guard.usage(u.total());
                 }
                 guard.finish(Outcome::Success);
-                Ok(ChatReply::Forward { body, usage })
+                Ok(ChatReply::Forward { body, usage, facts })
             }
             Ok(ChatOutcome::Stream(us)) => {
                 let n = match req {
@@ -571,17 +571,21 @@ where
             if let Some(u) = &r.usage {
                 ledger.meter.usage(u);
             }
+            if ledger.meter.traced() {
+                ledger.meter.answered(crate::canonical::AnswerFacts::of(&r));
+            }
             cost = ledger.meter.cost_micro_usd();
             ledger.finish(200, None);
             ChatReply::Full(r)
         }
-        ChatReply::Forward { body, usage } => {
+        ChatReply::Forward { body, usage, facts } => {
             if let Some(u) = &usage {
                 ledger.meter.usage(u);
             }
+            ledger.meter.answered(facts);
             cost = ledger.meter.cost_micro_usd();
             ledger.finish(200, None);
-            ChatReply::Forward { body, usage }
+            ChatReply::Forward { body, usage, facts: Default::default() }
         }
         ChatReply::Stream(mut s) => {
             s.attach(ledger);

@@ -156,6 +156,18 @@ impl StreamDecoder {
         }
     }
 
+    /// The answer's id and finish reasons seen so far (taken: a second call has none).
+    pub fn facts(&mut self) -> crate::canonical::AnswerFacts {
+        match self {
+            Self::OpenAi(s) => std::mem::take(&mut s.facts),
+            Self::OpenAiForward(s) => s.facts(),
+            Self::AnthropicForward(s) => s.facts(),
+            Self::ResponsesForward(s) => s.facts(),
+            Self::Anthropic(s) => std::mem::take(&mut s.facts),
+            Self::Gemini(s) => std::mem::take(&mut s.facts),
+        }
+    }
+
     /// The upstream closed the stream. Gemini ends this way; for the others, ending without their
     /// end marker is complete only if a finish reason was already seen.
     pub fn on_eof(&mut self) -> Result<StreamItem, AxError> {

@@ -25,6 +25,8 @@ STALLED = threading.Event()
 
 def value(v):
     kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [value(x) for x in v.array_value.values]
     return getattr(v, kind) if kind else None
 
 

@@ -248,6 +248,8 @@ struct Traced {
     ctx: crate::trace::TraceContext,
     max_tokens: Option<u32>,
     temperature: Option<f64>,
+    /// The answer's id and finish reasons.
+    answer: crate::canonical::AnswerFacts,
 }
 
 pub struct Meter {
@@ -346,7 +348,19 @@ impl Meter {
         max_tokens: Option<u32>,
         temperature: Option<f64>,
     ) {
-        self.trace = ctx.map(|ctx| Box::new(Traced { ctx, max_tokens, temperature }));
+        self.trace = ctx.map(|ctx| Box::new(Traced { ctx, max_tokens, temperature, answer: Default::default() }));
+    }
+
+    /// Whether the request is traced (its span wants the answer's facts).
+    pub fn traced(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// The answer's id and finish reasons, for the request's span.
+    pub fn answered(&mut self, facts: crate::canonical::AnswerFacts) {
+        if let Some(t) = &mut self.trace {
+            t.answer = facts;
+        }
     }
 
     /// `gen_ai.operation.name` of the call (chat unless said otherwise).
@@ -516,6 +530,7 @@ impl Meter {
                 temperature: t.temperature,
                 ttft,
                 elapsed,
+                answer: &t.answer,
             };
             super::traces::record(&t.ctx, r, &facts);
         }

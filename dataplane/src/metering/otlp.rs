@@ -187,6 +187,24 @@ pub fn attribute(buf: &mut Vec<u8>, field: u32, key: &Key, value: Value<'_>) {
     buf.extend_from_slice(string.as_bytes());
 }
 
+/// `KeyValue` in field `field` of its message whose value is an array of strings
+/// (`AnyValue.array_value`).
+pub fn strings<'v>(buf: &mut Vec<u8>, field: u32, key: &Key, values: impl Iterator<Item = &'v str>) {
+    nested(buf, field, |buf| {
+        buf.extend_from_slice(&key.bytes[..key.len]);
+        // value = 2 { array_value = 5 { values = 1 { string_value = 1 } } }
+        nested(buf, 2, |buf| {
+            nested(buf, 5, |buf| {
+                for v in values {
+                    tag(buf, 1, LEN);
+                    varint(buf, (1 + varint_len(v.len() as u64) + v.len()) as u64);
+                    bytes(buf, 1, v.as_bytes());
+                }
+            });
+        });
+    });
+}
+
 /// One span's identity and timing.
 #[derive(Debug, Clone, Copy)]
 pub struct SpanHead<'a> {

@@ -323,7 +323,7 @@ impl Collector {
 
 /// What a request's spans say beyond its record.
 #[derive(Debug, Clone, Copy)]
-pub struct SpanFacts {
+pub struct SpanFacts<'a> {
     pub operation: &'static str,
     /// The serving upstream's `gen_ai.provider.name`.
     pub provider: Option<&'static str>,
@@ -332,6 +332,8 @@ pub struct SpanFacts {
     pub ttft: Option<Duration>,
     /// How long the request took (its span's length).
     pub elapsed: Duration,
+    /// The answer's id and finish reasons (`gen_ai.response.*`).
+    pub answer: &'a crate::canonical::AnswerFacts,
 }
 
 /// Whether a finished request's spans are exported: its trace was sampled, or it failed.
@@ -340,7 +342,7 @@ pub fn exported(ctx: &TraceContext, r: &UsageRecord) -> bool {
 }
 
 /// Queues the spans of a finished request the meter found `exported`.
-pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts) {
+pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts<'_>) {
     let Some(queue) = QUEUE.get() else { return };
     let mut bytes = Vec::with_capacity(1024 + 512 * r.attempt_list.len());
     spans(&mut bytes, ctx, r, facts, SystemTime::now());
@@ -370,7 +372,7 @@ fn unix_ns(t: SystemTime) -> u64 {
 }
 
 /// The request's span and one per attempt, ending at `end`, as `ScopeSpans.spans` entries.
-fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, end: SystemTime) {
+fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts<'_>, end: SystemTime) {
     let start = end.checked_sub(f.elapsed).unwrap_or(end);
     let (start_ns, end_ns) = (unix_ns(start), unix_ns(end));
     let head = SpanHead {
@@ -383,6 +385,16 @@ fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, 
         end_unix_ns: end_ns,
     };
     let a = |b: &mut Vec<u8>, key: &otlp::Key, v: Value<'_>| otlp::attribute(b, 9, key, v);
+    // The answer's id and finish reasons: on the request's span and the attempt that answered.
+    let answer = |b: &mut Vec<u8>| {
+        if let Some(id) = &f.answer.id {
+            a(b, key!("gen_ai.response.id"), Value::Str(id));
+        }
+        if !f.answer.finish_reasons.is_empty() {
+            let reasons = f.answer.finish_reasons.iter().map(crate::canonical::FinishReason::name);
+            otlp::strings(b, 9, key!("gen_ai.response.finish_reasons"), reasons);
+        }
+    };
     otlp::span(out, &head, r.error_code.as_deref(), |b| {
         a(b, key!("gen_ai.operation.name"), Value::Str(f.operation));
         a(b, key!("gen_ai.request.model"), Value::Str(&r.alias));
@@ -427,6 +439,7 @@ fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, 
         if let Some(code) = &r.error_code {
             a(b, key!("error.type"), Value::Str(code));
         }
+        answer(b);
     });
     for (i, at) in r.attempt_list.iter().enumerate() {
         let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
@@ -461,7 +474,10 @@ fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts, 
             }
             match &at.error_code {
                 Some(code) => a(b, key!("error.type"), Value::Str(code)),
-                None => a(b, key!("gen_ai.response.model"), Value::Str(&at.model)),
+                None => {
+                    a(b, key!("gen_ai.response.model"), Value::Str(&at.model));
+                    answer(b);
+                }
             }
         });
     }
@@ -572,6 +588,7 @@ mod tests {
             temperature: None,
             ttft: None,
             elapsed: Duration::from_millis(5),
+            answer: &Default::default(),
         };
         let mut b = Vec::new();
         spans(&mut b, &ctx, &r, &facts, SystemTime::now());

@@ -348,6 +348,9 @@ impl<E: StreamEncoder> EgressStream<E> {
             if let Some(u) = &self.usage {
                 l.meter.usage(u);
             }
+            if l.meter.traced() {
+                l.meter.answered(self.upstream.facts());
+            }
             l.finish(200, end.as_ref().map(AxError::code));
         }
     }
@@ -382,6 +385,9 @@ impl<E> Drop for EgressStream<E> {
                 if u.completion_tokens >= self.deltas {
                     l.meter.usage(u);
                 }
+            }
+            if let Some(l) = self.ledger.as_mut().filter(|l| l.meter.traced()) {
+                l.meter.answered(self.upstream.facts());
             }
         }
     }

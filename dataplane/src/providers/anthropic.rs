@@ -13,8 +13,9 @@ use serde_json::Value;
 
 use super::{classify, error_body, status_of_error_type, tool_arguments, Ctx, IsError};
 use crate::canonical::{
-    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, RawEvent,
-    ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
+    AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason,
+    FunctionCall, RawEvent, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice,
+    ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -432,6 +433,8 @@ enum AnthropicEvent {
 #[derive(Deserialize)]
 struct StartMessage {
     #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
     usage: AnthropicUsage,
 }
 
@@ -487,6 +490,8 @@ pub struct StreamState {
     tool_index: Vec<Option<u32>>,
     next_tool: u32,
     usage: AnthropicUsage,
+    /// The message's id and stop reason, as they come.
+    pub facts: AnswerFacts,
 }
 
 fn one(choice: ChunkChoice) -> Option<StreamItem> {
@@ -498,6 +503,7 @@ impl StreamState {
         let parsed: AnthropicEvent = serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
         Ok(match parsed {
             AnthropicEvent::MessageStart { message } => {
+                self.facts.saw_id(message.id.as_deref().unwrap_or_default());
                 self.usage.merge(message.usage);
                 Some(StreamItem::Chunk(Chunk { choices: Vec::new(), usage: Some(self.usage.canonical()) }))
             }
@@ -549,6 +555,7 @@ impl StreamState {
                 }
                 let finish = delta.stop_reason.as_deref().map(finish_reason);
                 self.finished |= finish.is_some();
+                self.facts.finish_reasons.extend(finish.clone());
                 Some(StreamItem::Chunk(Chunk {
                     choices: finish
                         .map(|f| vec![ChunkChoice { finish_reason: Some(f), ..ChunkChoice::default() }])
@@ -570,19 +577,28 @@ impl StreamState {
 
 /// What the gateway reads of a whole answer before forwarding it.
 #[derive(Deserialize)]
-struct AnswerGlance {
+struct AnswerGlance<'a> {
     #[serde(rename = "type", default)]
     kind: IsError,
     #[serde(default)]
     usage: AnthropicUsage,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
 }
 
 /// A 2xx answer to forward as it came, with its usage; the upstream's error when it carries one.
-/// (Everything an Anthropic caller gets from Anthropic is its own: nothing is rewritten.)
-pub fn forwardable(body: &[u8]) -> Result<Option<Option<Usage>>, AxError> {
-    let r: AnswerGlance = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+/// (Everything an Anthropic caller gets from Anthropic is its own: nothing is rewritten.) Its id
+/// and stop reason go into `facts` when asked for.
+pub fn forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Option<Usage>>, AxError> {
+    let r: AnswerGlance<'_> = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.kind.0 {
         return Err(error_body(body, embedded_error));
+    }
+    if let Some(f) = facts {
+        f.saw_id(r.id.as_deref().unwrap_or_default());
+        f.finish_reasons.extend(r.stop_reason.as_deref().map(finish_reason));
     }
     Ok(Some(Some(r.usage.canonical())))
 }
@@ -615,6 +631,7 @@ struct DeltaGlance<'a> {
 pub struct ForwardState {
     usage: AnthropicUsage,
     finished: bool,
+    facts: AnswerFacts,
 }
 
 impl ForwardState {
@@ -631,6 +648,7 @@ impl ForwardState {
             }
             "message_start" => {
                 if let Some(m) = g.message {
+                    self.facts.saw_id(m.id.as_deref().unwrap_or_default());
                     self.usage.merge(m.usage);
                 }
             }
@@ -638,7 +656,10 @@ impl ForwardState {
                 if let Some(u) = g.usage {
                     self.usage.merge(u);
                 }
-                self.finished |= g.delta.as_ref().is_some_and(|d| d.stop_reason.is_some());
+                if let Some(r) = g.delta.as_ref().and_then(|d| d.stop_reason.as_deref()) {
+                    self.finished = true;
+                    self.facts.finish_reasons.push(finish_reason(r));
+                }
             }
             "content_block_delta" => {
                 let kind = g.delta.as_ref().and_then(|d| d.kind.as_deref());
@@ -665,5 +686,9 @@ impl ForwardState {
 
     pub fn finished(&self) -> bool {
         self.finished
+    }
+
+    pub fn facts(&mut self) -> AnswerFacts {
+        std::mem::take(&mut self.facts)
     }
 }

@@ -503,6 +503,8 @@ pub struct StreamState {
     pub finished: bool,
     /// Per choice: tool calls emitted so far (the next OpenAI tool-call index).
     tools_seen: Vec<u32>,
+    /// The response's id and finish reasons, as they come.
+    pub facts: crate::canonical::AnswerFacts,
 }
 
 impl StreamState {
@@ -514,6 +516,9 @@ impl StreamState {
         }
         if r.candidates.is_empty() && r.prompt_feedback.as_ref().is_some_and(|f| f.block_reason.is_some()) {
             return Err(AxError::ContentFilter);
+        }
+        if let Some(id) = &r.response_id {
+            self.facts.saw_id(id);
         }
         let mut choices = Vec::with_capacity(r.candidates.len());
         for c in r.candidates {
@@ -534,6 +539,7 @@ impl StreamState {
             }
             let finish_reason = finish.as_deref().map(|f| finish_reason(f, self.tools_seen[slot] > 0));
             self.finished |= finish_reason.is_some();
+            self.facts.finish_reasons.extend(finish_reason.clone());
             let ch = ChunkChoice { index, content, refusal: None, tool_calls, finish_reason, reasoning: thought };
             if !ch.is_empty() {
                 choices.push(ch);

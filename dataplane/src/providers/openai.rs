@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use super::{classify, error_body, status_of_error_type, Ctx, IsError};
 use crate::canonical::{
-    ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, FinishReason,
-    Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta,
-    ToolChoice, Usage,
+    AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse,
+    FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall,
+    ToolCallDelta, ToolChoice, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -323,7 +323,9 @@ pub fn error_code(body: &[u8]) -> Option<String> {
 // Upstream stream
 
 #[derive(Deserialize)]
-struct OpenAiChunk {
+struct OpenAiChunk<'a> {
+    #[serde(default, borrow)]
+    id: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     choices: Vec<OpenAiChunkChoice>,
     #[serde(default)]
@@ -379,6 +381,8 @@ struct OpenAiFunctionDelta {
 #[derive(Debug, Default)]
 pub struct StreamState {
     pub finished: bool,
+    /// The answer's id and finish reasons, as they come.
+    pub facts: AnswerFacts,
 }
 
 impl StreamState {
@@ -390,9 +394,12 @@ impl StreamState {
         if data.is_empty() {
             return Ok(None);
         }
-        let c: OpenAiChunk = serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
+        let c: OpenAiChunk<'_> = serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
         if c.error.is_some() || c.object.0 {
             return Err(error_body(data.as_bytes(), embedded_error));
+        }
+        if let Some(id) = &c.id {
+            self.facts.saw_id(id);
         }
         let choices = c
             .choices
@@ -400,7 +407,10 @@ impl StreamState {
             .map(|ch| {
                 let d = ch.delta.unwrap_or_default();
                 let finish = ch.finish_reason.as_deref().map(finish_reason);
-                self.finished |= finish.is_some();
+                if let Some(f) = &finish {
+                    self.finished = true;
+                    self.facts.finish_reasons.push(f.clone());
+                }
                 ChunkChoice {
                     index: ch.index,
                     content: d.content,
@@ -486,15 +496,21 @@ impl DeltaGlance<'_> {
 
 /// A 2xx answer to forward as it came: `Ok(Some(usage))`; `Ok(None)` when it must be rewritten
 /// first (something left out that callers get filled in, or a finish reason they do not know);
-/// the upstream's error when it carries one (HTTP 200 is not success).
-pub fn forwardable(body: &[u8]) -> Result<Option<Option<Usage>>, AxError> {
+/// the upstream's error when it carries one (HTTP 200 is not success). Its id and finish reasons
+/// go into `facts` when asked for (a traced request).
+pub fn forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Option<Usage>>, AxError> {
     let r: AnswerGlance<'_> = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() || r.object.0 {
         return Err(error_body(body, embedded_error));
     }
-    let filled = r.id.is_some_and(|i| !i.is_empty()) && r.created.is_some() && r.model.is_some_and(|m| !m.is_empty());
+    let filled =
+        r.id.as_ref().is_some_and(|i| !i.is_empty()) && r.created.is_some() && r.model.is_some_and(|m| !m.is_empty());
     let known =
         !r.choices.is_empty() && r.choices.iter().all(|c| c.finish_reason.as_deref().is_none_or(standard_finish));
+    if let Some(f) = facts {
+        f.saw_id(r.id.as_deref().unwrap_or_default());
+        f.finish_reasons.extend(r.choices.iter().filter_map(|c| c.finish_reason.as_deref()).map(finish_reason));
+    }
     Ok((filled && known).then(|| r.usage.map(Usage::from)))
 }
 
@@ -523,7 +539,13 @@ impl ForwardState {
         if c.choices.iter().any(|ch| ch.finish_reason.as_deref().is_some_and(|f| !standard_finish(f))) {
             return self.inner.on_event(ev);
         }
-        self.inner.finished |= c.choices.iter().any(|ch| ch.finish_reason.is_some());
+        if let Some(id) = &c.id {
+            self.inner.facts.saw_id(id);
+        }
+        for f in c.choices.iter().filter_map(|ch| ch.finish_reason.as_deref()) {
+            self.inner.finished = true;
+            self.inner.facts.finish_reasons.push(finish_reason(f));
+        }
         let deltas = c.choices.iter().filter(|ch| ch.delta.as_ref().is_some_and(DeltaGlance::carries)).count();
         let mut bytes = bytes::BytesMut::with_capacity(data.len() + 8);
         bytes.extend_from_slice(b"data: ");
@@ -539,6 +561,10 @@ impl ForwardState {
 
     pub fn finished(&self) -> bool {
         self.inner.finished
+    }
+
+    pub fn facts(&mut self) -> AnswerFacts {
+        std::mem::take(&mut self.inner.facts)
     }
 }
 
@@ -581,23 +607,61 @@ impl From<ResponsesUsage> for Usage {
 #[derive(Deserialize)]
 struct ResponseGlance<'a> {
     #[serde(default, borrow)]
+    id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
     status: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    incomplete_details: Option<IncompleteGlance<'a>>,
+    /// The output items' types (a function call makes the finish `tool_calls`).
+    #[serde(default, borrow)]
+    output: Vec<ItemGlance<'a>>,
     #[serde(default, borrow)]
     error: Option<&'a serde_json::value::RawValue>,
     #[serde(default)]
     usage: Option<ResponsesUsage>,
 }
 
+#[derive(Deserialize)]
+struct IncompleteGlance<'a> {
+    #[serde(default, borrow)]
+    reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ItemGlance<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
 impl ResponseGlance<'_> {
     fn failed(&self) -> bool {
         self.status.as_deref() == Some("failed") || self.error.is_some_and(|e| e.get() != "null")
     }
+
+    /// Its id, and why it stopped in Chat Completions' words.
+    fn facts(&self, into: &mut AnswerFacts) {
+        into.saw_id(self.id.as_deref().unwrap_or_default());
+        let reason = self.incomplete_details.as_ref().and_then(|d| d.reason.as_deref());
+        let finish = match (self.status.as_deref(), reason) {
+            (Some("incomplete"), Some("max_output_tokens")) => FinishReason::Length,
+            (Some("incomplete"), Some("content_filter")) => FinishReason::ContentFilter,
+            (Some("incomplete"), r) => FinishReason::Unmapped(r.unwrap_or("incomplete").to_owned()),
+            _ if self.output.iter().any(|i| i.kind.as_deref() == Some("function_call")) => FinishReason::ToolCalls,
+            (Some("completed"), _) => FinishReason::Stop,
+            _ => return,
+        };
+        into.finish_reasons.push(finish);
+    }
 }
 
 /// A whole Responses answer to forward as it came: its usage, or the upstream's error when it
-/// carries one (`status: failed`, or an error object in a 200).
-pub fn responses_forwardable(body: &[u8]) -> Result<Option<Usage>, AxError> {
+/// carries one (`status: failed`, or an error object in a 200); its id and finish into `facts`
+/// when asked for.
+pub fn responses_forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Usage>, AxError> {
     let r: ResponseGlance<'_> = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+    if let Some(f) = facts {
+        r.facts(f);
+    }
     if r.failed() {
         return Err(match error_body(body, embedded_error) {
             AxError::UpstreamInvalidResponse => AxError::UpstreamFailed(" (response failed)".into()),
@@ -622,6 +686,7 @@ struct ResponsesEventGlance<'a> {
 #[derive(Debug, Default)]
 pub struct ResponsesForwardState {
     finished: bool,
+    facts: AnswerFacts,
 }
 
 impl ResponsesForwardState {
@@ -639,6 +704,9 @@ impl ResponsesForwardState {
             "response.failed" => return Err(AxError::UpstreamFailed(" (response failed)".into())),
             "response.completed" | "response.incomplete" => {
                 self.finished = true;
+                if let Some(r) = &g.response {
+                    r.facts(&mut self.facts);
+                }
                 usage = g.response.and_then(|r| r.usage).map(Usage::from);
             }
             "response.output_text.delta"
@@ -662,6 +730,10 @@ impl ResponsesForwardState {
 
     pub fn finished(&self) -> bool {
         self.finished
+    }
+
+    pub fn facts(&mut self) -> AnswerFacts {
+        std::mem::take(&mut self.facts)
     }
 }
 

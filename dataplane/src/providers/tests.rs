@@ -163,3 +163,68 @@ fn classification_table() {
     assert_eq!(estimate_tokens(0), 0);
     assert_eq!(estimate_tokens(10), 4);
 }
+
+/// Every stream decoder, translating or forwarding, keeps the answer's id (the first seen) and its
+/// finish reasons, in OpenAI's words where ax maps them; whole answers give them when asked.
+#[test]
+fn decoders_keep_the_answers_id_and_finish_reasons() {
+    use crate::canonical::{AnswerFacts, Protocol};
+    let openai = [
+        json!({ "id": "chatcmpl-1", "choices": [{ "index": 0, "delta": { "content": "hi" } }] }),
+        json!({ "id": "chatcmpl-1", "choices": [{ "index": 0, "delta": {}, "finish_reason": "length" }] }),
+    ];
+    let anthropic = [
+        json!({ "type": "message_start", "message": { "id": "msg_1", "usage": { "input_tokens": 1 } } }),
+        json!({ "type": "message_delta", "delta": { "stop_reason": "tool_use" }, "usage": { "output_tokens": 2 } }),
+    ];
+    let gemini = [json!({ "responseId": "g-1", "candidates": [{ "index": 0,
+        "content": { "parts": [{ "text": "x" }] }, "finishReason": "STOP" }] })];
+    let responses = [json!({ "type": "response.completed", "response": { "id": "resp_1", "status": "incomplete",
+        "incomplete_details": { "reason": "max_output_tokens" }, "output": [] } })];
+    let cases: [(StreamDecoder, &[serde_json::Value], &str, FinishReason); 6] = [
+        (StreamDecoder::new(ProviderKind::Openai).unwrap(), &openai, "chatcmpl-1", FinishReason::Length),
+        (
+            StreamDecoder::forwarding(ProviderKind::Openai, Protocol::OpenAiChat).unwrap(),
+            &openai,
+            "chatcmpl-1",
+            FinishReason::Length,
+        ),
+        (StreamDecoder::new(ProviderKind::Anthropic).unwrap(), &anthropic, "msg_1", FinishReason::ToolCalls),
+        (
+            StreamDecoder::forwarding(ProviderKind::Anthropic, Protocol::AnthropicMessages).unwrap(),
+            &anthropic,
+            "msg_1",
+            FinishReason::ToolCalls,
+        ),
+        (StreamDecoder::new(ProviderKind::Gemini).unwrap(), &gemini, "g-1", FinishReason::Stop),
+        (
+            StreamDecoder::forwarding(ProviderKind::Openai, Protocol::OpenAiResponses).unwrap(),
+            &responses,
+            "resp_1",
+            FinishReason::Length,
+        ),
+    ];
+    for (mut d, events, id, finish) in cases {
+        for e in events {
+            d.on_event(&ev(e.clone())).unwrap();
+        }
+        assert_eq!(d.facts(), AnswerFacts { id: Some(id.to_owned()), finish_reasons: vec![finish] }, "{id}");
+        assert_eq!(d.facts(), AnswerFacts::default(), "taken once");
+    }
+    // Whole answers, read only when asked.
+    let body = json!({ "id": "chatcmpl-2", "created": 1, "model": "m",
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": "x" }, "finish_reason": "stop" }] });
+    let mut facts = AnswerFacts::default();
+    openai::forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
+    assert_eq!(facts, AnswerFacts { id: Some("chatcmpl-2".into()), finish_reasons: vec![FinishReason::Stop] });
+    let body = json!({ "id": "msg_2", "type": "message", "stop_reason": "end_turn", "content": [],
+        "usage": { "input_tokens": 1, "output_tokens": 1 } });
+    let mut facts = AnswerFacts::default();
+    anthropic::forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
+    assert_eq!(facts, AnswerFacts { id: Some("msg_2".into()), finish_reasons: vec![FinishReason::Stop] });
+    let body = json!({ "id": "resp_2", "status": "completed",
+        "output": [{ "type": "function_call", "name": "f", "arguments": "{}" }] });
+    let mut facts = AnswerFacts::default();
+    openai::responses_forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
+    assert_eq!(facts, AnswerFacts { id: Some("resp_2".into()), finish_reasons: vec![FinishReason::ToolCalls] });
+}

@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use crate::canonical::{
-    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem, Usage,
+    AnswerFacts, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem, Usage,
 };
 use crate::config::snapshot::{Backend, Model, Route, Upstream};
 use crate::error::AxError;
@@ -67,10 +67,12 @@ impl Deadlines {
 pub enum ChatOutcome {
     /// A whole answer, in the canonical model.
     Full(ChatResponse),
-    /// A whole answer in the caller's own protocol, to forward as it came, and its usage.
+    /// A whole answer in the caller's own protocol, to forward as it came, its usage, and (for a
+    /// traced request) its id and finish reasons.
     Forward {
         body: bytes::Bytes,
         usage: Option<Usage>,
+        facts: AnswerFacts,
     },
     Stream(Box<UpstreamStream>),
 }
@@ -132,6 +134,7 @@ pub async fn chat_forward(
 ) -> Result<ChatOutcome, AxError> {
     let Backend::Http(client) = &up.backend else { return Err(AxError::Internal) };
     let body = req.body_for(&model.name);
+    let hop_traced = hop.traceparent.is_some();
     let responses = req.protocol == Protocol::OpenAiResponses;
     let url = match (responses, req.stream) {
         (true, _) => &model.responses_url,
@@ -143,9 +146,12 @@ pub async fn chat_forward(
         return stream_of(up, resp, deadlines, StreamDecoder::forwarding(up.kind, req.protocol)).await;
     }
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
+    // A traced request's span names the answer.
+    let mut facts = AnswerFacts::default();
+    let want = hop_traced.then_some(&mut facts);
     if responses {
-        return match crate::providers::openai::responses_forwardable(&bytes) {
-            Ok(usage) => Ok(ChatOutcome::Forward { body: bytes, usage }),
+        return match crate::providers::openai::responses_forwardable(&bytes, want) {
+            Ok(usage) => Ok(ChatOutcome::Forward { body: bytes, usage, facts }),
             Err(e) => {
                 log_upstream_error(up, 200, &bytes, &e);
                 Err(e)
@@ -153,12 +159,12 @@ pub async fn chat_forward(
         };
     }
     let read = match up.kind {
-        ProviderKind::Openai | ProviderKind::AzureOpenai => crate::providers::openai::forwardable(&bytes),
-        ProviderKind::Anthropic => crate::providers::anthropic::forwardable(&bytes),
+        ProviderKind::Openai | ProviderKind::AzureOpenai => crate::providers::openai::forwardable(&bytes, want),
+        ProviderKind::Anthropic => crate::providers::anthropic::forwardable(&bytes, want),
         ProviderKind::Gemini | ProviderKind::Mock => return Err(AxError::Internal),
     };
     match read {
-        Ok(Some(usage)) => Ok(ChatOutcome::Forward { body: bytes, usage }),
+        Ok(Some(usage)) => Ok(ChatOutcome::Forward { body: bytes, usage, facts }),
         // Something in it is rewritten for the caller: through the canonical model.
         Ok(None) => providers::decode_chat(up.kind, &bytes)
             .map(ChatOutcome::Full)
@@ -339,6 +345,14 @@ fn log_upstream_error(up: &Upstream, status: u16, body: &[u8], err: &AxError) {
 // ---------------------------------------------------------------------------------------------
 // Upstream streams
 
+/// The stream is over before its end (timed out): the upstream response is dropped (closing its
+/// connection), what the decoder had read of the answer kept.
+fn end(source: &mut Source, facts: &mut AnswerFacts) {
+    if let Source::Http { mut decoder, .. } = std::mem::replace(source, Source::Ended) {
+        *facts = decoder.facts();
+    }
+}
+
 /// The canonical items of one upstream stream, pulled one at a time under the attempt's idle and
 /// total deadlines. Dropping it drops the upstream response, which closes the connection: a client
 /// disconnect cancels the upstream call.
@@ -348,6 +362,8 @@ pub struct UpstreamStream {
     /// Made on the first pull and kept for the whole stream: a stream of thousands of events
     /// arms no timer per event (two per event used to cost a timer-wheel insert and removal each).
     timers: Option<Timers>,
+    /// The decoder's facts of the answer, kept when its source ends.
+    facts: AnswerFacts,
 }
 
 struct Timers {
@@ -386,14 +402,23 @@ enum HttpState {
 
 impl UpstreamStream {
     fn new(source: Source, deadlines: Deadlines) -> Self {
-        Self { source, deadlines, timers: None }
+        Self { source, deadlines, timers: None, facts: AnswerFacts::default() }
+    }
+
+    /// The answer's id and finish reasons, as far as the stream got (`gen_ai.response.*`).
+    pub fn facts(&mut self) -> AnswerFacts {
+        match &mut self.source {
+            Source::Http { decoder, .. } => decoder.facts(),
+            Source::Mock(m) => m.facts(),
+            Source::Ended => std::mem::take(&mut self.facts),
+        }
     }
 
     /// The next canonical item; `None` once the stream is over.
     pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
         let deadlines = self.deadlines;
         let now = Instant::now();
-        let Self { source, timers, .. } = self;
+        let Self { source, timers, facts, .. } = self;
         let t = timers.get_or_insert_with(|| Timers {
             deadline: Box::pin(sleep_until(deadlines.deadline)),
             idle: Box::pin(sleep_until(now + deadlines.idle)),
@@ -403,15 +428,15 @@ impl UpstreamStream {
         loop {
             tokio::select! {
                 biased;
-                item = Self::next_item(source) => return item,
+                item = Self::next_item(source, facts) => return item,
                 () = t.deadline.as_mut() => {
-                    *source = Source::Ended;
+                    end(source, facts);
                     return Some(Err(AxError::UpstreamTimeout));
                 }
                 () = t.idle.as_mut() => {
                     let quiet_until = t.pull_started + deadlines.idle;
                     if Instant::now() >= quiet_until {
-                        *source = Source::Ended;
+                        end(source, facts);
                         return Some(Err(AxError::UpstreamIdleTimeout));
                     }
                     // Armed for an earlier pull: count from this one. (Cancelling the pull here
@@ -422,7 +447,7 @@ impl UpstreamStream {
         }
     }
 
-    async fn next_item(source: &mut Source) -> Option<Result<StreamItem, AxError>> {
+    async fn next_item(source: &mut Source, facts: &mut AnswerFacts) -> Option<Result<StreamItem, AxError>> {
         let (resp, sse, decoder, state) = match source {
             Source::Mock(m) => return m.next().await,
             Source::Ended => return None,
@@ -443,7 +468,8 @@ impl UpstreamStream {
                         if item == StreamItem::Done {
                             // The rest of the body is read in the background: its connection is
                             // kept for the next request.
-                            if let Source::Http { resp, .. } = std::mem::replace(source, Source::Ended) {
+                            if let Source::Http { resp, mut decoder, .. } = std::mem::replace(source, Source::Ended) {
+                                *facts = decoder.facts();
                                 resp.finish_in_background();
                             }
                         }

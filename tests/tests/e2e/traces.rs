@@ -204,6 +204,8 @@ async fn a_failover_and_a_stream_are_traced_with_genai_attributes_and_propagated
         ("ax.attempts", json!(2)),
         ("ax.retry_of", json!("req-failover#1")),
         ("http.response.status_code", json!(200)),
+        ("gen_ai.response.id", json!("chatcmpl-upstream-1")),
+        ("gen_ai.response.finish_reasons", json!(["stop"])),
     ] {
         assert_eq!(attr(server, k), &v, "{k} in {server:#}");
     }
@@ -229,6 +231,10 @@ async fn a_failover_and_a_stream_are_traced_with_genai_attributes_and_propagated
     assert_eq!(attr(attempts[1], "gen_ai.response.model"), "m-up");
     assert_eq!(attr(attempts[1], "ax.retry_of"), "req-failover#1");
     assert!(attr(attempts[1], "error.type").is_null());
+    // The answer's id and finish on the attempt that answered, not on the one that failed.
+    assert_eq!(attr(attempts[1], "gen_ai.response.id"), "chatcmpl-upstream-1");
+    assert_eq!(attr(attempts[1], "gen_ai.response.finish_reasons"), &json!(["stop"]));
+    assert!(attr(attempts[0], "gen_ai.response.id").is_null());
     // The upstream that answered got the trace, with its attempt's span as the parent.
     let sent = up.requests().into_iter().find(|r| r.header("x-request-id") == Some("req-failover")).unwrap();
     assert_eq!(
@@ -245,6 +251,8 @@ async fn a_failover_and_a_stream_are_traced_with_genai_attributes_and_propagated
     assert_eq!(attr(server, "ax.stream"), true);
     assert_eq!(attr(server, "gen_ai.usage.input_tokens"), 12);
     assert_eq!(attr(server, "gen_ai.usage.output_tokens"), 3);
+    assert_eq!(attr(server, "gen_ai.response.id"), "chatcmpl-up");
+    assert_eq!(attr(server, "gen_ai.response.finish_reasons"), &json!(["stop"]));
     assert!(attr(server, "gen_ai.response.time_to_first_chunk").as_f64().is_some_and(|t| t > 0.0), "{server:#}");
     let attempt = streamed.iter().find(|s| s["kind"] == 3).unwrap();
     assert_eq!(attempt["parent_span_id"], server["span_id"]);
