@@ -360,7 +360,8 @@ pub fn trace_of(headers: &http::HeaderMap) -> Option<TraceContext> {
     if !crate::trace::enabled() {
         return None;
     }
-    crate::trace::begin(headers.get("traceparent").map(http::HeaderValue::as_bytes))
+    static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    crate::trace::begin(headers.get(&TRACEPARENT).map(http::HeaderValue::as_bytes))
 }
 
 /// The canonical request from the caller's bytes: decoded and validated.

@@ -242,22 +242,56 @@ impl TraceContext {
     }
 }
 
-/// Appends the low `digits` (at most 32) lowercase hex digits of `v`, zero-padded: two digits
-/// per byte into a stack buffer, then one copy (`format!("{:032x}")` costs ten times as much, a
-/// `push` per digit three times).
+/// Appends the low `digits` (at most 32) lowercase hex digits of `v`, zero-padded, in one copy
+/// (`format!("{:032x}")` costs ten times as much, a `push` per digit three times).
 pub fn push_hex(out: &mut String, v: u128, digits: usize) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut buf = [0u8; 32];
-    for (pair, b) in buf.chunks_exact_mut(2).zip(v.to_be_bytes()) {
-        pair[0] = DIGITS[usize::from(b >> 4)];
-        pair[1] = DIGITS[usize::from(b & 0xf)];
-    }
+    buf[..16].copy_from_slice(&hex16((v >> 64) as u64));
+    buf[16..].copy_from_slice(&hex16(v as u64));
     out.push_str(std::str::from_utf8(&buf[32 - digits.min(32)..]).unwrap_or_default());
+}
+
+/// The 16 lowercase hex digits of `x`, with no table and no loop: each nibble is spread into a
+/// byte of its own (high nibble first), then made a digit with a carry-free add per byte.
+fn hex16(x: u64) -> [u8; 16] {
+    const fn lanes(byte: u8) -> u128 {
+        u128::from_ne_bytes([byte; 16])
+    }
+    let mut v = u128::from(x);
+    // Halve the width of each lane at every step, the high half moving to the upper lane.
+    v = (v & 0xffff_ffff) | ((v & 0xffff_ffff_0000_0000) << 32);
+    v = (v & 0x0000_ffff_0000_0000_0000_ffff) | ((v & 0xffff_0000_0000_0000_ffff_0000) << 16);
+    v = (v & 0x00ff_0000_00ff_0000_00ff_0000_00ff) | ((v & 0xff00_0000_ff00_0000_ff00_0000_ff00) << 8);
+    v = (v & lanes(0x0f) & 0x000f_000f_000f_000f_000f_000f_000f_000f)
+        | ((v & 0x00f0_00f0_00f0_00f0_00f0_00f0_00f0_00f0) << 4);
+    // Byte i (from the low end) now holds nibble i. A nibble over 9 gets 'a' - '0' - 10 more.
+    let over9 = ((v + lanes(6)) >> 4) & lanes(1);
+    let digits = v + lanes(b'0') + over9 * u128::from(b'a' - b'0' - 10);
+    digits.to_be_bytes()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_digits_are_formats() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for v in [0u128, 1, 9, 10, 15, 16, 0xabcdef, u128::from(u64::MAX), u128::MAX, 0x0123_4567_89ab_cdef_u128 << 60]
+            .into_iter()
+            .chain((0..200).map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                u128::from(seed) << 64 | u128::from(seed.rotate_left(17))
+            }))
+        {
+            for digits in [16, 32] {
+                let mut s = String::new();
+                push_hex(&mut s, v, digits);
+                let want = format!("{v:032x}");
+                assert_eq!(s, want[32 - digits..], "{v:#x}");
+            }
+        }
+    }
 
     #[test]
     fn a_traceparent_is_read_as_the_spec_writes_it() {

@@ -124,6 +124,9 @@ struct GenAi {
     output: metrics::Histogram,
     duration: metrics::Histogram,
     first_chunk: metrics::Histogram,
+    /// The span attributes of this (operation, alias, upstream, model), made when the first of
+    /// its requests is traced.
+    spans: Option<Box<super::traces::Constants>>,
 }
 
 impl GenAi {
@@ -148,6 +151,7 @@ impl GenAi {
             output: token("output"),
             duration: metrics::histogram!(GENAI_DURATION, labels.clone()),
             first_chunk: metrics::histogram!(GENAI_FIRST_CHUNK, labels),
+            spans: None,
         }
     }
 }
@@ -465,15 +469,45 @@ impl Meter {
         }
 
         let (provider, operation, ttft) = (self.provider, self.operation, self.ttft);
+        let traced = self.trace.as_deref().filter(|t| super::traces::exported(&t.ctx, r));
+        if let Some(t) = traced {
+            r.trace_id = Some(t.ctx.trace_id_hex());
+        }
+        let r = &*r;
+        let span_facts = traced.map(|t| super::traces::SpanFacts {
+            operation: operation.as_str(),
+            provider,
+            max_tokens: t.max_tokens,
+            temperature: t.temperature,
+            ttft,
+            elapsed,
+            answer: &t.answer,
+        });
+        // The spans of a served request are written with its key's constants, here.
+        let mut spans_due = traced.zip(span_facts.as_ref());
         Handles::with(&r.alias, &r.upstream, |h| {
             if let Some(provider) = provider {
                 let g = match h.genai.iter().position(|(op, m, _)| *op == operation && *m == r.model) {
-                    Some(i) => &h.genai[i].2,
+                    Some(i) => &mut h.genai[i].2,
                     None => {
                         h.genai.push((operation, r.model.clone(), GenAi::new(operation, provider, &r.alias, &r.model)));
-                        &h.genai[h.genai.len() - 1].2
+                        let last = h.genai.len() - 1;
+                        &mut h.genai[last].2
                     }
                 };
+                if let Some((t, f)) = spans_due.take() {
+                    let c = g.spans.get_or_insert_with(|| {
+                        let c = super::traces::Constants::new(
+                            operation.as_str(),
+                            provider,
+                            &r.alias,
+                            &r.upstream,
+                            &r.model,
+                        );
+                        Box::new(c)
+                    });
+                    super::traces::record(&t.ctx, r, f, Some(c));
+                }
                 match &r.error_code {
                     None => g.duration.record(elapsed.as_secs_f64()),
                     Some(code) => {
@@ -516,23 +550,10 @@ impl Meter {
                 }
             }
         });
-        let traced = self.trace.as_deref().filter(|t| super::traces::exported(&t.ctx, r));
-        if let Some(t) = traced {
-            r.trace_id = Some(t.ctx.trace_id_hex());
-        }
         crate::metering::spool::append(r);
         crate::metering::usage_log::line(r);
-        if let Some(t) = traced {
-            let facts = super::traces::SpanFacts {
-                operation: operation.as_str(),
-                provider,
-                max_tokens: t.max_tokens,
-                temperature: t.temperature,
-                ttft,
-                elapsed,
-                answer: &t.answer,
-            };
-            super::traces::record(&t.ctx, r, &facts);
+        if let Some((t, f)) = spans_due {
+            super::traces::record(&t.ctx, r, f, None);
         }
     }
 }

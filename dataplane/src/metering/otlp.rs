@@ -92,7 +92,7 @@ fn nested(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
 
 /// A varint into `out` at `at`; the index after it.
 #[inline]
-fn varint_at(out: &mut [u8; HEAD], mut at: usize, mut v: u64) -> usize {
+fn varint_at(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
     while v >= 0x80 {
         out[at] = (v as u8) | 0x80;
         v >>= 7;
@@ -144,6 +144,19 @@ pub(crate) use key;
 /// together on the stack and appended as one fixed-size copy (then cut to length): a copy the
 /// compiler does in a few vector moves, where three calls to `memcpy` cost more than the rest.
 pub fn attribute(buf: &mut Vec<u8>, field: u32, key: &Key, value: Value<'_>) {
+    let mut h = [0u8; HEAD];
+    let (n, string) = head(&mut h, field, key, value);
+    buf.reserve(HEAD + string.len());
+    let at = buf.len();
+    buf.extend_from_slice(&h);
+    buf.truncate(at + n);
+    buf.extend_from_slice(string);
+}
+
+/// An attribute's bytes up to its string value (all of it, for the others) written at the start of
+/// `h` (at least `HEAD` long): their length, and the string value that follows them.
+#[inline]
+fn head<'v>(h: &mut [u8], field: u32, key: &Key, value: Value<'v>) -> (usize, &'v [u8]) {
     let (any, string) = match value {
         Value::Str(s) if s.len() < 1 << 21 => (1 + varint_len(s.len() as u64) + s.len(), s),
         // (No attribute value of ax's comes near 2 MiB; one would be cut, not sent wrong.)
@@ -153,17 +166,16 @@ pub fn attribute(buf: &mut Vec<u8>, field: u32, key: &Key, value: Value<'_>) {
         Value::F64(_) => (9, ""),
     };
     let kv = key.len + 1 + varint_len(any as u64) + any;
-    let mut h = [0u8; HEAD];
     h[0] = (field as u8) << 3 | LEN;
-    let mut n = varint_at(&mut h, 1, kv as u64);
+    let mut n = varint_at(h, 1, kv as u64);
     h[n..n + MAX_KEY + 2].copy_from_slice(&key.bytes);
     n += key.len;
     h[n] = 2 << 3 | LEN;
-    n = varint_at(&mut h, n + 1, any as u64);
+    n = varint_at(h, n + 1, any as u64);
     match value {
         Value::Str(_) => {
             h[n] = 1 << 3 | LEN;
-            n = varint_at(&mut h, n + 1, string.len() as u64);
+            n = varint_at(h, n + 1, string.len() as u64);
         }
         Value::Bool(b) => {
             h[n] = 2 << 3 | VARINT;
@@ -172,7 +184,7 @@ pub fn attribute(buf: &mut Vec<u8>, field: u32, key: &Key, value: Value<'_>) {
         }
         Value::Int(i) => {
             h[n] = 3 << 3 | VARINT;
-            n = varint_at(&mut h, n + 1, i as u64);
+            n = varint_at(h, n + 1, i as u64);
         }
         Value::F64(f) => {
             h[n] = 4 << 3 | FIXED64;
@@ -180,29 +192,91 @@ pub fn attribute(buf: &mut Vec<u8>, field: u32, key: &Key, value: Value<'_>) {
             n += 9;
         }
     }
-    buf.reserve(HEAD + string.len());
-    let at = buf.len();
-    buf.extend_from_slice(&h);
-    buf.truncate(at + n);
-    buf.extend_from_slice(string.as_bytes());
+    (n, string.as_bytes())
+}
+
+/// What [`Attributes`] holds on the stack before it appends to the span.
+const STACK: usize = 1024;
+
+/// A span's attributes (`KeyValue`s in its field 9) put together on the stack and appended to the
+/// span's buffer when full and when dropped: an attribute costs its bytes and a few bounds checks,
+/// not a reserve, a copy and a truncate of the heap buffer each.
+pub struct Attributes<'b> {
+    out: &'b mut Vec<u8>,
+    buf: [u8; STACK],
+    len: usize,
+}
+
+impl<'b> Attributes<'b> {
+    pub fn new(out: &'b mut Vec<u8>) -> Self {
+        Self { out, buf: [0; STACK], len: 0 }
+    }
+
+    pub fn put(&mut self, key: &Key, value: Value<'_>) {
+        let extra = match value {
+            Value::Str(s) => s.len(),
+            _ => 0,
+        };
+        if self.len + HEAD + extra > STACK {
+            self.flush();
+            if HEAD + extra > STACK {
+                return attribute(self.out, 9, key, value);
+            }
+        }
+        let at = self.len;
+        let (n, string) = head(&mut self.buf[at..], 9, key, value);
+        self.buf[at + n..at + n + string.len()].copy_from_slice(string);
+        self.len = at + n + string.len();
+    }
+
+    /// Attributes already encoded (`Constants`).
+    pub fn encoded(&mut self, b: &[u8]) {
+        if self.len + b.len() > STACK {
+            self.flush();
+            return self.out.extend_from_slice(b);
+        }
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+
+    /// An attribute whose value is an array of strings.
+    pub fn strings<'v>(&mut self, key: &Key, values: impl Iterator<Item = &'v str> + Clone) {
+        self.flush();
+        strings(self.out, 9, key, values);
+    }
+
+    fn flush(&mut self) {
+        self.out.extend_from_slice(&self.buf[..self.len]);
+        self.len = 0;
+    }
+}
+
+impl Drop for Attributes<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 /// `KeyValue` in field `field` of its message whose value is an array of strings
-/// (`AnyValue.array_value`).
-pub fn strings<'v>(buf: &mut Vec<u8>, field: u32, key: &Key, values: impl Iterator<Item = &'v str>) {
-    nested(buf, field, |buf| {
-        buf.extend_from_slice(&key.bytes[..key.len]);
-        // value = 2 { array_value = 5 { values = 1 { string_value = 1 } } }
-        nested(buf, 2, |buf| {
-            nested(buf, 5, |buf| {
-                for v in values {
-                    tag(buf, 1, LEN);
-                    varint(buf, (1 + varint_len(v.len() as u64) + v.len()) as u64);
-                    bytes(buf, 1, v.as_bytes());
-                }
-            });
-        });
-    });
+/// (`AnyValue.array_value`), its lengths counted first (no nested length to move).
+pub fn strings<'v>(buf: &mut Vec<u8>, field: u32, key: &Key, values: impl Iterator<Item = &'v str> + Clone) {
+    let len_of = |n: usize| 1 + varint_len(n as u64) + n;
+    // values = 1 { string_value = 1 }, each.
+    let array: usize = values.clone().map(|v| len_of(len_of(v.len()))).sum();
+    let any = len_of(array);
+    let kv = key.len + len_of(any);
+    tag(buf, field, LEN);
+    varint(buf, kv as u64);
+    buf.extend_from_slice(&key.bytes[..key.len]);
+    tag(buf, 2, LEN);
+    varint(buf, any as u64);
+    tag(buf, 5, LEN);
+    varint(buf, array as u64);
+    for v in values {
+        tag(buf, 1, LEN);
+        varint(buf, len_of(v.len()) as u64);
+        bytes(buf, 1, v.as_bytes());
+    }
 }
 
 /// One span's identity and timing.
@@ -363,6 +437,31 @@ pub fn count_spans(request: &[u8]) -> Option<usize> {
     Some(n)
 }
 
+/// The attributes of each span of an `ExportTraceServiceRequest` (of its first resource and
+/// scope), each as its `KeyValue` bytes, sorted.
+#[cfg(test)]
+pub fn span_attributes(request: &[u8]) -> Option<Vec<Vec<Vec<u8>>>> {
+    let scope_spans = field(field(request, 1)?, 2)?;
+    let mut rest = scope_spans;
+    let mut out = Vec::new();
+    while let Some((f, wire, (_, span), after)) = next_field(rest) {
+        if f == 2 && wire == LEN {
+            let mut attrs = Vec::new();
+            let mut r = span;
+            while let Some((f, wire, (_, kv), after)) = next_field(r) {
+                if f == 9 && wire == LEN {
+                    attrs.push(kv.to_vec());
+                }
+                r = after;
+            }
+            attrs.sort();
+            out.push(attrs);
+        }
+        rest = after;
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +532,45 @@ mod tests {
         assert_eq!(decoded[2], ("i".into(), (3, (-3i64) as u64, vec![])));
         assert_eq!(decoded[3], ("f".into(), (4, 0.25f64.to_bits(), vec![])));
         assert_eq!(decoded[4], ("long".into(), (1, 0, long.into_bytes())));
+    }
+
+    #[test]
+    fn attributes_on_the_stack_are_the_attributes_written_one_by_one() {
+        let long = "y".repeat(3000);
+        let mid = "z".repeat(700);
+        let values = [
+            Value::Str("acme"),
+            Value::Int(7),
+            Value::Bool(false),
+            Value::F64(1.5),
+            Value::Str(&mid),
+            Value::Str(&mid),
+            Value::Str(&long),
+            Value::Str(""),
+        ];
+        let mut one_by_one = Vec::new();
+        for v in values {
+            attribute(&mut one_by_one, 9, key!("k"), v);
+        }
+        one_by_one.extend_from_slice(b"pre-encoded");
+        strings(&mut one_by_one, 9, key!("r"), ["stop", "length"].into_iter());
+        let mut stacked = Vec::new();
+        {
+            let mut w = Attributes::new(&mut stacked);
+            for v in values {
+                w.put(key!("k"), v);
+            }
+            w.encoded(b"pre-encoded");
+            w.strings(key!("r"), ["stop", "length"].into_iter());
+        }
+        assert_eq!(stacked, one_by_one);
+        let mut alone = Vec::new();
+        strings(&mut alone, 9, key!("r"), ["stop", "length"].into_iter());
+        assert!(one_by_one.ends_with(&alone));
+        let kv = fields(&alone).pop().unwrap().3;
+        let array = fields(&fields(&fields(&kv)[1].3)[0].3);
+        let got: Vec<Vec<u8>> = array.iter().map(|v| fields(&v.3)[0].3.clone()).collect();
+        assert_eq!(got, [b"stop".to_vec(), b"length".to_vec()]);
     }
 
     #[test]

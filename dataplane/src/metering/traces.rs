@@ -336,16 +336,48 @@ pub struct SpanFacts<'a> {
     pub answer: &'a crate::canonical::AnswerFacts,
 }
 
+/// The attributes every request of one (operation, alias, upstream, model) writes alike, encoded
+/// once per serving thread (the meter keeps them beside that key's metric handles) and copied
+/// into each span: a third of a span's attributes, for the cost of one copy.
+pub struct Constants {
+    /// The request's span: `gen_ai.operation.name`, `gen_ai.request.model`, `ax.alias`,
+    /// `gen_ai.provider.name`, `ax.upstream`, `gen_ai.response.model`.
+    request: Vec<u8>,
+    /// The span of an attempt at that upstream and model: `gen_ai.operation.name`,
+    /// `gen_ai.request.model`, `ax.upstream`, `gen_ai.provider.name`.
+    attempt: Vec<u8>,
+}
+
+impl Constants {
+    pub fn new(operation: &'static str, provider: &'static str, alias: &str, upstream: &str, model: &str) -> Self {
+        let a = |b: &mut Vec<u8>, key: &otlp::Key, v: &str| otlp::attribute(b, 9, key, Value::Str(v));
+        let mut request = Vec::with_capacity(256);
+        a(&mut request, key!("gen_ai.operation.name"), operation);
+        a(&mut request, key!("gen_ai.request.model"), alias);
+        a(&mut request, key!("ax.alias"), alias);
+        a(&mut request, key!("gen_ai.provider.name"), provider);
+        a(&mut request, key!("ax.upstream"), upstream);
+        a(&mut request, key!("gen_ai.response.model"), model);
+        let mut attempt = Vec::with_capacity(160);
+        a(&mut attempt, key!("gen_ai.operation.name"), operation);
+        a(&mut attempt, key!("gen_ai.request.model"), model);
+        a(&mut attempt, key!("ax.upstream"), upstream);
+        a(&mut attempt, key!("gen_ai.provider.name"), provider);
+        Self { request, attempt }
+    }
+}
+
 /// Whether a finished request's spans are exported: its trace was sampled, or it failed.
 pub fn exported(ctx: &TraceContext, r: &UsageRecord) -> bool {
     ctx.sampled || r.error_code.is_some() || r.status >= 500
 }
 
-/// Queues the spans of a finished request the meter found `exported`.
-pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts<'_>) {
+/// Queues the spans of a finished request the meter found `exported`; `constants`, when given,
+/// are those of the request's (operation, alias, upstream, model).
+pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts<'_>, constants: Option<&Constants>) {
     let Some(queue) = QUEUE.get() else { return };
     let mut bytes = Vec::with_capacity(1024 + 512 * r.attempt_list.len());
-    spans(&mut bytes, ctx, r, facts, SystemTime::now());
+    spans(&mut bytes, ctx, r, facts, constants, SystemTime::now());
     let count = 1 + r.attempt_list.len() as u64;
     match queue.try_send(Spans { bytes, count }) {
         Ok(()) => {
@@ -372,7 +404,14 @@ fn unix_ns(t: SystemTime) -> u64 {
 }
 
 /// The request's span and one per attempt, ending at `end`, as `ScopeSpans.spans` entries.
-fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts<'_>, end: SystemTime) {
+fn spans(
+    out: &mut Vec<u8>,
+    ctx: &TraceContext,
+    r: &UsageRecord,
+    f: &SpanFacts<'_>,
+    constants: Option<&Constants>,
+    end: SystemTime,
+) {
     let start = end.checked_sub(f.elapsed).unwrap_or(end);
     let (start_ns, end_ns) = (unix_ns(start), unix_ns(end));
     let head = SpanHead {
@@ -384,62 +423,72 @@ fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts<'
         start_unix_ns: start_ns,
         end_unix_ns: end_ns,
     };
-    let a = |b: &mut Vec<u8>, key: &otlp::Key, v: Value<'_>| otlp::attribute(b, 9, key, v);
     // The answer's id and finish reasons: on the request's span and the attempt that answered.
-    let answer = |b: &mut Vec<u8>| {
+    let answer = |w: &mut otlp::Attributes<'_>| {
         if let Some(id) = &f.answer.id {
-            a(b, key!("gen_ai.response.id"), Value::Str(id));
+            w.put(key!("gen_ai.response.id"), Value::Str(id));
         }
         if !f.answer.finish_reasons.is_empty() {
             let reasons = f.answer.finish_reasons.iter().map(crate::canonical::FinishReason::name);
-            otlp::strings(b, 9, key!("gen_ai.response.finish_reasons"), reasons);
+            w.strings(key!("gen_ai.response.finish_reasons"), reasons);
         }
     };
     otlp::span(out, &head, r.error_code.as_deref(), |b| {
-        a(b, key!("gen_ai.operation.name"), Value::Str(f.operation));
-        a(b, key!("gen_ai.request.model"), Value::Str(&r.alias));
-        a(b, key!("ax.request_id"), Value::Str(&r.request_id));
-        a(b, key!("ax.tenant"), Value::Str(&r.tenant));
-        a(b, key!("ax.key_id"), Value::Str(&r.key_id));
-        a(b, key!("ax.alias"), Value::Str(&r.alias));
-        a(b, key!("ax.attempts"), Value::Int(i64::from(r.attempts)));
-        a(b, key!("ax.stream"), Value::Bool(r.stream));
-        a(b, key!("http.response.status_code"), Value::Int(i64::from(r.status)));
-        if let Some(p) = f.provider {
-            a(b, key!("gen_ai.provider.name"), Value::Str(p));
+        let mut w = otlp::Attributes::new(b);
+        match constants {
+            Some(c) => w.encoded(&c.request),
+            None => {
+                w.put(key!("gen_ai.operation.name"), Value::Str(f.operation));
+                w.put(key!("gen_ai.request.model"), Value::Str(&r.alias));
+                w.put(key!("ax.alias"), Value::Str(&r.alias));
+                if let Some(p) = f.provider {
+                    w.put(key!("gen_ai.provider.name"), Value::Str(p));
+                }
+                if !r.upstream.is_empty() {
+                    w.put(key!("ax.upstream"), Value::Str(&r.upstream));
+                    w.put(key!("gen_ai.response.model"), Value::Str(&r.model));
+                }
+            }
         }
-        if !r.upstream.is_empty() {
-            a(b, key!("ax.upstream"), Value::Str(&r.upstream));
-            a(b, key!("gen_ai.response.model"), Value::Str(&r.model));
+        w.put(key!("ax.request_id"), Value::Str(&r.request_id));
+        w.put(key!("ax.tenant"), Value::Str(&r.tenant));
+        w.put(key!("ax.key_id"), Value::Str(&r.key_id));
+        w.put(key!("ax.attempts"), Value::Int(i64::from(r.attempts)));
+        // (Flags and counts that are mostly false or 0 are written only when they are not.)
+        if r.stream {
+            w.put(key!("ax.stream"), Value::Bool(true));
         }
+        w.put(key!("http.response.status_code"), Value::Int(i64::from(r.status)));
         if let Some(m) = f.max_tokens {
-            a(b, key!("gen_ai.request.max_tokens"), Value::Int(i64::from(m)));
+            w.put(key!("gen_ai.request.max_tokens"), Value::Int(i64::from(m)));
         }
         if let Some(t) = f.temperature {
-            a(b, key!("gen_ai.request.temperature"), Value::F64(t));
+            w.put(key!("gen_ai.request.temperature"), Value::F64(t));
         }
         if r.status == 200 || r.prompt_tokens > 0 || r.completion_tokens > 0 {
-            a(b, key!("gen_ai.usage.input_tokens"), int(r.prompt_tokens));
-            a(b, key!("gen_ai.usage.output_tokens"), int(r.completion_tokens));
-            a(b, key!("gen_ai.usage.cache_read.input_tokens"), int(r.cached_prompt_tokens));
-            a(b, key!("gen_ai.usage.cache_creation.input_tokens"), int(r.cache_write_tokens));
+            w.put(key!("gen_ai.usage.input_tokens"), int(r.prompt_tokens));
+            w.put(key!("gen_ai.usage.output_tokens"), int(r.completion_tokens));
+            w.put(key!("gen_ai.usage.cache_read.input_tokens"), int(r.cached_prompt_tokens));
+            if r.cache_write_tokens > 0 {
+                w.put(key!("gen_ai.usage.cache_creation.input_tokens"), int(r.cache_write_tokens));
+            }
         }
         if let Some(t) = f.ttft {
-            a(b, key!("gen_ai.response.time_to_first_chunk"), Value::F64(t.as_secs_f64()));
+            w.put(key!("gen_ai.response.time_to_first_chunk"), Value::F64(t.as_secs_f64()));
         }
         if let Some(c) = r.cost_micro_usd {
-            a(b, key!("ax.cost_usd"), Value::F64(c as f64 / 1e6));
+            w.put(key!("ax.cost_usd"), Value::F64(c as f64 / 1e6));
         }
         if let Some(rt) = &r.retry_of {
-            a(b, key!("ax.retry_of"), Value::Str(rt));
+            w.put(key!("ax.retry_of"), Value::Str(rt));
         }
         if let Some(fb) = &r.fallback {
-            a(b, key!("ax.fallback"), Value::Str(fb));
+            w.put(key!("ax.fallback"), Value::Str(fb));
         }
         if let Some(code) = &r.error_code {
-            a(b, key!("error.type"), Value::Str(code));
+            w.put(key!("error.type"), Value::Str(code));
         }
-        answer(b);
+        answer(&mut w);
     });
     for (i, at) in r.attempt_list.iter().enumerate() {
         let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
@@ -460,23 +509,35 @@ fn spans(out: &mut Vec<u8>, ctx: &TraceContext, r: &UsageRecord, f: &SpanFacts<'
             end_unix_ns: finish,
         };
         otlp::span(out, &head, at.error_code.as_deref(), |b| {
-            a(b, key!("gen_ai.operation.name"), Value::Str(f.operation));
-            a(b, key!("gen_ai.request.model"), Value::Str(&at.model));
-            a(b, key!("ax.upstream"), Value::Str(&at.upstream));
-            a(b, key!("ax.attempt"), Value::Int(i64::from(n)));
-            a(b, key!("ax.attempt_id"), Value::Str(&at.attempt_id));
-            a(b, key!("ax.possibly_billed"), Value::Bool(at.possibly_billed));
-            if !at.provider.is_empty() {
-                a(b, key!("gen_ai.provider.name"), Value::Str(&at.provider));
+            let mut w = otlp::Attributes::new(b);
+            match constants {
+                // (The constants' upstream and model are the record's: the attempt's are the same
+                // one, so is its provider.)
+                Some(c) if at.upstream == r.upstream && at.model == r.model && !at.provider.is_empty() => {
+                    w.encoded(&c.attempt);
+                }
+                _ => {
+                    w.put(key!("gen_ai.operation.name"), Value::Str(f.operation));
+                    w.put(key!("gen_ai.request.model"), Value::Str(&at.model));
+                    w.put(key!("ax.upstream"), Value::Str(&at.upstream));
+                    if !at.provider.is_empty() {
+                        w.put(key!("gen_ai.provider.name"), Value::Str(&at.provider));
+                    }
+                }
+            }
+            w.put(key!("ax.attempt"), Value::Int(i64::from(n)));
+            w.put(key!("ax.attempt_id"), Value::Str(&at.attempt_id));
+            if at.possibly_billed {
+                w.put(key!("ax.possibly_billed"), Value::Bool(true));
             }
             if i > 0 {
-                a(b, key!("ax.retry_of"), Value::Str(&r.attempt_list[i - 1].attempt_id));
+                w.put(key!("ax.retry_of"), Value::Str(&r.attempt_list[i - 1].attempt_id));
             }
             match &at.error_code {
-                Some(code) => a(b, key!("error.type"), Value::Str(code)),
+                Some(code) => w.put(key!("error.type"), Value::Str(code)),
                 None => {
-                    a(b, key!("gen_ai.response.model"), Value::Str(&at.model));
-                    answer(b);
+                    w.put(key!("gen_ai.response.model"), Value::Str(&at.model));
+                    answer(&mut w);
                 }
             }
         });
@@ -563,6 +624,62 @@ mod tests {
         assert!(!e.contains("sec"), "{e}");
     }
 
+    /// The constants a serving thread keeps per (operation, alias, upstream, model) write the
+    /// same attributes as a span written whole, for the request and each attempt (the one
+    /// at another upstream too).
+    #[test]
+    fn spans_from_constants_carry_the_same_attributes() {
+        let ctx = TraceContext { trace_id: 7, parent: Some(3), span: 9, sampled: true };
+        let attempt = |n: u32, upstream: &str, model: &str, error: Option<&str>| ax_protocol::usage::AttemptRecord {
+            attempt_id: format!("r#{n}"),
+            upstream: upstream.into(),
+            model: model.into(),
+            provider: "openai".into(),
+            error_code: error.map(str::to_owned),
+            ..Default::default()
+        };
+        let r = UsageRecord {
+            request_id: "r".into(),
+            tenant: "acme".into(),
+            key_id: "k1".into(),
+            alias: "chat".into(),
+            upstream: "up".into(),
+            model: "m-up".into(),
+            status: 200,
+            attempts: 3,
+            attempt_list: vec![
+                attempt(1, "down", "m-down", Some("upstream_timeout")),
+                attempt(2, "up", "m-up", Some("upstream_rate_limited")),
+                attempt(3, "up", "m-up", None),
+            ],
+            ..UsageRecord::default()
+        };
+        let answer = crate::canonical::AnswerFacts {
+            id: Some("chatcmpl-1".into()),
+            finish_reasons: vec![crate::canonical::FinishReason::Stop],
+        };
+        let facts = SpanFacts {
+            operation: "chat",
+            provider: Some("openai"),
+            max_tokens: Some(10),
+            temperature: None,
+            ttft: None,
+            elapsed: Duration::from_millis(5),
+            answer: &answer,
+        };
+        let end = SystemTime::now();
+        let constants = Constants::new("chat", "openai", "chat", "up", "m-up");
+        let attributes = |c: Option<&Constants>| {
+            let mut b = Vec::new();
+            spans(&mut b, &ctx, &r, &facts, c, end);
+            otlp::span_attributes(&[otlp::request_head(&[], b.len()), b].concat()).unwrap()
+        };
+        let (whole, from_constants) = (attributes(None), attributes(Some(&constants)));
+        assert_eq!(whole.len(), 4);
+        assert_eq!(whole, from_constants);
+        assert!(whole[0].len() > 12, "{}", whole[0].len());
+    }
+
     #[test]
     fn a_request_with_two_attempts_is_three_spans() {
         let ctx = TraceContext { trace_id: 7, parent: None, span: 9, sampled: true };
@@ -591,7 +708,7 @@ mod tests {
             answer: &Default::default(),
         };
         let mut b = Vec::new();
-        spans(&mut b, &ctx, &r, &facts, SystemTime::now());
+        spans(&mut b, &ctx, &r, &facts, None, SystemTime::now());
         let body = [otlp::request_head(&[], b.len()), b].concat();
         // Three `spans` entries of one ScopeSpans: each a field 2.
         assert_eq!(otlp::count_spans(&body), Some(3));
