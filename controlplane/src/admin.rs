@@ -60,6 +60,7 @@ pub async fn list_tenants(State(s): State<AppState>, caller: Caller) -> Reply<Te
                 limits: t.limits,
                 budgets: t.budgets,
                 groups: t.groups,
+                trace_content: t.trace_content,
                 active_keys,
                 keys,
             })
@@ -93,6 +94,7 @@ pub async fn put_tenant(
         limits: t.limits,
         budgets: t.budgets,
         groups: t.groups,
+        trace_content: t.trace_content,
     };
     store::config::write_tenant(&mut tx, &spec).await?;
     let after = store::config::tenant_json(&mut tx, &id).await?;

@@ -825,6 +825,67 @@ pub struct ToolCallDelta {
     pub arguments: String,
 }
 
+/// A streamed answer put back together from its chunks (the choices' text, reasoning and tool
+/// calls), for `gen_ai.output.messages`.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    answer: ChatResponse,
+}
+
+impl Transcript {
+    pub fn chunk(&mut self, c: &Chunk) {
+        for d in &c.choices {
+            let choices = &mut self.answer.choices;
+            let at = match choices.iter().position(|x| x.index == d.index) {
+                Some(i) => i,
+                None => {
+                    choices.push(Choice { index: d.index, ..Choice::default() });
+                    choices.len() - 1
+                }
+            };
+            let ch = &mut choices[at];
+            for (into, piece) in [(&mut ch.content, &d.content), (&mut ch.reasoning, &d.reasoning)] {
+                if let Some(p) = piece {
+                    into.get_or_insert_with(String::new).push_str(p);
+                }
+            }
+            if let Some(r) = &d.refusal {
+                ch.refusal.get_or_insert_with(String::new).push_str(r);
+            }
+            for t in &d.tool_calls {
+                let i = t.index as usize;
+                while ch.tool_calls.len() <= i {
+                    ch.tool_calls.push(ToolCall {
+                        id: String::new(),
+                        kind: ToolKind::Function,
+                        function: FunctionCall { name: String::new(), arguments: String::new() },
+                    });
+                }
+                let call = &mut ch.tool_calls[i];
+                if let Some(id) = &t.id {
+                    call.id.clone_from(id);
+                }
+                if let Some(name) = &t.name {
+                    call.function.name.clone_from(name);
+                }
+                call.function.arguments.push_str(&t.arguments);
+            }
+            if d.finish_reason.is_some() {
+                ch.finish_reason.clone_from(&d.finish_reason);
+            }
+        }
+    }
+
+    /// A whole answer that came at once (a Responses stream's last event carries it).
+    pub fn whole(&mut self, r: ChatResponse) {
+        self.answer = r;
+    }
+
+    pub fn answer(&self) -> &ChatResponse {
+        &self.answer
+    }
+}
+
 /// What an adapter's stream decoder makes of one upstream event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamItem {

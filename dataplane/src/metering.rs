@@ -5,6 +5,7 @@
 //! line in the log; `traces` exports the request's spans over OTLP when tracing is on, written as
 //! protobuf by `otlp`.
 
+pub mod content;
 pub mod meter;
 mod otlp;
 pub mod spool;

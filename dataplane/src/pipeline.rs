@@ -485,20 +485,33 @@ where
         .map_err(Rejection::of(&caller, Some(alias)))?;
     let guard::Passed { route, reservations, degraded, warning } = passed;
     let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, req.stream(), start);
-    if trace.is_some() {
+    // A forwarded request that meets an upstream of another protocol (a long-context or
+    // downgrade alias that translates) is decoded then, once; or here, when its content is
+    // recorded.
+    let decoded: std::sync::OnceLock<ChatRequest> = std::sync::OnceLock::new();
+    if let Some(t) = &trace {
         let (max_tokens, temperature) = match &req {
             Request::Forward(r) => (r.max_output, r.temperature),
             Request::Canonical(c) => (c.max_completion_tokens.or(c.max_tokens), c.temperature),
         };
         meter.trace(trace, max_tokens, temperature);
+        // The tenant's prompts and completions go into its sampled requests' spans.
+        if t.sampled && caller.tenant.trace_content {
+            match &req {
+                Request::Canonical(c) => meter.record_content(c),
+                Request::Forward(raw) => {
+                    if let Ok(c) = canonical(&decode, &raw.body, snap.params) {
+                        meter.record_content(decoded.get_or_init(|| c));
+                    }
+                }
+            }
+        }
     }
+    let records_content = meter.records_content();
     meter.prompt_estimate(needs.prompt_estimate);
     meter.degraded(degraded.clone());
     let mut ledger = Ledger { meter, reservations };
     let mut attempt_log = failover::AttemptLog::default();
-    // A forwarded request that meets an upstream of another protocol (a long-context or
-    // downgrade alias that translates) is decoded then, once.
-    let decoded: std::sync::OnceLock<ChatRequest> = std::sync::OnceLock::new();
     let include_usage = req.include_usage();
     let (req, needs, events, decoded, decode) = (&req, &needs, &events, &decoded, &decode);
     let trace = trace.as_ref();
@@ -549,7 +562,10 @@ where
                 guard.finish(Outcome::Success);
                 Ok(ChatReply::Forward { body, usage, facts })
             }
-            Ok(ChatOutcome::Stream(us)) => {
+            Ok(ChatOutcome::Stream(mut us)) => {
+                if records_content {
+                    us.record_content(up.kind);
+                }
                 let n = match req {
                     Request::Canonical(c) => c.n.unwrap_or(1),
                     Request::Forward(_) => decoded.get().and_then(|c| c.n).unwrap_or(1),
@@ -574,6 +590,7 @@ where
             }
             if ledger.meter.traced() {
                 ledger.meter.answered(crate::canonical::AnswerFacts::of(&r));
+                ledger.meter.completion(&r);
             }
             cost = ledger.meter.cost_micro_usd();
             ledger.finish(200, None);
@@ -584,6 +601,12 @@ where
                 ledger.meter.usage(u);
             }
             ledger.meter.answered(facts);
+            if let (true, Request::Forward(raw)) = (ledger.meter.records_content(), req) {
+                let kind = served_by.up.kind;
+                if let Some(answer) = crate::metering::content::forwarded_answer(kind, raw.protocol, &body) {
+                    ledger.meter.completion(&answer);
+                }
+            }
             cost = ledger.meter.cost_micro_usd();
             ledger.finish(200, None);
             ChatReply::Forward { body, usage, facts: Default::default() }

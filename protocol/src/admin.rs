@@ -31,6 +31,9 @@ pub struct TenantIn {
     /// Groups (`PUT /groups/{id}`) whose pooled budgets this tenant's spend counts against.
     #[serde(default)]
     pub groups: Vec<String>,
+    /// Record the tenant's prompts and completions in its trace spans.
+    #[serde(default)]
+    pub trace_content: bool,
 }
 
 fn all_aliases() -> Vec<String> {
@@ -48,6 +51,8 @@ pub struct TenantView {
     pub budgets: Vec<BudgetSpec>,
     #[serde(default)]
     pub groups: Vec<String>,
+    #[serde(default)]
+    pub trace_content: bool,
     /// Keys not revoked or expired.
     pub active_keys: i64,
     /// All keys ever created.

@@ -717,6 +717,11 @@ pub struct TenantSpec {
     /// Groups (`groups[].id`) whose pooled budgets this tenant's spend counts against.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// Record this tenant's prompts and completions in its requests' trace spans
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`; docs/observability.md). Off: spans carry
+    /// no content.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub trace_content: bool,
 }
 
 /// A spending cap for a tenant, a key or a group (or for one alias of it) per day, week or month.

@@ -199,6 +199,8 @@ pub struct Tenant {
     pub limiter: Limiter,
     /// The tenant's budgets, then its groups' (whose live spend every member shares).
     pub budgets: Vec<crate::state::budget::Budget>,
+    /// Its prompts and completions go into its traced requests' spans.
+    pub trace_content: bool,
 }
 
 #[derive(Debug)]
@@ -467,6 +469,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
             allowed,
             limiter: limiter(&t.limits, prev_tenant.map(|pt| &pt.limiter)),
             budgets: all,
+            trace_content: t.trace_content,
         });
     }
 

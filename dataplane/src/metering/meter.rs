@@ -254,6 +254,8 @@ struct Traced {
     temperature: Option<f64>,
     /// The answer's id and finish reasons.
     answer: crate::canonical::AnswerFacts,
+    /// The prompt and completion, for a tenant that records them.
+    content: Option<Box<super::content::Recorded>>,
 }
 
 pub struct Meter {
@@ -352,7 +354,31 @@ impl Meter {
         max_tokens: Option<u32>,
         temperature: Option<f64>,
     ) {
-        self.trace = ctx.map(|ctx| Box::new(Traced { ctx, max_tokens, temperature, answer: Default::default() }));
+        self.trace = ctx.map(|ctx| {
+            Box::new(Traced { ctx, max_tokens, temperature, answer: Default::default(), content: None })
+        });
+    }
+
+    /// The request's span is to carry its prompt and completion (a sampled request of a tenant
+    /// that records them), starting with the request's messages.
+    pub fn record_content(&mut self, req: &crate::canonical::ChatRequest) {
+        if let Some(t) = &mut self.trace {
+            let mut c = super::content::Recorded::default();
+            c.input(req);
+            t.content = Some(Box::new(c));
+        }
+    }
+
+    /// Whether the request's span carries its content.
+    pub fn records_content(&self) -> bool {
+        self.trace.as_ref().is_some_and(|t| t.content.is_some())
+    }
+
+    /// The completion, for a request whose span carries its content.
+    pub fn completion(&mut self, r: &crate::canonical::ChatResponse) {
+        if let Some(c) = self.trace.as_mut().and_then(|t| t.content.as_mut()) {
+            c.output(r);
+        }
     }
 
     /// Whether the request is traced (its span wants the answer's facts).
@@ -482,6 +508,7 @@ impl Meter {
             ttft,
             elapsed,
             answer: &t.answer,
+            content: t.content.as_deref(),
         });
         // The spans of a served request are written with its key's constants, here.
         let mut spans_due = traced.zip(span_facts.as_ref());

@@ -334,6 +334,8 @@ pub struct SpanFacts<'a> {
     pub elapsed: Duration,
     /// The answer's id and finish reasons (`gen_ai.response.*`).
     pub answer: &'a crate::canonical::AnswerFacts,
+    /// The prompt and completion, for a tenant that records them.
+    pub content: Option<&'a super::content::Recorded>,
 }
 
 /// The attributes every request of one (operation, alias, upstream, model) writes alike, encoded
@@ -489,6 +491,17 @@ fn spans(
             w.put(key!("error.type"), Value::Str(code));
         }
         answer(&mut w);
+        if let Some(c) = f.content {
+            if let Some(input) = &c.input {
+                w.put(key!("gen_ai.input.messages"), Value::Str(input));
+            }
+            if let Some(output) = &c.output {
+                w.put(key!("gen_ai.output.messages"), Value::Str(output));
+            }
+            if c.truncated {
+                w.put(key!("ax.content_truncated"), Value::Bool(true));
+            }
+        }
     });
     for (i, at) in r.attempt_list.iter().enumerate() {
         let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
@@ -666,6 +679,7 @@ mod tests {
             ttft: None,
             elapsed: Duration::from_millis(5),
             answer: &answer,
+            content: None,
         };
         let end = SystemTime::now();
         let constants = Constants::new("chat", "openai", "chat", "up", "m-up");
@@ -706,6 +720,7 @@ mod tests {
             ttft: None,
             elapsed: Duration::from_millis(5),
             answer: &Default::default(),
+            content: None,
         };
         let mut b = Vec::new();
         spans(&mut b, &ctx, &r, &facts, None, SystemTime::now());

@@ -350,6 +350,9 @@ impl<E: StreamEncoder> EgressStream<E> {
             }
             if l.meter.traced() {
                 l.meter.answered(self.upstream.facts());
+                if let Some(t) = self.upstream.transcript() {
+                    l.meter.completion(t.answer());
+                }
             }
             l.finish(200, end.as_ref().map(AxError::code));
         }
@@ -388,6 +391,9 @@ impl<E> Drop for EgressStream<E> {
             }
             if let Some(l) = self.ledger.as_mut().filter(|l| l.meter.traced()) {
                 l.meter.answered(self.upstream.facts());
+                if let Some(t) = self.upstream.transcript() {
+                    l.meter.completion(t.answer());
+                }
             }
         }
     }

@@ -737,6 +737,48 @@ impl ResponsesForwardState {
     }
 }
 
+/// A Responses API `response` object (a forwarded answer, or the last event of a forwarded
+/// stream) read into the canonical answer, as much as its content: messages' text, function
+/// calls, reasoning summaries, and why it stopped.
+pub fn responses_content(body: &[u8]) -> Option<ChatResponse> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    // The object itself, or an event that carries it.
+    let r = if v.get("output").is_some() { &v } else { v.get("response")? };
+    let mut ch = Choice::default();
+    for item in r.get("output").and_then(Value::as_array).into_iter().flatten() {
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
+                    let t = part.get("text").or_else(|| part.get("refusal")).and_then(Value::as_str);
+                    if let Some(t) = t {
+                        ch.content.get_or_insert_with(String::new).push_str(t);
+                    }
+                }
+            }
+            Some("function_call") => {
+                let s = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+                ch.tool_calls.push(ToolCall {
+                    id: s("call_id"),
+                    kind: crate::canonical::ToolKind::Function,
+                    function: crate::canonical::FunctionCall { name: s("name"), arguments: s("arguments") },
+                });
+            }
+            Some("reasoning") => {
+                for part in item.get("summary").and_then(Value::as_array).into_iter().flatten() {
+                    if let Some(t) = part.get("text").and_then(Value::as_str) {
+                        ch.reasoning.get_or_insert_with(String::new).push_str(t);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut facts = AnswerFacts::default();
+    ResponseGlance::deserialize(r).ok()?.facts(&mut facts);
+    ch.finish_reason = facts.finish_reasons.pop();
+    Some(ChatResponse { id: facts.id.unwrap_or_default(), choices: vec![ch], ..ChatResponse::default() })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Embeddings (upstream)
 

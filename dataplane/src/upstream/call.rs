@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use crate::canonical::{
-    AnswerFacts, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem, Usage,
+    AnswerFacts, ChatRequest, Transcript, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem, Usage,
 };
 use crate::config::snapshot::{Backend, Model, Route, Upstream};
 use crate::error::AxError;
@@ -364,6 +364,34 @@ pub struct UpstreamStream {
     timers: Option<Timers>,
     /// The decoder's facts of the answer, kept when its source ends.
     facts: AnswerFacts,
+    /// The answer so far, for a request whose span carries its content.
+    recording: Option<Box<Recording>>,
+}
+
+/// A stream's answer put back together for the request's span (`record_content`).
+struct Recording {
+    transcript: Transcript,
+    /// Forwarded events also go through the upstream's canonical decoder, whose chunks are kept.
+    shadow: Option<StreamDecoder>,
+    /// Forwarded Responses events: the last one carries the whole response.
+    responses: bool,
+}
+
+impl Recording {
+    /// A forwarded event, read for its content.
+    fn event(&mut self, ev: &crate::sse::SseEvent) {
+        if let Some(d) = &mut self.shadow {
+            if let Ok(Some(StreamItem::Chunk(c))) = d.on_event(ev) {
+                self.transcript.chunk(&c);
+            }
+        } else if self.responses && ev.data.contains("\"response.") && ev.data.contains("\"output\"") {
+            if let Some(r) = crate::providers::openai::responses_content(ev.data.as_bytes()) {
+                if !r.choices.iter().all(|c| c.content.is_none() && c.tool_calls.is_empty()) {
+                    self.transcript.whole(r);
+                }
+            }
+        }
+    }
 }
 
 struct Timers {
@@ -402,7 +430,25 @@ enum HttpState {
 
 impl UpstreamStream {
     fn new(source: Source, deadlines: Deadlines) -> Self {
-        Self { source, deadlines, timers: None, facts: AnswerFacts::default() }
+        Self { source, deadlines, timers: None, facts: AnswerFacts::default(), recording: None }
+    }
+
+    /// Keeps the answer as it streams, for the request's span (a tenant that records content);
+    /// `kind` is the upstream's, whose decoder reads forwarded events for it.
+    pub fn record_content(&mut self, kind: ProviderKind) {
+        let (shadow, responses) = match &self.source {
+            Source::Http { decoder: StreamDecoder::OpenAiForward(_) | StreamDecoder::AnthropicForward(_), .. } => {
+                (StreamDecoder::new(kind), false)
+            }
+            Source::Http { decoder: StreamDecoder::ResponsesForward(_), .. } => (None, true),
+            _ => (None, false),
+        };
+        self.recording = Some(Box::new(Recording { transcript: Transcript::default(), shadow, responses }));
+    }
+
+    /// The answer so far, when `record_content` asked for it.
+    pub fn transcript(&self) -> Option<&Transcript> {
+        self.recording.as_ref().map(|r| &r.transcript)
     }
 
     /// The answer's id and finish reasons, as far as the stream got (`gen_ai.response.*`).
@@ -418,7 +464,7 @@ impl UpstreamStream {
     pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
         let deadlines = self.deadlines;
         let now = Instant::now();
-        let Self { source, timers, facts, .. } = self;
+        let Self { source, timers, facts, recording, .. } = self;
         let t = timers.get_or_insert_with(|| Timers {
             deadline: Box::pin(sleep_until(deadlines.deadline)),
             idle: Box::pin(sleep_until(now + deadlines.idle)),
@@ -428,7 +474,7 @@ impl UpstreamStream {
         loop {
             tokio::select! {
                 biased;
-                item = Self::next_item(source, facts) => return item,
+                item = Self::next_item(source, facts, recording) => return item,
                 () = t.deadline.as_mut() => {
                     end(source, facts);
                     return Some(Err(AxError::UpstreamTimeout));
@@ -447,7 +493,25 @@ impl UpstreamStream {
         }
     }
 
-    async fn next_item(source: &mut Source, facts: &mut AnswerFacts) -> Option<Result<StreamItem, AxError>> {
+    async fn next_item(
+        source: &mut Source,
+        facts: &mut AnswerFacts,
+        recording: &mut Option<Box<Recording>>,
+    ) -> Option<Result<StreamItem, AxError>> {
+        let item = Self::next_decoded(source, facts, recording).await;
+        if let (Some(r), Some(Ok(StreamItem::Chunk(c)))) = (recording.as_mut(), &item) {
+            if r.shadow.is_none() {
+                r.transcript.chunk(c);
+            }
+        }
+        item
+    }
+
+    async fn next_decoded(
+        source: &mut Source,
+        facts: &mut AnswerFacts,
+        recording: &mut Option<Box<Recording>>,
+    ) -> Option<Result<StreamItem, AxError>> {
         let (resp, sse, decoder, state) = match source {
             Source::Mock(m) => return m.next().await,
             Source::Ended => return None,
@@ -463,7 +527,11 @@ impl UpstreamStream {
                 HttpState::Reading => {}
             }
             match sse.next_event() {
-                Ok(Some(ev)) => match decoder.on_event(&ev) {
+                Ok(Some(ev)) => match decoder.on_event(&ev).inspect(|_| {
+                    if let Some(r) = recording.as_mut() {
+                        r.event(&ev);
+                    }
+                }) {
                     Ok(Some(item)) => {
                         if item == StreamItem::Done {
                             // The rest of the body is read in the background: its connection is

@@ -484,3 +484,134 @@ async fn an_https_collector_with_a_private_ca_and_credentials_gets_the_spans() {
     assert!(!receiver.spans().await.iter().any(|s| s["attributes"]["ax.request_id"] == "req-untrusted"));
     assert!(untrusting.logs().contains("trace export failed"), "{}", untrusting.logs());
 }
+
+/// A tenant that opts in (`trace_content`) gets its prompts and completions in its requests'
+/// spans, in the GenAI conventions' shape, whichever path the request took: forwarded whole and
+/// streamed (OpenAI to OpenAI, Anthropic to Anthropic), translated (OpenAI caller, Anthropic
+/// upstream). Another tenant's spans carry none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_that_opts_in_gets_its_prompts_and_completions_in_its_spans() {
+    let dir = ax_tests::temp_dir("traces-content");
+    let receiver = Receiver::start(&dir);
+    let openai_stream = wire::openai_stream(&["Hel", "lo"], &[], "stop", (12, 3, 0), Framing::default());
+    let openai = FakeUpstream::start(move |r| {
+        if r.body["stream"] == true {
+            Reply::sse(&openai_stream)
+        } else {
+            Reply::json(wire::openai_response(Some("Hi from OpenAI"), &[], "stop", (11, 2, 0)))
+        }
+    })
+    .await;
+    let anthropic_stream = wire::anthropic_stream(&["Bon", "jour"], &[], "end_turn", (7, 2, 0, 0), Framing::default());
+    let anthropic = FakeUpstream::start(move |r| {
+        if r.body["stream"] == true {
+            Reply::sse(&anthropic_stream)
+        } else {
+            Reply::json(wire::anthropic_response(
+                Some("Hi from Claude"),
+                &[("toolu_1", "look", "{\"at\":\"sky\"}")],
+                "tool_use",
+                (9, 4, 0, 0),
+            ))
+        }
+    })
+    .await;
+    let other = "ax-other-key";
+    let config = format!(
+        r#"
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}/v1", api_key: sk-up,
+      models: [{{ name: m-up, context_window: 100000, capabilities: [chat, streaming, tools] }}] }}
+  - {{ name: an, provider: anthropic, base_url: "{}", api_key: sk-an,
+      models: [{{ name: m-an, context_window: 100000, capabilities: [chat, streaming, tools] }}] }}
+routes:
+  - {{ alias: direct, candidates: [{{ upstream: up, model: m-up }}] }}
+  - {{ alias: claude, candidates: [{{ upstream: an, model: m-an }}] }}
+tenants:
+  - {{ id: acme, trace_content: true, keys: [{{ id: k1, sha256: "{}" }}] }}
+  - {{ id: plain, keys: [{{ id: k2, sha256: "{}" }}] }}
+"#,
+        openai.url(),
+        anthropic.url(),
+        key_digest(KEY),
+        key_digest(other)
+    );
+    let dp = data_plane(&dir, &config, &receiver.url);
+    let client = reqwest::Client::new();
+    let chat = |key: &'static str, rid: &'static str, body: Value| {
+        let (client, url) = (client.clone(), dp.url.clone());
+        async move {
+            let r = client
+                .post(format!("{url}/v1/chat/completions"))
+                .bearer_auth(key)
+                .header("x-request-id", rid)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{rid}");
+            r.text().await.unwrap()
+        }
+    };
+    let ask = |model: &str, text: &str, stream: bool| {
+        json!({ "model": model, "stream": stream, "messages": [
+            { "role": "system", "content": "Be brief." }, { "role": "user", "content": text }] })
+    };
+    chat(KEY, "c-whole", ask("direct", "Say hi", false)).await;
+    chat(KEY, "c-stream", ask("direct", "Say hello", true)).await;
+    chat(KEY, "c-translated", ask("claude", "Look up", false)).await;
+    chat(other, "c-other", ask("direct", "Secret prompt", false)).await;
+    let r = client
+        .post(format!("{}/v1/messages", dp.url))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .header("x-request-id", "c-messages")
+        .json(&json!({ "model": "claude", "max_tokens": 50, "stream": true, "system": "Be French.",
+                       "messages": [{ "role": "user", "content": "Greet me" }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+
+    let spans = receiver.wait(|s| s.iter().filter(|s| s["kind"] == 2).count() >= 5).await;
+    let server = |rid: &str| -> Value {
+        let s = spans.iter().find(|s| s["kind"] == 2 && s["attributes"]["ax.request_id"] == rid);
+        s.unwrap_or_else(|| panic!("no span for {rid}: {spans:#?}")).clone()
+    };
+    let messages = |s: &Value, key: &str| -> Value {
+        let text = attr(s, key).as_str().unwrap_or_else(|| panic!("no {key} in {s:#}"));
+        serde_json::from_str(text).unwrap()
+    };
+    let system = json!({ "role": "system", "parts": [{ "type": "text", "content": "Be brief." }] });
+    let user = |t: &str| json!({ "role": "user", "parts": [{ "type": "text", "content": t }] });
+    let said = |t: &str, finish: &str| {
+        json!([{ "role": "assistant", "parts": [{ "type": "text", "content": t }], "finish_reason": finish }])
+    };
+    let s = server("c-whole");
+    assert_eq!(messages(&s, "gen_ai.input.messages"), json!([system, user("Say hi")]));
+    assert_eq!(messages(&s, "gen_ai.output.messages"), said("Hi from OpenAI", "stop"));
+    let s = server("c-stream");
+    assert_eq!(messages(&s, "gen_ai.input.messages"), json!([system, user("Say hello")]));
+    assert_eq!(messages(&s, "gen_ai.output.messages"), said("Hello", "stop"));
+    let s = server("c-translated");
+    assert_eq!(messages(&s, "gen_ai.input.messages"), json!([system, user("Look up")]));
+    assert_eq!(
+        messages(&s, "gen_ai.output.messages"),
+        json!([{ "role": "assistant", "finish_reason": "tool_calls", "parts": [
+            { "type": "text", "content": "Hi from Claude" },
+            { "type": "tool_call", "id": "toolu_1", "name": "look", "arguments": { "at": "sky" } }] }])
+    );
+    let s = server("c-messages");
+    assert_eq!(
+        messages(&s, "gen_ai.input.messages"),
+        json!([{ "role": "system", "parts": [{ "type": "text", "content": "Be French." }] }, user("Greet me")])
+    );
+    assert_eq!(messages(&s, "gen_ai.output.messages"), said("Bonjour", "stop"));
+    assert!(attr(&s, "ax.content_truncated").is_null());
+    // The tenant that did not opt in: no content anywhere in its spans.
+    let s = server("c-other");
+    assert!(attr(&s, "gen_ai.input.messages").is_null() && attr(&s, "gen_ai.output.messages").is_null(), "{s:#}");
+    let text = serde_json::to_string(&spans).unwrap();
+    assert!(!text.contains("Secret prompt"), "{text}");
+}

@@ -48,6 +48,7 @@ pub fn Tenants() -> impl IntoView {
                 limits: LimitsSpec::default(),
                 budgets: Vec::new(),
                 groups: Vec::new(),
+                trace_content: false,
             };
             match api::send::<TenantSaved, _>("PUT", &format!("/api/v1/tenants/{id}"), &body).await {
                 Ok(_) => {
@@ -368,6 +369,7 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
     let aliases = RwSignal::new(t.allowed_aliases.join(", "));
     let budgets = budget_rows(&t.budgets);
     let groups = RwSignal::new(t.groups.join(", "));
+    let trace_content = RwSignal::new(t.trace_content);
     let id = t.id.clone();
     let save = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
@@ -380,6 +382,7 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
         }
         body["budgets"] = budgets.get_untracked().iter().map(BudgetRow::body).collect();
         body["groups"] = form::list(&groups.get_untracked()).into();
+        body["trace_content"] = Value::Bool(trace_content.get_untracked());
         put_and_close::<TenantSaved>(format!("/api/v1/tenants/{id}"), body, busy, error, close);
     };
     view! {
@@ -403,6 +406,9 @@ fn TenantEditor(t: TenantView, close: Callback<bool>) -> impl IntoView {
             <fieldset><legend>"Budgets"</legend>
                 <BudgetsEditor budgets=budgets error=error/>
             </fieldset>
+            <label class="field wide"><span>"Traces"</span>
+                <span class="check"><input type="checkbox" name="trace-content" prop:checked=move || trace_content.get()
+                    on:change=move |ev| trace_content.set(event_target_checked(&ev))/>" record prompts and completions in this tenant's trace spans"</span></label>
             <EditorEnd error=error busy=busy close=close save="Save tenant" placed=|p| p == "allowed_aliases" || p.starts_with("limits.") || p.starts_with("budgets[") || p.starts_with("groups")/>
         </form>
     }
