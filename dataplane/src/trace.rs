@@ -223,22 +223,27 @@ impl TraceContext {
         z
     }
 
-    /// The `traceparent` attempt `n` sends its upstream.
+    /// The `traceparent` attempt `n` sends its upstream, written in one buffer.
     pub fn traceparent(&self, n: u32) -> String {
-        let mut s = String::with_capacity(55);
-        s.push_str("00-");
-        push_hex(&mut s, self.trace_id, 32);
-        s.push('-');
-        push_hex(&mut s, u128::from(self.attempt_span(n)), 16);
-        s.push_str(if self.sampled { "-01" } else { "-00" });
-        s
+        let mut b = [0u8; 55];
+        b[..3].copy_from_slice(b"00-");
+        b[3..35].copy_from_slice(&self.trace_id_digits());
+        b[35] = b'-';
+        b[36..52].copy_from_slice(&hex16(self.attempt_span(n)));
+        b[52..].copy_from_slice(if self.sampled { b"-01" } else { b"-00" });
+        String::from_utf8(b.to_vec()).unwrap_or_default()
     }
 
     /// The trace id as 32 lowercase hex digits.
     pub fn trace_id_hex(&self) -> String {
-        let mut s = String::with_capacity(32);
-        push_hex(&mut s, self.trace_id, 32);
-        s
+        String::from_utf8(self.trace_id_digits().to_vec()).unwrap_or_default()
+    }
+
+    fn trace_id_digits(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        b[..16].copy_from_slice(&hex16((self.trace_id >> 64) as u64));
+        b[16..].copy_from_slice(&hex16(self.trace_id as u64));
+        b
     }
 }
 

@@ -307,7 +307,12 @@ impl Client {
     ) -> Vec<u8> {
         let request_id = hop.request_id;
         let target = path.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
-        let mut h = Vec::with_capacity(target.len() + self.fixed_head.len() + request_id.len() + 96);
+        // Sized for all of it: growing the head mid-way costs a reallocation and a copy.
+        let passed: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
+        let traceparent = hop.traceparent.map_or(0, |t| t.len() + 15);
+        let mut h = Vec::with_capacity(
+            target.len() + self.fixed_head.len() + content_type.len() + request_id.len() + passed + traceparent + 96,
+        );
         h.extend_from_slice(b"POST ");
         h.extend_from_slice(target.as_bytes());
         h.extend_from_slice(b" HTTP/1.1\r\n");

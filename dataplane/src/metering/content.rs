@@ -245,7 +245,8 @@ mod tests {
     #[test]
     fn content_past_the_limit_is_cut_and_says_so() {
         let big = "x".repeat(MAX_BYTES / 3);
-        let messages: Vec<Value> = (0..5).map(|i| json!({ "role": "user", "parts": [text(&format!("{i}{big}"))] })).collect();
+        let messages: Vec<Value> =
+            (0..5).map(|i| json!({ "role": "user", "parts": [text(&format!("{i}{big}"))] })).collect();
         let mut r = Recorded::default();
         let out = r.bounded(messages);
         assert!(r.truncated && out.len() <= MAX_BYTES);

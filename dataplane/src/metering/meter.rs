@@ -354,9 +354,8 @@ impl Meter {
         max_tokens: Option<u32>,
         temperature: Option<f64>,
     ) {
-        self.trace = ctx.map(|ctx| {
-            Box::new(Traced { ctx, max_tokens, temperature, answer: Default::default(), content: None })
-        });
+        self.trace =
+            ctx.map(|ctx| Box::new(Traced { ctx, max_tokens, temperature, answer: Default::default(), content: None }));
     }
 
     /// The request's span is to carry its prompt and completion (a sampled request of a tenant

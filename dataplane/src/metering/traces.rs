@@ -11,7 +11,8 @@
 //! counted in `ax_trace_spans_dropped_total{reason}`; exported spans in
 //! `ax_trace_spans_exported_total`. Memory is bounded by the queue.
 //!
-//! Prompts and completions are never recorded: only the record's figures are.
+//! Prompts and completions are recorded only for a tenant that asks (`trace_content`), on its
+//! sampled requests' spans (`content`); otherwise a span holds only the record's figures.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
@@ -348,6 +349,8 @@ pub struct Constants {
     /// The span of an attempt at that upstream and model: `gen_ai.operation.name`,
     /// `gen_ai.request.model`, `ax.upstream`, `gen_ai.provider.name`.
     attempt: Vec<u8>,
+    /// The same for an attempt that answered, with `gen_ai.response.model`.
+    answered: Vec<u8>,
 }
 
 impl Constants {
@@ -365,7 +368,9 @@ impl Constants {
         a(&mut attempt, key!("gen_ai.request.model"), model);
         a(&mut attempt, key!("ax.upstream"), upstream);
         a(&mut attempt, key!("gen_ai.provider.name"), provider);
-        Self { request, attempt }
+        let mut answered = attempt.clone();
+        a(&mut answered, key!("gen_ai.response.model"), model);
+        Self { request, attempt, answered }
     }
 }
 
@@ -378,7 +383,8 @@ pub fn exported(ctx: &TraceContext, r: &UsageRecord) -> bool {
 /// are those of the request's (operation, alias, upstream, model).
 pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts<'_>, constants: Option<&Constants>) {
     let Some(queue) = QUEUE.get() else { return };
-    let mut bytes = Vec::with_capacity(1024 + 512 * r.attempt_list.len());
+    // (A request's span is ~1.2 KB, an attempt's ~0.5 KB: sized so that it never grows.)
+    let mut bytes = Vec::with_capacity(2048 + 768 * r.attempt_list.len());
     spans(&mut bytes, ctx, r, facts, constants, SystemTime::now());
     let count = 1 + r.attempt_list.len() as u64;
     match queue.try_send(Spans { bytes, count }) {
@@ -523,13 +529,14 @@ fn spans(
         };
         otlp::span(out, &head, at.error_code.as_deref(), |b| {
             let mut w = otlp::Attributes::new(b);
-            match constants {
+            let constant = constants.filter(|_| {
                 // (The constants' upstream and model are the record's: the attempt's are the same
                 // one, so is its provider.)
-                Some(c) if at.upstream == r.upstream && at.model == r.model && !at.provider.is_empty() => {
-                    w.encoded(&c.attempt);
-                }
-                _ => {
+                at.upstream == r.upstream && at.model == r.model && !at.provider.is_empty()
+            });
+            match constant {
+                Some(c) => w.encoded(if at.error_code.is_none() { &c.answered } else { &c.attempt }),
+                None => {
                     w.put(key!("gen_ai.operation.name"), Value::Str(f.operation));
                     w.put(key!("gen_ai.request.model"), Value::Str(&at.model));
                     w.put(key!("ax.upstream"), Value::Str(&at.upstream));
@@ -549,7 +556,9 @@ fn spans(
             match &at.error_code {
                 Some(code) => w.put(key!("error.type"), Value::Str(code)),
                 None => {
-                    w.put(key!("gen_ai.response.model"), Value::Str(&at.model));
+                    if constant.is_none() {
+                        w.put(key!("gen_ai.response.model"), Value::Str(&at.model));
+                    }
                     answer(&mut w);
                 }
             }

@@ -13,7 +13,8 @@ use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
 use crate::canonical::{
-    AnswerFacts, ChatRequest, Transcript, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem, Usage,
+    AnswerFacts, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem,
+    Transcript, Usage,
 };
 use crate::config::snapshot::{Backend, Model, Route, Upstream};
 use crate::error::AxError;

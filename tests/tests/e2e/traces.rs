@@ -585,9 +585,7 @@ tenants:
     };
     let system = json!({ "role": "system", "parts": [{ "type": "text", "content": "Be brief." }] });
     let user = |t: &str| json!({ "role": "user", "parts": [{ "type": "text", "content": t }] });
-    let said = |t: &str, finish: &str| {
-        json!([{ "role": "assistant", "parts": [{ "type": "text", "content": t }], "finish_reason": finish }])
-    };
+    let said = |t: &str, finish: &str| json!([{ "role": "assistant", "parts": [{ "type": "text", "content": t }], "finish_reason": finish }]);
     let s = server("c-whole");
     assert_eq!(messages(&s, "gen_ai.input.messages"), json!([system, user("Say hi")]));
     assert_eq!(messages(&s, "gen_ai.output.messages"), said("Hi from OpenAI", "stop"));
