@@ -351,7 +351,7 @@ fn serve(args: Args) -> ExitCode {
             worker::set_current(i);
             let result = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .on_thread_park(ax_dataplane::metering::usage_log::flush)
+                .on_thread_park(ax_dataplane::metering::on_park)
                 .build()
                 .map_err(|e| e.to_string())
                 .and_then(|rt| {
@@ -370,7 +370,7 @@ fn serve(args: Args) -> ExitCode {
                 });
             // Usage lines this thread still holds (its requests drained): to the writer before
             // the process's exit flushes it.
-            ax_dataplane::metering::usage_log::flush_now();
+            ax_dataplane::metering::flush_now();
             let _ = exit.send((i, result));
         });
         match spawned {

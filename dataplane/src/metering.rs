@@ -11,3 +11,16 @@ mod otlp;
 pub mod spool;
 pub mod traces;
 pub mod usage_log;
+
+/// The serving threads' park hook: hands over the usage lines and spans whose batches have
+/// waited long enough.
+pub fn on_park() {
+    usage_log::flush();
+    traces::flush();
+}
+
+/// Hands over this thread's usage lines and spans now (a serving thread that is about to end).
+pub fn flush_now() {
+    usage_log::flush_now();
+    traces::flush_now();
+}

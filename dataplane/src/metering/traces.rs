@@ -2,8 +2,12 @@
 //! request and a client span per upstream attempt, made from the request's record when it is
 //! emitted (so a request costs nothing more until then, and nothing at all with tracing off).
 //!
-//! A request's spans are written as protobuf (`otlp`) into one buffer and go into a bounded queue
-//! with `try_send`: a serving thread never waits on the exporter. The `ax-traces` thread batches
+//! A request's spans are written as protobuf (`otlp`) into its serving thread's batch, which goes
+//! into a bounded queue with `try_send` once it holds `LOCAL_BYTES`, or when the thread is about
+//! to go idle and its oldest spans have waited `LOCAL_AGE` (`flush`, the park hook): one buffer
+//! and one hand-off per batch, not per request (a buffer per request, freed by the exporter's
+//! thread, took mimalloc's slow path at every allocation). A serving thread never waits on the
+//! exporter. The `ax-traces` thread batches
 //! them (up to `MAX_BATCH` spans, or what came in `BATCH_WAIT`) and POSTs each batch to the
 //! collector (`http://` or `https://`, TCP_NODELAY, kept alive, the batch retried while the
 //! collector answers 429/502/503/504 or cannot be reached, within the export timeout). A full
@@ -154,11 +158,33 @@ fn parse_headers(v: &str) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
     Ok(out)
 }
 
-/// One request's spans, encoded, and how many.
+/// Spans, encoded: how many, and of how many requests.
 struct Spans {
     bytes: Vec<u8>,
     count: u64,
+    requests: u64,
 }
+
+/// A serving thread hands its spans over once it holds this many bytes (about 20 requests')…
+const LOCAL_BYTES: usize = 32 * 1024;
+/// …or when it goes idle with spans this old.
+const LOCAL_AGE: Duration = Duration::from_millis(100);
+
+/// A serving thread's spans not yet handed over, and when the first of them was written.
+struct Local {
+    spans: Spans,
+    since: Option<std::time::Instant>,
+}
+
+thread_local! {
+    static LOCAL: std::cell::RefCell<Local> = const {
+        std::cell::RefCell::new(Local { spans: Spans { bytes: Vec::new(), count: 0, requests: 0 }, since: None })
+    };
+}
+
+/// Requests whose spans are queued for the exporter, and how many may be (`Settings::queue`).
+static QUEUED: AtomicU64 = AtomicU64::new(0);
+static QUEUE_LIMIT: AtomicU64 = AtomicU64::new(4096);
 
 static QUEUE: OnceLock<SyncSender<Spans>> = OnceLock::new();
 /// The exporter thread: woken when `WAKE_AT` spans wait (half a batch, or the queue's length in
@@ -204,6 +230,7 @@ pub fn install(settings: Settings) -> Result<(), String> {
         ],
     };
     let (tx, rx) = std::sync::mpsc::sync_channel(settings.queue.max(1));
+    QUEUE_LIMIT.store(settings.queue.max(1) as u64, Ordering::Relaxed);
     WAKE_AT.store((MAX_BATCH as u64 / 2).min(settings.queue.max(1) as u64), Ordering::Relaxed);
     let exporter = std::thread::Builder::new()
         .name("ax-traces".to_owned())
@@ -245,6 +272,7 @@ fn export_loop(collector: &Collector, rx: &Receiver<Spans>) {
                 Ok(more) => {
                     batch.extend_from_slice(&more.bytes);
                     n += more.count;
+                    QUEUED.fetch_sub(more.requests, Ordering::Relaxed);
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => return,
@@ -379,16 +407,59 @@ pub fn exported(ctx: &TraceContext, r: &UsageRecord) -> bool {
     ctx.sampled || r.error_code.is_some() || r.status >= 500
 }
 
-/// Queues the spans of a finished request the meter found `exported`; `constants`, when given,
-/// are those of the request's (operation, alias, upstream, model).
+/// Writes the spans of a finished request the meter found `exported` into this thread's batch;
+/// `constants`, when given, are those of the request's (operation, alias, upstream, model).
 pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts<'_>, constants: Option<&Constants>) {
+    if QUEUE.get().is_none() {
+        return;
+    }
+    let full = LOCAL.with(|l| {
+        let mut l = l.borrow_mut();
+        let l = &mut *l;
+        if l.since.is_none() {
+            l.since = Some(std::time::Instant::now());
+            // Room for the batch and the request that fills it: it never grows.
+            l.spans.bytes.reserve(LOCAL_BYTES + 8 * 1024);
+        }
+        spans(&mut l.spans.bytes, ctx, r, facts, constants, SystemTime::now());
+        l.spans.count += 1 + r.attempt_list.len() as u64;
+        l.spans.requests += 1;
+        l.spans.bytes.len() >= LOCAL_BYTES
+    });
+    if full {
+        hand_over();
+    }
+}
+
+/// The serving threads' park hook: hands this thread's spans to the exporter when the oldest
+/// has waited `LOCAL_AGE`.
+pub fn flush() {
+    if LOCAL.with(|l| l.borrow().since.is_some_and(|t| t.elapsed() >= LOCAL_AGE)) {
+        hand_over();
+    }
+}
+
+/// Hands this thread's spans to the exporter now (a serving thread that is about to end).
+pub fn flush_now() {
+    hand_over();
+}
+
+/// This thread's batch into the queue, unless the queue holds its limit of requests (then it is
+/// dropped, counted).
+fn hand_over() {
     let Some(queue) = QUEUE.get() else { return };
-    // (A request's span is ~1.2 KB, an attempt's ~0.5 KB: sized so that it never grows.)
-    let mut bytes = Vec::with_capacity(2048 + 768 * r.attempt_list.len());
-    spans(&mut bytes, ctx, r, facts, constants, SystemTime::now());
-    let count = 1 + r.attempt_list.len() as u64;
-    match queue.try_send(Spans { bytes, count }) {
-        Ok(()) => {
+    let spans = LOCAL.with(|l| {
+        let mut l = l.borrow_mut();
+        l.since = None;
+        std::mem::replace(&mut l.spans, Spans { bytes: Vec::new(), count: 0, requests: 0 })
+    });
+    let (count, requests) = (spans.count, spans.requests);
+    if requests == 0 {
+        return;
+    }
+    let admitted = QUEUED.fetch_add(requests, Ordering::Relaxed) + requests <= QUEUE_LIMIT.load(Ordering::Relaxed);
+    match admitted.then(|| queue.try_send(spans)) {
+        Some(Ok(())) => {
             let before = PENDING.fetch_add(count, Ordering::Relaxed);
             let wake_at = WAKE_AT.load(Ordering::Relaxed);
             if before < wake_at && before + count >= wake_at {
@@ -397,7 +468,8 @@ pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts<'_>, consta
                 }
             }
         }
-        Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+        None | Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) => {
+            QUEUED.fetch_sub(requests, Ordering::Relaxed);
             metrics::counter!("ax_trace_spans_dropped_total", "reason" => "queue_full").increment(count);
         }
     }
