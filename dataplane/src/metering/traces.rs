@@ -261,8 +261,11 @@ fn export_loop(collector: &Collector, rx: &Receiver<Spans>) {
     };
     let mut batch = Vec::with_capacity(256 * 1024);
     loop {
-        // Sleeps until `WAKE_AT` spans wait or `BATCH_WAIT` passed, unless a full batch waits.
-        if PENDING.load(Ordering::Relaxed) < MAX_BATCH as u64 {
+        // Sleeps until `WAKE_AT` spans wait or `BATCH_WAIT` passed, unless that many wait already.
+        // (Sleeping while fewer than a whole batch waited let spans pile up for `BATCH_WAIT` once
+        // the count had passed `WAKE_AT` without reaching `MAX_BATCH`: no hand-off crossed
+        // `WAKE_AT` again to wake it, and under full load the queue overflowed.)
+        if PENDING.load(Ordering::Relaxed) < WAKE_AT.load(Ordering::Relaxed) {
             std::thread::park_timeout(BATCH_WAIT);
         }
         batch.clear();
