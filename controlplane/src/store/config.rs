@@ -342,8 +342,13 @@ fn group<T>(rows: Vec<T>, key: impl Fn(&T) -> String) -> std::collections::HashM
 }
 
 pub async fn write_tenant(conn: &mut PgConnection, t: &TenantSpec) -> ApiResult<()> {
-    let spec = json!({ "id": t.id, "keys": [], "allowed_aliases": t.allowed_aliases, "limits": t.limits,
-                       "budgets": t.budgets, "groups": t.groups });
+    // (Keys live in their own table.) Written field by field, in the shape stored since the first
+    // version, so saving a tenant unchanged compares equal; an optional field only when set.
+    let mut spec = json!({ "id": t.id, "keys": [], "allowed_aliases": t.allowed_aliases, "limits": t.limits,
+                           "budgets": t.budgets, "groups": t.groups });
+    if t.trace_content {
+        spec["trace_content"] = json!(true);
+    }
     sqlx::query!(
         "INSERT INTO tenants (id, spec) VALUES ($1, $2)
          ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, updated_at = now()",

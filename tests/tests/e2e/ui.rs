@@ -619,9 +619,13 @@ async fn operator_edits_tenants_upstreams_and_fallbacks() {
     );
     b.find("table.tenants td.row-actions button").await.click().await.unwrap();
     b.type_into("form.tenant-editor input[name=tenant-groups]", "research").await;
+    // Its prompts and completions into its trace spans, in the same save.
+    b.find("form.tenant-editor input[name=trace-content]").await.click().await.unwrap();
+    b.screenshot("tenant-editor").await;
     b.find("form.tenant-editor button[type=submit]").await.click().await.unwrap();
     let page = b.wait_text("group research · week: $0.006 of $5.00", 10).await;
     assert!(page.contains("day: $0.006 of $0.01"), "the tenant's own budget is still there: {page}");
+    assert_eq!(admin.ok("GET", "/api/v1/tenants", None).await["tenants"][0]["trace_content"], json!(true));
     assert_eq!(admin.ok("GET", "/api/v1/groups", None).await["groups"][0]["tenants"], json!(["acme"]));
     // The groups section follows: acme is a member, and the group's burn is there too.
     let deadline = Instant::now() + Duration::from_secs(10);
