@@ -507,80 +507,80 @@ fn spans(
         end_unix_ns: end_ns,
     };
     // The answer's id and finish reasons: on the request's span and the attempt that answered.
-    let answer = |w: &mut otlp::Attributes<'_>| {
+    let a = |b: &mut Vec<u8>, key: &otlp::Key, v: Value<'_>| otlp::attribute(b, 9, key, v);
+    let answer = |b: &mut Vec<u8>| {
         if let Some(id) = &f.answer.id {
-            w.put(key!("gen_ai.response.id"), Value::Str(id));
+            a(b, key!("gen_ai.response.id"), Value::Str(id));
         }
         if !f.answer.finish_reasons.is_empty() {
             let reasons = f.answer.finish_reasons.iter().map(crate::canonical::FinishReason::name);
-            w.strings(key!("gen_ai.response.finish_reasons"), reasons);
+            otlp::strings(b, 9, key!("gen_ai.response.finish_reasons"), reasons);
         }
     };
     otlp::span(out, &head, r.error_code.as_deref(), |b| {
-        let mut w = otlp::Attributes::new(b);
         match constants {
-            Some(c) => w.encoded(&c.request),
+            Some(c) => b.extend_from_slice(&c.request),
             None => {
-                w.put(key!("gen_ai.operation.name"), Value::Str(f.operation));
-                w.put(key!("gen_ai.request.model"), Value::Str(&r.alias));
-                w.put(key!("ax.alias"), Value::Str(&r.alias));
+                a(b, key!("gen_ai.operation.name"), Value::Str(f.operation));
+                a(b, key!("gen_ai.request.model"), Value::Str(&r.alias));
+                a(b, key!("ax.alias"), Value::Str(&r.alias));
                 if let Some(p) = f.provider {
-                    w.put(key!("gen_ai.provider.name"), Value::Str(p));
+                    a(b, key!("gen_ai.provider.name"), Value::Str(p));
                 }
                 if !r.upstream.is_empty() {
-                    w.put(key!("ax.upstream"), Value::Str(&r.upstream));
-                    w.put(key!("gen_ai.response.model"), Value::Str(&r.model));
+                    a(b, key!("ax.upstream"), Value::Str(&r.upstream));
+                    a(b, key!("gen_ai.response.model"), Value::Str(&r.model));
                 }
             }
         }
-        w.put(key!("ax.request_id"), Value::Str(&r.request_id));
-        w.put(key!("ax.tenant"), Value::Str(&r.tenant));
-        w.put(key!("ax.key_id"), Value::Str(&r.key_id));
-        w.put(key!("ax.attempts"), Value::Int(i64::from(r.attempts)));
+        a(b, key!("ax.request_id"), Value::Str(&r.request_id));
+        a(b, key!("ax.tenant"), Value::Str(&r.tenant));
+        a(b, key!("ax.key_id"), Value::Str(&r.key_id));
+        a(b, key!("ax.attempts"), Value::Int(i64::from(r.attempts)));
         // (Flags and counts that are mostly false or 0 are written only when they are not.)
         if r.stream {
-            w.put(key!("ax.stream"), Value::Bool(true));
+            a(b, key!("ax.stream"), Value::Bool(true));
         }
-        w.put(key!("http.response.status_code"), Value::Int(i64::from(r.status)));
+        a(b, key!("http.response.status_code"), Value::Int(i64::from(r.status)));
         if let Some(m) = f.max_tokens {
-            w.put(key!("gen_ai.request.max_tokens"), Value::Int(i64::from(m)));
+            a(b, key!("gen_ai.request.max_tokens"), Value::Int(i64::from(m)));
         }
         if let Some(t) = f.temperature {
-            w.put(key!("gen_ai.request.temperature"), Value::F64(t));
+            a(b, key!("gen_ai.request.temperature"), Value::F64(t));
         }
         if r.status == 200 || r.prompt_tokens > 0 || r.completion_tokens > 0 {
-            w.put(key!("gen_ai.usage.input_tokens"), int(r.prompt_tokens));
-            w.put(key!("gen_ai.usage.output_tokens"), int(r.completion_tokens));
-            w.put(key!("gen_ai.usage.cache_read.input_tokens"), int(r.cached_prompt_tokens));
+            a(b, key!("gen_ai.usage.input_tokens"), int(r.prompt_tokens));
+            a(b, key!("gen_ai.usage.output_tokens"), int(r.completion_tokens));
+            a(b, key!("gen_ai.usage.cache_read.input_tokens"), int(r.cached_prompt_tokens));
             if r.cache_write_tokens > 0 {
-                w.put(key!("gen_ai.usage.cache_creation.input_tokens"), int(r.cache_write_tokens));
+                a(b, key!("gen_ai.usage.cache_creation.input_tokens"), int(r.cache_write_tokens));
             }
         }
         if let Some(t) = f.ttft {
-            w.put(key!("gen_ai.response.time_to_first_chunk"), Value::F64(t.as_secs_f64()));
+            a(b, key!("gen_ai.response.time_to_first_chunk"), Value::F64(t.as_secs_f64()));
         }
         if let Some(c) = r.cost_micro_usd {
-            w.put(key!("ax.cost_usd"), Value::F64(c as f64 / 1e6));
+            a(b, key!("ax.cost_usd"), Value::F64(c as f64 / 1e6));
         }
         if let Some(rt) = &r.retry_of {
-            w.put(key!("ax.retry_of"), Value::Str(rt));
+            a(b, key!("ax.retry_of"), Value::Str(rt));
         }
         if let Some(fb) = &r.fallback {
-            w.put(key!("ax.fallback"), Value::Str(fb));
+            a(b, key!("ax.fallback"), Value::Str(fb));
         }
         if let Some(code) = &r.error_code {
-            w.put(key!("error.type"), Value::Str(code));
+            a(b, key!("error.type"), Value::Str(code));
         }
-        answer(&mut w);
+        answer(b);
         if let Some(c) = f.content {
             if let Some(input) = &c.input {
-                w.put(key!("gen_ai.input.messages"), Value::Str(input));
+                a(b, key!("gen_ai.input.messages"), Value::Str(input));
             }
             if let Some(output) = &c.output {
-                w.put(key!("gen_ai.output.messages"), Value::Str(output));
+                a(b, key!("gen_ai.output.messages"), Value::Str(output));
             }
             if c.truncated {
-                w.put(key!("ax.content_truncated"), Value::Bool(true));
+                a(b, key!("ax.content_truncated"), Value::Bool(true));
             }
         }
     });
@@ -603,38 +603,37 @@ fn spans(
             end_unix_ns: finish,
         };
         otlp::span(out, &head, at.error_code.as_deref(), |b| {
-            let mut w = otlp::Attributes::new(b);
             let constant = constants.filter(|_| {
                 // (The constants' upstream and model are the record's: the attempt's are the same
                 // one, so is its provider.)
                 at.upstream == r.upstream && at.model == r.model && !at.provider.is_empty()
             });
             match constant {
-                Some(c) => w.encoded(if at.error_code.is_none() { &c.answered } else { &c.attempt }),
+                Some(c) => b.extend_from_slice(if at.error_code.is_none() { &c.answered } else { &c.attempt }),
                 None => {
-                    w.put(key!("gen_ai.operation.name"), Value::Str(f.operation));
-                    w.put(key!("gen_ai.request.model"), Value::Str(&at.model));
-                    w.put(key!("ax.upstream"), Value::Str(&at.upstream));
+                    a(b, key!("gen_ai.operation.name"), Value::Str(f.operation));
+                    a(b, key!("gen_ai.request.model"), Value::Str(&at.model));
+                    a(b, key!("ax.upstream"), Value::Str(&at.upstream));
                     if !at.provider.is_empty() {
-                        w.put(key!("gen_ai.provider.name"), Value::Str(&at.provider));
+                        a(b, key!("gen_ai.provider.name"), Value::Str(&at.provider));
                     }
                 }
             }
-            w.put(key!("ax.attempt"), Value::Int(i64::from(n)));
-            w.put(key!("ax.attempt_id"), Value::Str(&at.attempt_id));
+            a(b, key!("ax.attempt"), Value::Int(i64::from(n)));
+            a(b, key!("ax.attempt_id"), Value::Str(&at.attempt_id));
             if at.possibly_billed {
-                w.put(key!("ax.possibly_billed"), Value::Bool(true));
+                a(b, key!("ax.possibly_billed"), Value::Bool(true));
             }
             if i > 0 {
-                w.put(key!("ax.retry_of"), Value::Str(&r.attempt_list[i - 1].attempt_id));
+                a(b, key!("ax.retry_of"), Value::Str(&r.attempt_list[i - 1].attempt_id));
             }
             match &at.error_code {
-                Some(code) => w.put(key!("error.type"), Value::Str(code)),
+                Some(code) => a(b, key!("error.type"), Value::Str(code)),
                 None => {
                     if constant.is_none() {
-                        w.put(key!("gen_ai.response.model"), Value::Str(&at.model));
+                        a(b, key!("gen_ai.response.model"), Value::Str(&at.model));
                     }
-                    answer(&mut w);
+                    answer(b);
                 }
             }
         });
