@@ -8,6 +8,7 @@
 pub mod content;
 pub mod meter;
 mod otlp;
+mod record_json;
 pub mod spool;
 pub mod traces;
 pub mod usage_log;

@@ -67,10 +67,8 @@ fn segment_path(t: &Target, thread: usize, seq: u32) -> PathBuf {
 /// the log only; if the spool cannot be written, it is logged in full so it is still not lost.
 pub fn append(rec: &UsageRecord) {
     let Some(t) = TARGET.get() else { return };
-    let mut line = match serde_json::to_vec(rec) {
-        Ok(l) => l,
-        Err(_) => return,
-    };
+    let mut line = Vec::with_capacity(1024);
+    super::record_json::write(&mut line, rec);
     line.push(b'\n');
     let thread = crate::worker::current();
     let result = WRITER.with(|w| -> std::io::Result<()> {

@@ -64,14 +64,10 @@ pub fn line(rec: &UsageRecord) {
             b.since = Some(std::time::Instant::now());
         }
         let buf = &mut b.lines;
-        let start = buf.len();
         buf.extend_from_slice(b"{\"timestamp\":\"");
         let _ = write!(buf, "{}", jiff::Timestamp::now());
         buf.extend_from_slice(b"\",\"level\":\"INFO\",\"target\":\"ax::usage\",\"fields\":");
-        if sonic_rs::to_writer(&mut *buf, rec).is_err() {
-            buf.truncate(start);
-            return false;
-        }
+        super::record_json::write(buf, rec);
         buf.extend_from_slice(b"}\n");
         buf.len() >= BATCH_BYTES
     });
