@@ -582,9 +582,9 @@ struct AnswerGlance<'a> {
     kind: IsError,
     #[serde(default)]
     usage: AnthropicUsage,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     stop_reason: Option<Cow<'a, str>>,
 }
 
@@ -619,9 +619,9 @@ struct EventGlance<'a> {
 
 #[derive(Deserialize)]
 struct DeltaGlance<'a> {
-    #[serde(rename = "type", default, borrow)]
+    #[serde(rename = "type", default, borrow, deserialize_with = "super::borrowed_str")]
     kind: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     stop_reason: Option<Cow<'a, str>>,
 }
 

@@ -324,7 +324,7 @@ pub fn error_code(body: &[u8]) -> Option<String> {
 
 #[derive(Deserialize)]
 struct OpenAiChunk<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     id: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     choices: Vec<OpenAiChunkChoice>,
@@ -453,11 +453,11 @@ fn standard_finish(reason: &str) -> bool {
 /// What the gateway reads of a whole answer before forwarding it: nothing of the text.
 #[derive(Deserialize)]
 struct AnswerGlance<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     id: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     created: Option<u64>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     model: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
     choices: Vec<ChoiceGlance<'a>>,
@@ -471,7 +471,7 @@ struct AnswerGlance<'a> {
 
 #[derive(Deserialize)]
 struct ChoiceGlance<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     finish_reason: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
     delta: Option<DeltaGlance<'a>>,
@@ -606,9 +606,9 @@ impl From<ResponsesUsage> for Usage {
 /// What metering reads of a `response` object.
 #[derive(Deserialize)]
 struct ResponseGlance<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     id: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     status: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
     incomplete_details: Option<IncompleteGlance<'a>>,
@@ -623,13 +623,13 @@ struct ResponseGlance<'a> {
 
 #[derive(Deserialize)]
 struct IncompleteGlance<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct ItemGlance<'a> {
-    #[serde(rename = "type", default, borrow)]
+    #[serde(rename = "type", default, borrow, deserialize_with = "super::borrowed_str")]
     kind: Option<std::borrow::Cow<'a, str>>,
 }
 

@@ -228,3 +228,85 @@ fn decoders_keep_the_answers_id_and_finish_reasons() {
     openai::responses_forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
     assert_eq!(facts, AnswerFacts { id: Some("resp_2".into()), finish_reasons: vec![FinishReason::ToolCalls] });
 }
+
+#[test]
+fn optional_strings_borrow_from_the_body_unless_escaped() {
+    use std::borrow::Cow;
+    #[derive(serde::Deserialize)]
+    struct T<'a> {
+        #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+        a: Option<Cow<'a, str>>,
+    }
+    let t: T<'_> = serde_json::from_str(r#"{"a":"chatcmpl-1"}"#).unwrap();
+    assert!(matches!(t.a, Some(Cow::Borrowed("chatcmpl-1"))));
+    let t: T<'_> = serde_json::from_str(r#"{"a":"x\"y\u00e9"}"#).unwrap();
+    assert!(matches!(t.a.as_ref(), Some(Cow::Owned(s)) if s == "x\"yé"));
+    for body in [r#"{"a":null}"#, "{}"] {
+        assert!(serde_json::from_str::<T<'_>>(body).unwrap().a.is_none(), "{body}");
+    }
+    assert!(serde_json::from_str::<T<'_>>(r#"{"a":1}"#).is_err());
+}
+
+#[test]
+fn an_openai_answer_is_glanced_at_before_it_is_forwarded() {
+    let full = |extra: &str| {
+        format!(
+            r#"{{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m",{extra}"choices":[{{"index":0,"message":{{"role":"assistant","content":"hi \"there\""}},"finish_reason":"stop","logprobs":null}}],"usage":{{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}}}"#
+        )
+    };
+    // (`None`: an error; `Some(None)`: decoded first; `Some(Some(usage))`: forwarded.)
+    let usage = |r: Result<Option<Option<crate::canonical::Usage>>, AxError>| {
+        r.ok().map(|u| u.map(|u| u.map(|u| u.prompt_tokens)))
+    };
+    assert_eq!(usage(openai::forwardable(full("").as_bytes(), None)), Some(Some(Some(9))));
+    // `error: null` and an `object` of another type are not errors; escaped keys are read.
+    assert_eq!(
+        usage(openai::forwardable(full(r#""error":null,"x":{"object":"error"},"#).as_bytes(), None)),
+        Some(Some(Some(9)))
+    );
+    let escaped = r#"{"id":"a","created":1,"mod\u0065l":"m","choices":[{"finish_reason":"length"}],"usage":null}"#;
+    assert_eq!(usage(openai::forwardable(escaped.as_bytes(), None)), Some(Some(None)));
+    // Lacking what callers rely on, or a finish reason they do not know: decoded first.
+    for body in [
+        r#"{"id":"a","model":"m","choices":[{"finish_reason":"stop"}]}"#,
+        r#"{"id":"","created":1,"model":"m","choices":[{"finish_reason":"stop"}]}"#,
+        r#"{"id":"a","created":null,"model":"m","choices":[{"finish_reason":"stop"}]}"#,
+        r#"{"id":"a","created":1,"model":"","choices":[{"finish_reason":"stop"}]}"#,
+        r#"{"id":"a","created":1,"model":"m","choices":[{"finish_reason":"end_turn"}]}"#,
+    ] {
+        assert_eq!(usage(openai::forwardable(body.as_bytes(), None)), Some(None), "{body}");
+    }
+    // Errors carried in a 200, and what is not an answer at all.
+    for body in [
+        r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+        r#"{"object":"error","message":"bad","type":"invalid_request_error"}"#,
+        r#"{"id":"a","created":1,"model":"m","choices":[]"#,
+        r#"{"id":"a","created":1,"model":"m","choices":[]} x"#,
+        r#"{"id":7,"created":1,"model":"m","choices":[]}"#,
+        r#"{"id":"a","created":1,"model":"m","choices":null}"#,
+        "",
+    ] {
+        assert!(openai::forwardable(body.as_bytes(), None).is_err(), "{body}");
+    }
+    assert!(openai::forwardable(b"{\"id\":\"\xff\"}", None).is_err());
+}
+
+#[test]
+fn a_forwarded_openai_event_counts_its_deltas_and_usage() {
+    let raw = |data: serde_json::Value| match openai::ForwardState::default().on_event(&ev(data)) {
+        Ok(Some(StreamItem::Raw(r))) => (r.deltas, r.usage_only, r.usage.map(|u| u.completion_tokens)),
+        other => panic!("expected a raw event, got {other:?}"),
+    };
+    let choice =
+        |delta: serde_json::Value| json!({"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
+    assert_eq!(raw(choice(json!({"role": "assistant", "content": ""}))), (0, false, None));
+    assert_eq!(raw(choice(json!({"content": "hi"}))), (1, false, None));
+    assert_eq!(raw(choice(json!({"content": null, "tool_calls": []}))), (0, false, None));
+    assert_eq!(raw(choice(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}))), (1, false, None));
+    assert_eq!(raw(choice(serde_json::Value::Null)), (0, false, None));
+    assert_eq!(
+        raw(json!({"id": "c", "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3}})),
+        (0, true, Some(3))
+    );
+    assert!(openai::ForwardState::default().on_event(&ev(json!({"error": {"message": "x"}}))).is_err());
+}
