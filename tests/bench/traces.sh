@@ -4,8 +4,9 @@
 # rounds with tracing off and with every request traced (OTEL_EXPORTER_OTLP_ENDPOINT set, the
 # default sampler: all) to a collector stand-in (nginx answering 200 to POST /v1/traces, so the
 # collector costs next to nothing). Per round: req/s and ax's CPU µs per request from /proc (the
-# exporter thread included); at the end the medians and their ratio, and the spans ax counted as
-# exported and dropped.
+# exporter thread included), the two runs of a round back to back in alternating order; at the end
+# the medians and their ratio, the median of the rounds' own ratios (the steadier figure on a
+# box whose speed drifts between rounds), and the spans ax counted as exported and dropped.
 #
 #   bash tests/bench/traces.sh [seconds-per-run] [rounds]
 #
@@ -66,17 +67,25 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); runs of ${DUR}s, 
 echo "| round | off req/s | off CPU µs | traced req/s | traced CPU µs |"
 echo "|---|---:|---:|---:|---:|"
 OFF_R=(); OFF_C=(); ON_R=(); ON_C=()
-for r in $(seq "$ROUNDS"); do
-  addr=$(start_ax ""); read -r orps ocpu < <(run "$addr"); stop_ax
+off() { addr=$(start_ax ""); read -r orps ocpu < <(run "$addr"); stop_ax; }
+traced() {
   addr=$(start_ax "http://127.0.0.1:$SINK"); read -r trps tcpu < <(run "$addr")
   METRICS=$(curl -s "http://$addr/metrics" | grep '^ax_trace_spans' || true)
   stop_ax
+}
+PAIR_R=(); PAIR_C=()
+for r in $(seq "$ROUNDS"); do
+  # Which goes first alternates, so a drift of the box within a round favours neither.
+  if [ $((r % 2)) = 1 ]; then off; traced; else traced; off; fi
   echo "| $r | $orps | $ocpu | $trps | $tcpu |"
   OFF_R+=("$orps"); OFF_C+=("$ocpu"); ON_R+=("$trps"); ON_C+=("$tcpu")
+  PAIR_R+=("$(awk -v a="$trps" -v b="$orps" 'BEGIN { printf "%.4f", a / b }')")
+  PAIR_C+=("$(awk -v a="$tcpu" -v b="$ocpu" 'BEGIN { printf "%.4f", a / b }')")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 mo=$(median "${OFF_R[@]}"); mt=$(median "${ON_R[@]}"); co=$(median "${OFF_C[@]}"); ct=$(median "${ON_C[@]}")
 echo
 echo "medians: off $mo req/s, $co µs; traced $mt req/s, $ct µs; throughput traced ÷ off $(awk -v a="$mt" -v b="$mo" 'BEGIN { printf "%.3f", a / b }'), CPU $(awk -v a="$ct" -v b="$co" 'BEGIN { printf "%.3f", a / b }')"
+echo "median of the rounds' own ratios (each round's two runs back to back): throughput $(median "${PAIR_R[@]}"), CPU $(median "${PAIR_C[@]}")"
 echo "the last traced run's counters:"
 echo "$METRICS"

@@ -128,7 +128,7 @@ fn opt_string(out: &mut Vec<u8>, s: Option<&str>) {
 /// A JSON string: copied as it is when nothing in it needs escaping (ids, names and codes, the
 /// usual case), else escaped as serde_json escapes.
 fn string(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if plain(s.as_bytes()) {
         out.reserve(s.len() + 2);
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
@@ -137,6 +137,25 @@ fn string(out: &mut Vec<u8>, s: &str) {
         // Writing into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, s);
     }
+}
+
+/// Nothing in `b` needs escaping: no control character, quote or backslash. Eight bytes at a
+/// time (the classic "has a zero byte" test on the word, its XOR with `"` and with `\\`, and
+/// its bytes below 0x20), the rest one by one.
+fn plain(b: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    let mut words = b.chunks_exact(8);
+    for c in &mut words {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        // A byte below 0x20 is one where `b - 0x20` borrows, for a byte without its high bit.
+        let control = w.wrapping_sub(0x20 * ONES) & !w & HIGH;
+        if control | zero(w ^ (b'"' as u64 * ONES)) | zero(w ^ (b'\\' as u64 * ONES)) != 0 {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 #[cfg(test)]
@@ -239,6 +258,13 @@ mod tests {
             write(&mut out, &rec);
             prop_assert_eq!(String::from_utf8(out.clone()).unwrap(), serde_json::to_string(&rec).unwrap());
             prop_assert_eq!(serde_json::from_slice::<UsageRecord>(&out).unwrap(), rec);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn plain_is_what_a_byte_at_a_time_says(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+            prop_assert_eq!(plain(&b), b.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\'));
         }
     }
 
