@@ -382,6 +382,10 @@ pub struct Constants {
     attempt: Vec<u8>,
     /// The same for an attempt that answered, with `gen_ai.response.model`.
     answered: Vec<u8>,
+    /// What most requests add: `ax.attempts` 1 and `http.response.status_code` 200 on the
+    /// request's span; `ax.attempt` 1 on its attempt's.
+    served_at_once: Vec<u8>,
+    first_attempt: Vec<u8>,
 }
 
 impl Constants {
@@ -401,7 +405,12 @@ impl Constants {
         a(&mut attempt, key!("gen_ai.provider.name"), provider);
         let mut answered = attempt.clone();
         a(&mut answered, key!("gen_ai.response.model"), model);
-        Self { request, attempt, answered }
+        let mut served_at_once = Vec::with_capacity(64);
+        otlp::attribute(&mut served_at_once, 9, key!("ax.attempts"), Value::Int(1));
+        otlp::attribute(&mut served_at_once, 9, key!("http.response.status_code"), Value::Int(200));
+        let mut first_attempt = Vec::with_capacity(32);
+        otlp::attribute(&mut first_attempt, 9, key!("ax.attempt"), Value::Int(1));
+        Self { request, attempt, answered, served_at_once, first_attempt }
     }
 }
 
@@ -536,12 +545,17 @@ fn spans(
         a(b, key!("ax.request_id"), Value::Str(&r.request_id));
         a(b, key!("ax.tenant"), Value::Str(&r.tenant));
         a(b, key!("ax.key_id"), Value::Str(&r.key_id));
-        a(b, key!("ax.attempts"), Value::Int(i64::from(r.attempts)));
+        match constants {
+            Some(c) if r.attempts == 1 && r.status == 200 => b.extend_from_slice(&c.served_at_once),
+            _ => {
+                a(b, key!("ax.attempts"), Value::Int(i64::from(r.attempts)));
+                a(b, key!("http.response.status_code"), Value::Int(i64::from(r.status)));
+            }
+        }
         // (Flags and counts that are mostly false or 0 are written only when they are not.)
         if r.stream {
             a(b, key!("ax.stream"), Value::Bool(true));
         }
-        a(b, key!("http.response.status_code"), Value::Int(i64::from(r.status)));
         if let Some(m) = f.max_tokens {
             a(b, key!("gen_ai.request.max_tokens"), Value::Int(i64::from(m)));
         }
@@ -619,7 +633,10 @@ fn spans(
                     }
                 }
             }
-            a(b, key!("ax.attempt"), Value::Int(i64::from(n)));
+            match constants {
+                Some(c) if n == 1 => b.extend_from_slice(&c.first_attempt),
+                _ => a(b, key!("ax.attempt"), Value::Int(i64::from(n))),
+            }
             a(b, key!("ax.attempt_id"), Value::Str(&at.attempt_id));
             if at.possibly_billed {
                 a(b, key!("ax.possibly_billed"), Value::Bool(true));
@@ -766,12 +783,17 @@ mod tests {
         };
         let end = SystemTime::now();
         let constants = Constants::new("chat", "openai", "chat", "up", "m-up");
-        let attributes = |c: Option<&Constants>| {
+        let attributes = |r: &UsageRecord, c: Option<&Constants>| {
             let mut b = Vec::new();
-            spans(&mut b, &ctx, &r, &facts, c, end);
+            spans(&mut b, &ctx, r, &facts, c, end);
             otlp::span_attributes(&[otlp::request_head(&[], b.len()), b].concat()).unwrap()
         };
-        let (whole, from_constants) = (attributes(None), attributes(Some(&constants)));
+        // Served at once (the attempt count and status among the constants) and not.
+        let once = UsageRecord { attempts: 1, attempt_list: vec![attempt(1, "up", "m-up", None)], ..r.clone() };
+        let (whole, from_constants) = (attributes(&once, None), attributes(&once, Some(&constants)));
+        assert_eq!(whole.len(), 2);
+        assert_eq!(whole, from_constants);
+        let (whole, from_constants) = (attributes(&r, None), attributes(&r, Some(&constants)));
         assert_eq!(whole.len(), 4);
         assert_eq!(whole, from_constants);
         assert!(whole[0].len() > 12, "{}", whole[0].len());
