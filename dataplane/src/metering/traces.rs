@@ -8,7 +8,8 @@
 //! and one hand-off per batch, not per request (a buffer per request, freed by the exporter's
 //! thread, took mimalloc's slow path at every allocation). A serving thread never waits on the
 //! exporter. The `ax-traces` thread batches
-//! them (up to `MAX_BATCH` spans, or what came in `BATCH_WAIT`) and POSTs each batch to the
+//! them (up to `MAX_BATCH` spans, or what came in `BATCH_WAIT`; the serving threads' buffers sent
+//! as they are, one vectored body, never copied) and POSTs each batch to the
 //! collector (`http://` or `https://`, TCP_NODELAY, kept alive, the batch retried while the
 //! collector answers 429/502/503/504 or cannot be reached, within the export timeout). A full
 //! queue (the collector slow) and a failed export (the collector down or refusing) drop spans,
@@ -30,8 +31,9 @@ use super::otlp::{self, key, Kind, SpanHead, Value};
 use crate::trace::{Hop, Sampler, TraceContext};
 use crate::transport;
 
-/// Spans per export.
-const MAX_BATCH: usize = 512;
+/// Spans per export (about a thousand requests': at 35,000 requests a second a POST every 30 ms;
+/// each POST cost the exporter ~96 µs at 512 spans, session 23).
+const MAX_BATCH: usize = 2048;
 /// How long a batch waits to fill.
 const BATCH_WAIT: Duration = Duration::from_millis(500);
 /// What is read, at most, of a collector's answer.
@@ -259,7 +261,8 @@ fn export_loop(collector: &Collector, rx: &Receiver<Spans>) {
             return;
         }
     };
-    let mut batch = Vec::with_capacity(256 * 1024);
+    // The serving threads' buffers as they came, sent as one vectored body: not copied.
+    let mut batch: Vec<bytes::Bytes> = Vec::with_capacity(64);
     loop {
         // Sleeps until `WAKE_AT` spans wait or `BATCH_WAIT` passed, unless that many wait already.
         // (Sleeping while fewer than a whole batch waited let spans pile up for `BATCH_WAIT` once
@@ -273,7 +276,7 @@ fn export_loop(collector: &Collector, rx: &Receiver<Spans>) {
         while n < MAX_BATCH as u64 {
             match rx.try_recv() {
                 Ok(more) => {
-                    batch.extend_from_slice(&more.bytes);
+                    batch.push(bytes::Bytes::from(more.bytes));
                     n += more.count;
                     QUEUED.fetch_sub(more.requests, Ordering::Relaxed);
                 }
@@ -304,10 +307,12 @@ fn export_loop(collector: &Collector, rx: &Receiver<Spans>) {
 impl Collector {
     /// Sends one batch, retrying what OTLP says may be retried until the timeout; the spans
     /// the collector rejected.
-    async fn export(&self, spans: &[u8]) -> Result<u64, String> {
+    async fn export(&self, spans: &[bytes::Bytes]) -> Result<u64, String> {
         let resource: Vec<(&str, &str)> = self.resource.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let head = otlp::request_head(&resource, spans.len());
-        let body = vec![bytes::Bytes::from(head), bytes::Bytes::copy_from_slice(spans)];
+        let head = otlp::request_head(&resource, spans.iter().map(bytes::Bytes::len).sum());
+        let mut body = Vec::with_capacity(spans.len() + 1);
+        body.push(bytes::Bytes::from(head));
+        body.extend(spans.iter().cloned());
         let until = tokio::time::Instant::now() + self.timeout;
         let mut wait = Duration::from_millis(100);
         loop {
