@@ -246,6 +246,8 @@ pub fn synth_call_id() -> String {
 /// escapes (`#[serde(default, borrow, deserialize_with = "borrowed_str")]`). serde's own impl
 /// copies every `Option<Cow<str>>` into a `String`: `#[serde(borrow)]` reaches only a bare `Cow`
 /// field (two allocations a forwarded answer, ~850 instructions, in session 23's profile).
+/// (`serde_with::BorrowCow` does the same; it is in the control plane's tree only, through
+/// `openidconnect`, and not worth a dependency of the data plane for these few lines.)
 pub(crate) fn borrowed_str<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<std::borrow::Cow<'de, str>>, D::Error> {
