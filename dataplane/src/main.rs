@@ -138,7 +138,7 @@ fn init_logs() -> tracing_appender::non_blocking::WorkerGuard {
     let filter = EnvFilter::try_from_env("AX_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
-        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .buffered_lines_limit(LOG_QUEUE)
         .thread_name("ax-log")
         .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr()));
     ax_dataplane::metering::usage_log::install(writer.clone());
@@ -151,9 +151,11 @@ fn init_logs() -> tracing_appender::non_blocking::WorkerGuard {
     guard
 }
 
-/// Log lines queued for the writer thread at most (about 10 MB of usage lines): a second of
-/// load at 10,000 requests a second.
-const LOG_QUEUE_LINES: usize = 10_000;
+/// Writes queued for the writer thread at most. A write is one ordinary log line or one serving
+/// thread's batch of usage lines (`usage_log::BATCH_BYTES`, 64 KiB, and the line that filled
+/// it), so at most ~33 MiB wait: half a second of usage lines at 80,000 requests a second, or 512
+/// ordinary lines. (It was 10,000 writes: 320 MiB of 32 KiB batches for a stderr that blocks.)
+const LOG_QUEUE: usize = 512;
 
 /// No transparent huge pages for this process. mimalloc asks for them on its arenas
 /// (`madvise(MADV_HUGEPAGE)`), and the kernel then zeroes a whole 2 MiB page the first time any

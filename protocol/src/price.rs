@@ -70,9 +70,20 @@ impl Prices {
     }
 }
 
-/// `1234567` µUSD → `"1.234567"`.
+/// `1234567` µUSD → `"1.234567"`. Written digit by digit: every answer's `x-ax-cost-usd` header
+/// is one, and `format!` cost ~850 instructions a call.
 pub fn format_usd(micro: u64) -> String {
-    format!("{}.{:06}", micro / 1_000_000, micro % 1_000_000)
+    let mut s = String::with_capacity(28);
+    s.push_str(itoa::Buffer::new().format(micro / 1_000_000));
+    s.push('.');
+    let mut fraction = [b'0'; 6];
+    let mut rest = micro % 1_000_000;
+    for digit in fraction.iter_mut().rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    s.extend(fraction.map(char::from));
+    s
 }
 
 #[cfg(test)]
@@ -104,6 +115,13 @@ mod tests {
         // 1,125 more than at the five-minute price.
         let t = Tokens { cache_write_1h: 500, ..t };
         assert_eq!(sonnet().cost_micro_usd(t), 27_975);
+    }
+
+    #[test]
+    fn usd_is_written_with_six_decimals() {
+        for micro in [0, 1, 9, 10, 999_999, 1_000_000, 1_000_001, 26_850, 123_456_789, u64::MAX] {
+            assert_eq!(format_usd(micro), format!("{}.{:06}", micro / 1_000_000, micro % 1_000_000), "{micro}");
+        }
     }
 
     #[test]

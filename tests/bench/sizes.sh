@@ -18,6 +18,9 @@
 #     and the OpenAI upstream: translated, as every Responses request is today;
 #   - with a second binary, it at its defaults, plain and translated, in the same run; with
 #     AX_SIZES_AB=<rounds> as well, only the two at their defaults, alternating, round by round.
+# AX_SIZES_ROUNDS=<n> measures each size n times, nginx first in odd rounds and ax first in even
+# ones, and reports each ratio as the median of the rounds' own ratios: a ratio then compares two
+# runs made close together, which a box whose speed drifts by ±15 % over minutes needs.
 # The upstreams are nginx answering a fixed OpenAI or Anthropic body. CPU per request is the
 # proxy's utime + stime from /proc over the run, divided by the requests wrk counted. The table
 # ends with the ratios issue 20 sets targets on. Loopback only; every run is bounded by wrk's -d;
@@ -26,6 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR=${1:-8}
 OTHER=${2:-}
+ROUNDS=${AX_SIZES_ROUNDS:-1}
 for tool in nginx wrk python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y nginx wrk python3" >&2; exit 2; }
 done
@@ -142,12 +146,11 @@ HEAD='| body | nginx | nginx, access log | ax defaults | ax warn | ax governed |
 echo "$HEAD"
 echo "$HEAD" | awk -F'|' '{ s = "|---"; for (i = 3; i < NF; i++) s = s "|---:"; print s "|" }'
 RATIOS=()
-for n in 1 60 600; do
-  plain=$(script "$n" "$KEY" chat); gov=$(script "$n" "$KEY-gov" chat); tr=$(script "$n" "$KEY" chat-an)
-  msg=$(script "$n" "$KEY" chat-an messages); rsp=$(script "$n" "$KEY" chat responses)
-  size=$(( $(wc -c < "$plain") / 1024 ))
+nginx_runs() {
   read -r nr nc < <(run "http://127.0.0.1:$PROXY/v1/chat/completions" "$plain" "$(worker proxy)")
   read -r lr lc < <(run "http://127.0.0.1:$PROXY_LOG/v1/chat/completions" "$plain" "$(worker proxylog)")
+}
+ax_runs() {
   addr=$(start_ax "$AX" ""); pid=$(cat "$WORK/ax.pid")
   read -r dr dc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
   read -r gr gc < <(run "http://$addr/v1/chat/completions" "$gov" "$pid")
@@ -158,20 +161,45 @@ for n in 1 60 600; do
   addr=$(start_ax "$AX" warn); pid=$(cat "$WORK/ax.pid")
   read -r wr wc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
   stop_ax
-  row="| ~${size} KB ($n msg) | $nr / $nc | $lr / $lc | $dr / $dc | $wr / $wc | $gr / $gc | $tr_ / $tc | $mr / $mc | $rr / $rc |"
-  if [ -n "$OTHER" ]; then
-    addr=$(start_ax "$OTHER" ""); pid=$(cat "$WORK/ax.pid")
-    read -r or oc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
-    read -r otr otc < <(run "http://$addr/v1/chat/completions" "$tr" "$pid")
-    stop_ax
-    row="$row $or / $oc | $otr / $otc |"
-  fi
-  echo "$row"
-  RATIOS+=("$(python3 -c "
+}
+for n in 1 60 600; do
+  plain=$(script "$n" "$KEY" chat); gov=$(script "$n" "$KEY-gov" chat); tr=$(script "$n" "$KEY" chat-an)
+  msg=$(script "$n" "$KEY" chat-an messages); rsp=$(script "$n" "$KEY" chat responses)
+  size=$(( $(wc -c < "$plain") / 1024 ))
+  for round in $(seq "$ROUNDS"); do
+    # Odd rounds measure nginx first, even rounds ax first: a box drifting during a round moves
+    # the two sides of a ratio the other way in the next one.
+    if [ $((round % 2)) -eq 1 ]; then nginx_runs; ax_runs; else ax_runs; nginx_runs; fi
+    label="~${size} KB ($n msg)"; [ "$ROUNDS" -gt 1 ] && label="$label, round $round"
+    row="| $label | $nr / $nc | $lr / $lc | $dr / $dc | $wr / $wc | $gr / $gc | $tr_ / $tc | $mr / $mc | $rr / $rc |"
+    if [ -n "$OTHER" ]; then
+      addr=$(start_ax "$OTHER" ""); pid=$(cat "$WORK/ax.pid")
+      read -r or oc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
+      read -r otr otc < <(run "http://$addr/v1/chat/completions" "$tr" "$pid")
+      stop_ax
+      row="$row $or / $oc | $otr / $otc |"
+    fi
+    echo "$row"
+    RATIOS+=("$size $(python3 -c "
 n,l,d,w,t,m,r=$nc,$lc,$dc,$wc,$tc,$mc,$rc; nr,dr=$nr,$dr
-print('| ~${size} KB | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |' % (w/n, d/l, t/n, dr/nr, m/d, r/n))")")
+print('%.3f %.3f %.3f %.3f %.3f %.3f' % (w/n, d/l, t/n, dr/nr, m/d, r/n))")")
+  done
 done
 echo
+[ "$ROUNDS" -gt 1 ] && echo "Each ratio is the median of the $ROUNDS rounds' own ratios (each round's two sides measured minutes apart at most; the rounds' spread in brackets)."
 echo '| body | CPU: ax warn ÷ nginx | CPU: ax defaults ÷ nginx with access log | CPU: ax translated ÷ nginx | req/s: ax defaults ÷ nginx | CPU: messages → Anthropic ÷ chat → OpenAI | CPU: responses → OpenAI ÷ nginx |'
 echo '|---|---:|---:|---:|---:|---:|---:|'
-printf '%s\n' "${RATIOS[@]}"
+printf '%s\n' "${RATIOS[@]}" | python3 -c "
+import sys, statistics
+rows = {}
+for line in sys.stdin:
+    size, *vals = line.split()
+    rows.setdefault(size, []).append([float(v) for v in vals])
+for size, rounds in rows.items():
+    cells = []
+    for col in zip(*rounds):
+        cell = '%.2f' % statistics.median(col)
+        if len(col) > 1:
+            cell += ' (%.2f–%.2f)' % (min(col), max(col))
+        cells.append(cell)
+    print('| ~%s KB | %s |' % (size, ' | '.join(cells)))"

@@ -47,6 +47,11 @@ impl SnapshotStore {
     }
 }
 
+/// The maps a request looks up (keys, routes, per-alias limits): foldhash rather than std's
+/// SipHash, ~15 instructions a lookup instead of ~130. Their keys come from the configuration, so a
+/// caller cannot fill them with colliding entries; what a caller sends is only looked up.
+pub type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Debug)]
 pub struct Snapshot {
     /// Increments with every accepted configuration.
@@ -55,10 +60,10 @@ pub struct Snapshot {
     pub max_body_bytes: u64,
     pub default_max_tokens: u32,
     pub upstreams: Vec<Upstream>,
-    pub routes: HashMap<String, Route>,
+    pub routes: Map<String, Route>,
     pub tenants: Vec<Tenant>,
     /// SHA-256 of an API key → the key's owner.
-    pub keys: HashMap<[u8; 32], KeyRef>,
+    pub keys: Map<[u8; 32], KeyRef>,
     /// SHA-256 of the admin token; `/admin/*` is off without one.
     pub admin_token: Option<[u8; 32]>,
     /// The zone in which budget days and months begin.
@@ -227,7 +232,7 @@ pub struct KeyRef {
     pub expires_at: Option<i64>,
     pub limiter: Limiter,
     /// The key's limits per alias: alias → (`<key>/<alias>`, the subject's name in Redis; limiter).
-    pub alias_limits: HashMap<String, (String, Limiter)>,
+    pub alias_limits: Map<String, (String, Limiter)>,
     /// The key's own budgets (its tenant's and groups' are the tenant's).
     pub budgets: Vec<crate::state::budget::Budget>,
 }
@@ -352,7 +357,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
         upstreams.push(compile_upstream(u, v, i, prev)?);
     }
 
-    let mut routes = HashMap::with_capacity(spec.routes.len());
+    let mut routes = Map::with_capacity_and_hasher(spec.routes.len(), Default::default());
     for (r, resolved) in spec.routes.iter().zip(valid.routes) {
         let candidates = resolved
             .into_iter()
@@ -431,7 +436,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
         .map(|(g, limits)| (g.id.as_str(), budgets(&g.budgets, limits, Scope::Group, &g.id)))
         .collect();
     let mut tenants = Vec::with_capacity(spec.tenants.len());
-    let mut keys = HashMap::with_capacity(spec.tenants.len());
+    let mut keys = Map::with_capacity_and_hasher(spec.tenants.len(), Default::default());
     for (i, (t, v)) in spec.tenants.iter().zip(valid.tenants).enumerate() {
         let allowed = if t.allowed_aliases.iter().any(|a| a == "*") {
             Allowed::All

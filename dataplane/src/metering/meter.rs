@@ -5,8 +5,8 @@
 //! if the caller went away first, when it is dropped (marked incomplete, with the tokens generated
 //! until then). Records go to the durable spool (`spool`) and to the `ax::usage` log target.
 
+use crate::config::snapshot::Map;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -178,7 +178,7 @@ const MAX_CACHED: usize = 16_384;
 
 #[derive(Default)]
 struct Cache {
-    by_alias: HashMap<String, HashMap<String, Handles>>,
+    by_alias: Map<String, Map<String, Handles>>,
     len: usize,
 }
 

@@ -450,17 +450,20 @@ fn standard_finish(reason: &str) -> bool {
     matches!(reason, "stop" | "length" | "tool_calls" | "content_filter")
 }
 
-/// What the gateway reads of a whole answer before forwarding it: nothing of the text.
+/// What the gateway reads of an answer or a stream event before forwarding it: nothing of the
+/// text. `C`: what it reads of each choice (`FinishGlance` of a whole answer, `ChoiceGlance` of
+/// an event).
 #[derive(Deserialize)]
-struct AnswerGlance<'a> {
+#[serde(bound(deserialize = "C: Deserialize<'de>"))]
+struct AnswerGlance<'a, C> {
     #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     id: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     created: Option<u64>,
     #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     model: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, borrow)]
-    choices: Vec<ChoiceGlance<'a>>,
+    #[serde(default = "Vec::new")]
+    choices: Vec<C>,
     #[serde(default)]
     usage: Option<OpenAiUsage>,
     #[serde(default)]
@@ -469,6 +472,14 @@ struct AnswerGlance<'a> {
     object: IsError,
 }
 
+/// A whole answer's choice: its finish reason.
+#[derive(Deserialize)]
+struct FinishGlance<'a> {
+    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A stream event's choice: its finish reason and whether its delta carries anything.
 #[derive(Deserialize)]
 struct ChoiceGlance<'a> {
     #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
@@ -498,8 +509,13 @@ impl DeltaGlance<'_> {
 /// first (something left out that callers get filled in, or a finish reason they do not know);
 /// the upstream's error when it carries one (HTTP 200 is not success). Its id and finish reasons
 /// go into `facts` when asked for (a traced request).
+///
+/// Read with sonic-rs (it checks UTF-8 too): its skipping of the message, the bulk of the body,
+/// costs ~700 instructions less than serde_json's on a short answer. A stream's events stay with
+/// serde_json, for which a one-line event is cheaper.
 pub fn forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Option<Usage>>, AxError> {
-    let r: AnswerGlance<'_> = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+    let r: AnswerGlance<'_, FinishGlance<'_>> =
+        sonic_rs::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() || r.object.0 {
         return Err(error_body(body, embedded_error));
     }
@@ -531,7 +547,7 @@ impl ForwardState {
         if data.is_empty() {
             return Ok(None);
         }
-        let c: AnswerGlance<'_> =
+        let c: AnswerGlance<'_, ChoiceGlance<'_>> =
             serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
         if c.error.is_some() || c.object.0 {
             return Err(error_body(data.as_bytes(), embedded_error));
