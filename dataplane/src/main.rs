@@ -152,10 +152,11 @@ fn init_logs() -> tracing_appender::non_blocking::WorkerGuard {
 }
 
 /// Writes queued for the writer thread at most. A write is one ordinary log line or one serving
-/// thread's batch of usage lines (`usage_log::BATCH_BYTES`, 64 KiB, and the line that filled
-/// it), so at most ~33 MiB wait: half a second of usage lines at 80,000 requests a second, or 512
-/// ordinary lines. (It was 10,000 writes: 320 MiB of 32 KiB batches for a stderr that blocks.)
-const LOG_QUEUE: usize = 512;
+/// thread's batch of usage lines (`usage_log::BATCH_BYTES` and the line that filled it), so about
+/// `LOG_QUEUE_BYTES` wait at most: half a second of usage lines at 80,000 requests a second, or
+/// 512 ordinary lines. (It was 10,000 writes: 320 MiB of 32 KiB batches for a stderr that blocks.)
+const LOG_QUEUE: usize = LOG_QUEUE_BYTES / ax_dataplane::metering::usage_log::BATCH_BYTES;
+const LOG_QUEUE_BYTES: usize = 32 * 1024 * 1024;
 
 /// No transparent huge pages for this process. mimalloc asks for them on its arenas
 /// (`madvise(MADV_HUGEPAGE)`), and the kernel then zeroes a whole 2 MiB page the first time any

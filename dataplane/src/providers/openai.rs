@@ -462,7 +462,7 @@ struct AnswerGlance<'a, C> {
     created: Option<u64>,
     #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
     model: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default = "Vec::new")]
+    #[serde(default)]
     choices: Vec<C>,
     #[serde(default)]
     usage: Option<OpenAiUsage>,
