@@ -5,6 +5,7 @@
 //! `stop`, `tool_choice`) is a closed Rust type here. Only `providers::*` translate it to and
 //! from other wire formats.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -387,21 +388,21 @@ impl Message {
 
     /// A message of `role` with `text` as its content.
     pub fn text(role: Role, text: String) -> Self {
-        Self { content: Some(Content::Text(text)), ..Self::new(role) }
+        Self { content: Some(Content::Text(Text::new(&text))), ..Self::new(role) }
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Content {
-    Text(String),
+    Text(Text),
     Parts(Vec<ContentPart>),
 }
 
 impl Content {
     /// All text parts joined (image parts are skipped).
-    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+    pub fn text(&self) -> Cow<'_, str> {
         match self {
-            Self::Text(s) => std::borrow::Cow::Borrowed(s),
+            Self::Text(t) => t.as_str(),
             Self::Parts(parts) => {
                 let mut out = String::new();
                 for p in parts {
@@ -409,8 +410,34 @@ impl Content {
                         out.push_str(text);
                     }
                 }
-                std::borrow::Cow::Owned(out)
+                Cow::Owned(out)
             }
+        }
+    }
+
+    /// Whether it holds any text.
+    pub fn has_text(&self) -> bool {
+        match self {
+            Self::Text(t) => !t.is_empty(),
+            Self::Parts(parts) => parts.iter().any(|p| matches!(p, ContentPart::Text { text } if !text.is_empty())),
+        }
+    }
+
+    /// All text parts joined, as a JSON string literal: a string content as the caller wrote it.
+    pub fn json_text(&self) -> Cow<'_, str> {
+        match self {
+            Self::Text(t) => Cow::Borrowed(t.json()),
+            Self::Parts(_) => Cow::Owned(Text::new(&self.text()).json.into_string()),
+        }
+    }
+
+    /// The content a JSON value holds, given its JSON text as a parser checked it: a string kept
+    /// as written, or an array of parts decoded.
+    fn from_json(json: &str, escaped: bool) -> Result<Self, String> {
+        match json.as_bytes().first() {
+            Some(b'"') => Text::from_literal(json, escaped).map(Content::Text),
+            Some(b'[') => sonic_rs::from_str(json).map(Content::Parts).map_err(|e| e.to_string()),
+            _ => Err("invalid type: expected a string or an array of content parts".to_owned()),
         }
     }
 }
@@ -418,25 +445,45 @@ impl Content {
 impl Serialize for Content {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            Self::Text(t) => s.serialize_str(t),
+            Self::Text(t) => t.serialize(s),
             Self::Parts(p) => p.serialize(s),
         }
     }
 }
 
+/// The name sonic-rs gives its lazy value. Asked for a newtype struct of this name, its
+/// deserializer hands the visitor the value's JSON text, checked but not decoded
+/// (`visit_borrowed_str`, or `visit_str` when the text holds escapes). Every other deserializer
+/// visits the newtype with itself, and the value is decoded as usual. The unit test
+/// `content_strings_are_kept_as_written` fails if a sonic-rs release changes it.
+const SONIC_RAW: &str = "$sonic_rs::LazyValue";
+
 impl<'de> Deserialize<'de> for Content {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
+        struct Raw;
+        impl<'de> Visitor<'de> for Raw {
+            type Value = Content;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, json: &'de str) -> Result<Content, E> {
+                Content::from_json(json, false).map_err(E::custom)
+            }
+            fn visit_str<E: de::Error>(self, json: &str) -> Result<Content, E> {
+                Content::from_json(json, true).map_err(E::custom)
+            }
+            fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Content, D::Error> {
+                d.deserialize_any(Decoded)
+            }
+        }
+        struct Decoded;
+        impl<'de> Visitor<'de> for Decoded {
             type Value = Content;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string or an array of content parts")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Content, E> {
-                Ok(Content::Text(v.to_owned()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Content, E> {
-                Ok(Content::Text(v))
+                Ok(Content::Text(Text::new(v)))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
                 let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(1));
@@ -446,7 +493,112 @@ impl<'de> Deserialize<'de> for Content {
                 Ok(Content::Parts(parts))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_newtype_struct(SONIC_RAW, Raw)
+    }
+}
+
+/// Text kept as the JSON string literal it arrived in, quotes and escapes included. A
+/// conversation that goes on to another JSON API is then neither unescaped on the way in nor
+/// escaped again on the way out: at ~50 KB of messages those two passes were a third of a
+/// translated request's instructions. `as_str` reads it (borrowed when it holds no escapes).
+#[derive(Clone)]
+pub struct Text {
+    /// Always one whole, valid JSON string literal.
+    json: Box<str>,
+    /// The decoded text's length in bytes.
+    len: usize,
+}
+
+impl Text {
+    pub fn new(text: &str) -> Self {
+        let json = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned());
+        Self { json: json.into_boxed_str(), len: text.len() }
+    }
+
+    /// Keeps `json`, one JSON string literal a parser has checked (sonic-rs: its quotes, its
+    /// control characters and the letter after each backslash). A `\u` escape is checked here by
+    /// decoding the literal, for its four hex digits and its surrogate pairs.
+    fn from_literal(json: &str, escaped: bool) -> Result<Self, String> {
+        let b = json.as_bytes();
+        if b.len() < 2 || b[0] != b'"' || b[b.len() - 1] != b'"' {
+            return Err("invalid type: expected a string".to_owned());
+        }
+        let mut len = b.len() - 2;
+        if escaped {
+            let mut at = 1;
+            while let Some(i) = memchr::memchr(b'\\', &b[at..b.len() - 1]) {
+                let i = at + i;
+                if b.get(i + 1) == Some(&b'u') {
+                    let text: String = serde_json::from_str(json).map_err(|e| e.to_string())?;
+                    len = text.len();
+                    break;
+                }
+                len -= 1;
+                at = i + 2;
+            }
+        }
+        Ok(Self { json: json.into(), len })
+    }
+
+    /// The text as a JSON string literal.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The decoded text's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The text, decoded.
+    pub fn as_str(&self) -> Cow<'_, str> {
+        let inner = &self.json[1..self.json.len() - 1];
+        // Every escape is longer than what it stands for: as long as the text, it has none.
+        if inner.len() == self.len {
+            Cow::Borrowed(inner)
+        } else {
+            Cow::Owned(serde_json::from_str(&self.json).unwrap_or_default())
+        }
+    }
+}
+
+impl From<String> for Text {
+    fn from(text: String) -> Self {
+        Self::new(&text)
+    }
+}
+
+impl From<&str> for Text {
+    fn from(text: &str) -> Self {
+        Self::new(text)
+    }
+}
+
+impl PartialEq for Text {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && (self.json == other.json || self.as_str() == other.as_str())
+    }
+}
+
+impl PartialEq<str> for Text {
+    fn eq(&self, other: &str) -> bool {
+        self.len == other.len() && *self.as_str() == *other
+    }
+}
+
+impl fmt::Debug for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.as_str(), f)
+    }
+}
+
+impl Serialize for Text {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.as_str())
     }
 }
 
@@ -1108,6 +1260,58 @@ mod tests {
         assert!(r.wants_json());
         let set: Vec<_> = r.set_params().collect();
         assert_eq!(set, vec!["stop", "tools", "tool_choice", "response_format"]);
+    }
+
+    #[test]
+    fn content_strings_are_kept_as_written() {
+        let body = r#"{"model":"m","messages":[
+            {"role":"user","content":"plain text"},
+            {"role":"user","content":"a \"quote\"\n\\ \u00e9 \ud83d\ude00 \/"},
+            {"role":"user","content":[{"type":"text","text":"in \"parts\""}]}]}"#;
+        let sonic: ChatRequest = sonic_rs::from_str(body).unwrap();
+        let serde: ChatRequest = serde_json::from_str(body).unwrap();
+        let text = |r: &ChatRequest, i: usize| match &r.messages[i].content {
+            Some(Content::Text(t)) => t.clone(),
+            other => panic!("expected text, got {other:?}"),
+        };
+        // sonic-rs hands over the literal as the caller wrote it; serde_json decodes it.
+        assert_eq!(text(&sonic, 0).json(), r#""plain text""#);
+        assert!(matches!(text(&sonic, 0).as_str(), Cow::Borrowed("plain text")));
+        let escaped = text(&sonic, 1);
+        assert_eq!(escaped.json(), r#""a \"quote\"\n\\ \u00e9 \ud83d\ude00 \/""#);
+        let decoded = "a \"quote\"\n\\ é 😀 /";
+        assert_eq!(escaped.as_str(), decoded);
+        assert_eq!(escaped.len(), decoded.len());
+        assert_eq!(escaped, text(&serde, 1));
+        assert_eq!(text(&serde, 1).json(), serde_json::to_string(decoded).unwrap());
+        assert_eq!(sonic.messages[2].content, serde.messages[2].content);
+        assert_eq!(sonic.text_len(), serde.text_len());
+        // Written out by serde, either way, it is the decoded text.
+        assert_eq!(serde_json::to_value(&sonic.messages).unwrap(), serde_json::to_value(&serde.messages).unwrap());
+        // An escape-only length: `\n` and `\\` are one byte each.
+        let t = Text::from_literal(r#""\n\\x""#, true).unwrap();
+        assert_eq!((t.len(), &*t.as_str()), (3, "\n\\x"));
+    }
+
+    #[test]
+    fn content_that_is_not_text_or_parts_is_refused() {
+        for bad in [
+            r#""\uZZZZ""#,  // not hex
+            r#""\ud800""#,  // a lone surrogate
+            r#""\ud800x""#, // a lone surrogate before text
+            "5",
+            "{}",
+            "true",
+            r#""a\qb""#,   // not an escape
+            "\"a\u{1}b\"", // a control character
+        ] {
+            let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":{bad}}}]}}"#);
+            assert!(sonic_rs::from_str::<ChatRequest>(&body).is_err(), "sonic-rs took {bad}");
+            assert!(serde_json::from_str::<ChatRequest>(&body).is_err(), "serde_json took {bad}");
+        }
+        let empty: ChatRequest =
+            sonic_rs::from_str(r#"{"model":"m","messages":[{"role":"user","content":""}]}"#).unwrap();
+        assert!(!empty.messages[0].content.as_ref().unwrap().has_text());
     }
 
     #[test]

@@ -749,7 +749,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
     if !parts.is_empty() || !calls.is_empty() {
         let content = match parts.as_slice() {
             [] => None,
-            [ContentPart::Text { text }] => Some(Content::Text(text.clone())),
+            [ContentPart::Text { text }] => Some(Content::Text(crate::canonical::Text::new(text))),
             _ => Some(Content::Parts(parts)),
         };
         out.push(Message { content, tool_calls: (!calls.is_empty()).then_some(calls), ..Message::new(role) });

@@ -52,10 +52,15 @@ fn raw_fields(bytes: &[u8], names: &[String]) -> Vec<Extra> {
 /// One pass of `sonic_rs`, collecting the paths of the fields `T` does not name.
 fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<String>), AxError> {
     let mut unknown = Vec::new();
-    // `sonic_rs` checks UTF-8 once for the whole body and reads strings with SIMD (serde_json
-    // scans them a byte at a time); the same serde types, the same result. Errors are explained by
-    // serde_json (`explain`: the field's path, or the body not being UTF-8), off the common path.
-    let mut de = sonic_rs::Deserializer::from_slice(bytes);
+    // `sonic_rs` reads strings with SIMD (serde_json scans them a byte at a time); the same serde
+    // types, the same result. Errors are explained by serde_json (`explain`: the field's path, or
+    // the body not being UTF-8), off the common path. UTF-8 is checked here, once, rather than by
+    // sonic-rs, which reports it only at the end: a value it hands over as JSON text
+    // (`canonical::Content`) must already be known to be UTF-8.
+    let Ok(text) = simdutf8::basic::from_utf8(bytes) else {
+        return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson("the body is not UTF-8".into())));
+    };
+    let mut de = sonic_rs::Deserializer::from_str(text);
     match serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path))).and_then(|v| de.end().map(|()| v))
     {
         Ok(v) => Ok((v, unknown)),

@@ -106,7 +106,7 @@ fn tool_call(id: &str, name: &str, arguments: &str) -> Value {
 
 fn content_parts(c: &Content, parts: &mut Vec<Value>) {
     match c {
-        Content::Text(t) => parts.push(text(t)),
+        Content::Text(t) => parts.push(text(&t.as_str())),
         Content::Parts(ps) => {
             for p in ps {
                 parts.push(match p {

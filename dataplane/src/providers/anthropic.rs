@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, error_body, status_of_error_type, tool_arguments, Ctx, IsError};
+use super::{classify, error_body, status_of_error_type, tool_arguments, Ctx, IsError, TextOut};
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason,
     FunctionCall, RawEvent, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice,
@@ -39,7 +39,7 @@ struct AnthropicRequest<'a> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<String>,
+    system: Option<TextOut<'a>>,
     messages: Vec<AnthropicMessage<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
@@ -97,10 +97,10 @@ struct AnthropicMessage<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
-    Text { text: Cow<'a, str> },
+    Text { text: TextOut<'a> },
     Image { source: ImageSource<'a> },
     ToolUse { id: &'a str, name: &'a str, input: Value },
-    ToolResult { tool_use_id: &'a str, content: Cow<'a, str> },
+    ToolResult { tool_use_id: &'a str, content: TextOut<'a> },
 }
 
 #[derive(Serialize)]
@@ -125,14 +125,14 @@ fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
     match c {
         Content::Text(t) => {
             if !t.is_empty() {
-                out.push(Block::Text { text: Cow::Borrowed(t) });
+                out.push(Block::Text { text: TextOut::Json(Cow::Borrowed(t.json())) });
             }
         }
         Content::Parts(parts) => {
             for p in parts {
                 match p {
                     ContentPart::Text { text } if !text.is_empty() => {
-                        out.push(Block::Text { text: Cow::Borrowed(text) })
+                        out.push(Block::Text { text: TextOut::Plain(Cow::Borrowed(text)) })
                     }
                     ContentPart::Text { .. } => {}
                     ContentPart::ImageUrl { image_url } => {
@@ -148,6 +148,23 @@ fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
     }
 }
 
+/// System texts (JSON string literals) as one, separated by blank lines.
+fn joined(texts: Vec<Cow<'_, str>>) -> Option<TextOut<'_>> {
+    if texts.len() <= 1 {
+        return texts.into_iter().next().map(TextOut::Json);
+    }
+    let mut out = String::with_capacity(texts.iter().map(|t| t.len() + 4).sum());
+    out.push('"');
+    for (i, t) in texts.iter().enumerate() {
+        if i > 0 {
+            out.push_str("\\n\\n");
+        }
+        out.push_str(&t[1..t.len() - 1]);
+    }
+    out.push('"');
+    Some(TextOut::Json(Cow::Owned(out)))
+}
+
 pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     let mut system: Vec<Cow<'_, str>> = Vec::new();
     let mut messages: Vec<AnthropicMessage<'_>> = Vec::with_capacity(r.messages.len());
@@ -155,7 +172,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         let (role, mut blocks) = match m.role {
             Role::System | Role::Developer => {
                 if let Some(c) = &m.content {
-                    system.push(c.text());
+                    system.push(c.json_text());
                 }
                 continue;
             }
@@ -168,7 +185,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
             }
             Role::Tool => {
                 let id = m.tool_call_id.as_deref().unwrap_or_default();
-                let content = m.content.as_ref().map(Content::text).unwrap_or_default();
+                let content = TextOut::Json(m.content.as_ref().map_or(Cow::Borrowed("\"\""), Content::json_text));
                 ("user", vec![Block::ToolResult { tool_use_id: id, content }])
             }
             Role::Assistant => {
@@ -230,7 +247,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     let body = AnthropicRequest {
         model: ctx.model,
         max_tokens,
-        system: (!system.is_empty()).then(|| system.join("\n\n")),
+        system: joined(system),
         messages,
         // OpenAI's range is 0..2, Anthropic's 0..1: scaled linearly (documented).
         temperature: r.temperature.map(|t| t / 2.0).filter(|_| sampling),

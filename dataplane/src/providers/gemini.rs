@@ -7,12 +7,13 @@
 //! delta with id, name and all arguments. A candidate that calls a function finishes with `STOP`;
 //! ax reports `tool_calls` then.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, error_body, estimate_tokens, status_of_error_type, synth_call_id, tool_arguments, Ctx};
+use super::{classify, error_body, estimate_tokens, status_of_error_type, synth_call_id, tool_arguments, Ctx, TextOut};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, FunctionCall, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice,
@@ -71,7 +72,7 @@ struct GContent<'a> {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 enum GPart<'a> {
-    Text(&'a str),
+    Text(TextOut<'a>),
     InlineData { mime_type: &'a str, data: &'a str },
     FileData { mime_type: &'a str, file_uri: &'a str },
     FunctionCall { name: &'a str, args: Value },
@@ -152,11 +153,11 @@ impl GenerationConfig<'_> {
 
 fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<(), AxError> {
     match c {
-        Content::Text(t) => out.push(GPart::Text(t)),
+        Content::Text(t) => out.push(GPart::Text(TextOut::Json(Cow::Borrowed(t.json())))),
         Content::Parts(parts) => {
             for p in parts {
                 match p {
-                    ContentPart::Text { text } => out.push(GPart::Text(text)),
+                    ContentPart::Text { text } => out.push(GPart::Text(TextOut::Plain(Cow::Borrowed(text)))),
                     ContentPart::ImageUrl { image_url } => match image_url.as_data() {
                         Some((mime_type, data)) => out.push(GPart::InlineData { mime_type, data }),
                         None if image_url.url.starts_with("gs://") || image_url.url.starts_with("https://") => out
@@ -211,8 +212,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
             Role::Assistant => {
                 let mut p = Vec::new();
                 if let Some(c) = &m.content {
-                    let text = c.text();
-                    if !text.is_empty() {
+                    if c.has_text() {
                         parts_of(c, i, &mut p)?;
                     }
                 }

@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, error_body, status_of_error_type, Ctx, IsError};
+use super::{classify, error_body, status_of_error_type, Ctx, IsError, TextOut};
 use crate::canonical::{
-    AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse,
+    AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall,
     ToolCallDelta, ToolChoice, Usage,
 };
@@ -21,6 +21,7 @@ use crate::sse::SseEvent;
 #[derive(Serialize)]
 struct OpenAiRequest<'a> {
     model: &'a str,
+    #[serde(serialize_with = "wire_messages")]
     messages: &'a [Message],
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
@@ -82,6 +83,42 @@ struct OpenAiRequest<'a> {
     web_search_options: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     audio: Option<&'a Value>,
+}
+
+/// The messages as canonical `Message` writes them, but with a string content written as the
+/// caller's JSON literal (`TextOut`) rather than decoded and escaped again.
+fn wire_messages<S: serde::Serializer>(messages: &&[Message], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Wire<'a> {
+        role: crate::canonical::Role,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        content: Option<WireContent<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_calls: Option<&'a [ToolCall]>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        refusal: Option<&'a str>,
+    }
+    struct WireContent<'a>(&'a Content);
+    impl Serialize for WireContent<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self.0 {
+                Content::Text(t) => TextOut::Json(std::borrow::Cow::Borrowed(t.json())).serialize(s),
+                parts => parts.serialize(s),
+            }
+        }
+    }
+    s.collect_seq(messages.iter().map(|m| Wire {
+        role: m.role,
+        content: m.content.as_ref().map(WireContent),
+        name: m.name.as_deref(),
+        tool_calls: m.tool_calls.as_deref(),
+        tool_call_id: m.tool_call_id.as_deref(),
+        refusal: m.refusal.as_deref(),
+    }))
 }
 
 pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {

@@ -310,3 +310,36 @@ fn a_forwarded_openai_event_counts_its_deltas_and_usage() {
     );
     assert!(openai::ForwardState::default().on_event(&ev(json!({"error": {"message": "x"}}))).is_err());
 }
+
+#[test]
+fn a_callers_text_goes_upstream_as_written() {
+    let body = r#"{"model":"m","messages":[
+        {"role":"system","content":"rule \"one\"\n"},
+        {"role":"developer","content":[{"type":"text","text":"rule\ttwo"}]},
+        {"role":"user","content":"caf\u00e9 \ud83d\ude00\\n"},
+        {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c1","content":"{\"ok\":true}"}]}"#;
+    let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
+    let ctx = |kind| Ctx { kind, model: "up", max_tokens: 100, reasoning: false };
+    let anthropic = String::from_utf8(encode_chat(ctx(ProviderKind::Anthropic), &req).unwrap()).unwrap();
+    // The user's literal is copied, escapes and all; the system texts are joined in escaped form.
+    assert!(anthropic.contains(r#""text":"caf\u00e9 \ud83d\ude00\\n""#), "{anthropic}");
+    let v: serde_json::Value = serde_json::from_str(&anthropic).unwrap();
+    assert_eq!(v["system"], "rule \"one\"\n\n\nrule\ttwo");
+    assert_eq!(v["messages"][0]["content"], json!([{ "type": "text", "text": "café 😀\\n" }]));
+    assert_eq!(v["messages"][1]["content"], json!([{ "type": "tool_use", "id": "c1", "name": "f", "input": {} }]));
+    assert_eq!(
+        v["messages"][2]["content"],
+        json!([{ "type": "tool_result", "tool_use_id": "c1", "content": "{\"ok\":true}" }])
+    );
+    let gemini = encode_chat(ctx(ProviderKind::Gemini), &req).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&gemini).unwrap();
+    assert_eq!(v["contents"][0]["parts"], json!([{ "text": "café 😀\\n" }]));
+    assert_eq!(v["systemInstruction"]["parts"][0]["text"], "rule \"one\"\n\n\nrule\ttwo");
+    // To an OpenAI-compatible upstream (the canonical path, from another ingress): the same
+    // messages canonical `Message` writes, the literal copied.
+    let openai = String::from_utf8(encode_chat(ctx(ProviderKind::Openai), &req).unwrap()).unwrap();
+    assert!(openai.contains(r#""content":"caf\u00e9 \ud83d\ude00\\n""#), "{openai}");
+    let v: serde_json::Value = serde_json::from_str(&openai).unwrap();
+    assert_eq!(v["messages"], serde_json::to_value(&req.messages).unwrap());
+}
