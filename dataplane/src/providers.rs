@@ -331,7 +331,7 @@ impl<'de> serde::Deserialize<'de> for IsError {
 /// one copied what was written so far).
 pub(crate) fn to_json<T: serde::Serialize>(body: &T, reserve: usize) -> Result<Vec<u8>, AxError> {
     let mut out = Vec::with_capacity(reserve + reserve / 8 + 1024);
-    sonic_rs::to_writer(&mut out, body).map_err(|_| AxError::Internal)?;
+    write_json(&mut out, body)?;
     Ok(out)
 }
 
@@ -357,6 +357,24 @@ impl serde::Serialize for TextOut<'_> {
             }
         }
     }
+}
+
+impl TextOut<'_> {
+    /// Appends it to a body being written by hand.
+    pub(crate) fn write(&self, out: &mut Vec<u8>) -> Result<(), AxError> {
+        match self {
+            Self::Json(json) => {
+                out.extend_from_slice(json.as_bytes());
+                Ok(())
+            }
+            Self::Plain(text) => write_json(out, &**text),
+        }
+    }
+}
+
+/// Appends a value's JSON to a body being written by hand.
+pub(crate) fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), AxError> {
+    sonic_rs::to_writer(&mut *out, value).map_err(|_| AxError::Internal)
 }
 
 /// Parses JSON from bytes, checking UTF-8 once for the whole body: `serde_json::from_slice`
