@@ -388,7 +388,7 @@ impl Message {
 
     /// A message of `role` with `text` as its content.
     pub fn text(role: Role, text: String) -> Self {
-        Self { content: Some(Content::Text(Text::new(&text))), ..Self::new(role) }
+        Self { content: Some(Content::Text(Text::from(text))), ..Self::new(role) }
     }
 }
 
@@ -423,11 +423,11 @@ impl Content {
         }
     }
 
-    /// All text parts joined, as a JSON string literal: a string content as the caller wrote it.
-    pub fn json_text(&self) -> Cow<'_, str> {
+    /// All text parts joined, as an encoder writes them.
+    pub fn text_out(&self) -> TextOut<'_> {
         match self {
-            Self::Text(t) => Cow::Borrowed(t.json()),
-            Self::Parts(_) => Cow::Owned(Text::new(&self.text()).json.into_string()),
+            Self::Text(t) => t.out(),
+            Self::Parts(_) => TextOut::Plain(self.text()),
         }
     }
 
@@ -453,9 +453,11 @@ impl Serialize for Content {
 
 /// The name sonic-rs gives its lazy value. Asked for a newtype struct of this name, its
 /// deserializer hands the visitor the value's JSON text, checked but not decoded
-/// (`visit_borrowed_str`, or `visit_str` when the text holds escapes). Every other deserializer
-/// visits the newtype with itself, and the value is decoded as usual. The unit test
-/// `content_strings_are_kept_as_written` fails if a sonic-rs release changes it.
+/// (`visit_borrowed_str`, or `visit_str` when the text holds escapes); every other deserializer
+/// visits the newtype with itself, and the value is decoded as usual. Its serializer writes a
+/// struct of this name as the JSON text of its one field. The unit tests
+/// `content_strings_are_kept_as_written` and `a_callers_text_goes_upstream_as_written` fail if a
+/// sonic-rs release changes either.
 const SONIC_RAW: &str = "$sonic_rs::LazyValue";
 
 impl<'de> Deserialize<'de> for Content {
@@ -497,22 +499,28 @@ impl<'de> Deserialize<'de> for Content {
     }
 }
 
-/// Text kept as the JSON string literal it arrived in, quotes and escapes included. A
-/// conversation that goes on to another JSON API is then neither unescaped on the way in nor
-/// escaped again on the way out: at ~50 KB of messages those two passes were a third of a
-/// translated request's instructions. `as_str` reads it (borrowed when it holds no escapes).
+/// A message's text. A caller's string content is kept as the JSON string literal it arrived in,
+/// quotes and escapes included: a conversation that goes on to another JSON API is then neither
+/// unescaped on the way in nor escaped again on the way out (at ~50 KB of messages those two
+/// passes were a third of a translated request's instructions). Text made from a decoded string
+/// (another ingress's, ax's own) is kept as it is. `as_str` reads either (borrowed unless a
+/// literal holds escapes); `out` is what an encoder writes.
 #[derive(Clone)]
-pub struct Text {
-    /// Always one whole, valid JSON string literal.
-    json: Box<str>,
-    /// The decoded text's length in bytes.
-    len: usize,
+pub struct Text(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// One whole, valid JSON string literal, and the decoded text's length in bytes.
+    Json {
+        json: Box<str>,
+        len: usize,
+    },
+    Plain(String),
 }
 
 impl Text {
     pub fn new(text: &str) -> Self {
-        let json = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned());
-        Self { json: json.into_boxed_str(), len: text.len() }
+        Self(Repr::Plain(text.to_owned()))
     }
 
     /// Keeps `json`, one JSON string literal a parser has checked (sonic-rs: its quotes, its
@@ -537,38 +545,41 @@ impl Text {
                 at = i + 2;
             }
         }
-        Ok(Self { json: json.into(), len })
-    }
-
-    /// The text as a JSON string literal.
-    pub fn json(&self) -> &str {
-        &self.json
+        Ok(Self(Repr::Json { json: json.into(), len }))
     }
 
     /// The decoded text's length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        match &self.0 {
+            Repr::Json { len, .. } => *len,
+            Repr::Plain(text) => text.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// The text, decoded.
     pub fn as_str(&self) -> Cow<'_, str> {
-        let inner = &self.json[1..self.json.len() - 1];
-        // Every escape is longer than what it stands for: as long as the text, it has none.
-        if inner.len() == self.len {
-            Cow::Borrowed(inner)
-        } else {
-            Cow::Owned(serde_json::from_str(&self.json).unwrap_or_default())
+        match &self.0 {
+            Repr::Json { json, len } => TextOut::literal_text(json, *len),
+            Repr::Plain(text) => Cow::Borrowed(text),
+        }
+    }
+
+    /// What an encoder writes: the caller's literal, or the text to escape.
+    pub fn out(&self) -> TextOut<'_> {
+        match &self.0 {
+            Repr::Json { json, .. } => TextOut::Json(Cow::Borrowed(json)),
+            Repr::Plain(text) => TextOut::Plain(Cow::Borrowed(text)),
         }
     }
 }
 
 impl From<String> for Text {
     fn from(text: String) -> Self {
-        Self::new(&text)
+        Self(Repr::Plain(text))
     }
 }
 
@@ -580,13 +591,13 @@ impl From<&str> for Text {
 
 impl PartialEq for Text {
     fn eq(&self, other: &Self) -> bool {
-        self.len == other.len && (self.json == other.json || self.as_str() == other.as_str())
+        self.len() == other.len() && self.as_str() == other.as_str()
     }
 }
 
 impl PartialEq<str> for Text {
     fn eq(&self, other: &str) -> bool {
-        self.len == other.len() && *self.as_str() == *other
+        self.len() == other.len() && *self.as_str() == *other
     }
 }
 
@@ -599,6 +610,62 @@ impl fmt::Debug for Text {
 impl Serialize for Text {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.as_str())
+    }
+}
+
+/// Text in a body an encoder writes with sonic-rs or by hand: a JSON string literal written as it
+/// is (a caller's, kept by `Text`), or text escaped as usual. Only for those bodies: through serde
+/// the literal goes out by sonic-rs's lazy-value path, which another serializer would write as an
+/// object.
+#[derive(Debug, Clone)]
+pub enum TextOut<'a> {
+    Json(Cow<'a, str>),
+    Plain(Cow<'a, str>),
+}
+
+impl TextOut<'_> {
+    /// Appends it to a body being written by hand.
+    pub fn write(&self, out: &mut Vec<u8>) -> Result<(), crate::AxError> {
+        match self {
+            Self::Json(json) => {
+                out.extend_from_slice(json.as_bytes());
+                Ok(())
+            }
+            Self::Plain(text) => sonic_rs::to_writer(&mut *out, &**text).map_err(|_| crate::AxError::Internal),
+        }
+    }
+
+    /// The text, decoded.
+    pub fn decoded(&self) -> Cow<'_, str> {
+        match self {
+            Self::Json(json) => Self::literal_text(json, usize::MAX),
+            Self::Plain(text) => Cow::Borrowed(text),
+        }
+    }
+
+    /// The text of a checked literal whose decoded length is `len` (`usize::MAX`: unknown).
+    fn literal_text(json: &str, len: usize) -> Cow<'_, str> {
+        let inner = &json[1..json.len() - 1];
+        // Every escape is longer than what it stands for: as long as the text, it has none.
+        if inner.len() == len || (len == usize::MAX && !inner.contains('\\')) {
+            Cow::Borrowed(inner)
+        } else {
+            Cow::Owned(serde_json::from_str(json).unwrap_or_default())
+        }
+    }
+}
+
+impl Serialize for TextOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        match self {
+            Self::Plain(text) => s.serialize_str(text),
+            Self::Json(json) => {
+                let mut out = s.serialize_struct(SONIC_RAW, 1)?;
+                out.serialize_field(SONIC_RAW, &**json)?;
+                out.end()
+            }
+        }
     }
 }
 
@@ -1274,16 +1341,22 @@ mod tests {
             Some(Content::Text(t)) => t.clone(),
             other => panic!("expected text, got {other:?}"),
         };
+        let literal = |t: &Text| match t.out() {
+            TextOut::Json(json) => Some(json.into_owned()),
+            TextOut::Plain(_) => None,
+        };
         // sonic-rs hands over the literal as the caller wrote it; serde_json decodes it.
-        assert_eq!(text(&sonic, 0).json(), r#""plain text""#);
+        assert_eq!(literal(&text(&sonic, 0)).as_deref(), Some(r#""plain text""#));
         assert!(matches!(text(&sonic, 0).as_str(), Cow::Borrowed("plain text")));
         let escaped = text(&sonic, 1);
-        assert_eq!(escaped.json(), r#""a \"quote\"\n\\ \u00e9 \ud83d\ude00 \/""#);
+        assert_eq!(literal(&escaped).as_deref(), Some(r#""a \"quote\"\n\\ \u00e9 \ud83d\ude00 \/""#));
         let decoded = "a \"quote\"\n\\ é 😀 /";
         assert_eq!(escaped.as_str(), decoded);
         assert_eq!(escaped.len(), decoded.len());
         assert_eq!(escaped, text(&serde, 1));
-        assert_eq!(text(&serde, 1).json(), serde_json::to_string(decoded).unwrap());
+        assert_eq!(literal(&text(&serde, 1)), None);
+        assert_eq!(text(&serde, 1).out().decoded(), decoded);
+        assert_eq!(escaped.out().decoded(), decoded);
         assert_eq!(sonic.messages[2].content, serde.messages[2].content);
         assert_eq!(sonic.text_len(), serde.text_len());
         // Written out by serde, either way, it is the decoded text.

@@ -9,10 +9,9 @@ pub mod anthropic;
 pub mod gemini;
 pub mod openai;
 
-use std::borrow::Cow;
-
 use ax_protocol::config::ProviderKind;
 
+pub(crate) use crate::canonical::TextOut;
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, StreamItem};
 use crate::error::{upstream_code_suffix, AxError};
 use crate::sse::SseEvent;
@@ -333,43 +332,6 @@ pub(crate) fn to_json<T: serde::Serialize>(body: &T, reserve: usize) -> Result<V
     let mut out = Vec::with_capacity(reserve + reserve / 8 + 1024);
     write_json(&mut out, body)?;
     Ok(out)
-}
-
-/// Text in a body `to_json` writes: a JSON string literal written as it is (a caller's text kept
-/// by `canonical::Text`), or text escaped as usual. Only for `to_json`: the literal goes out
-/// through sonic-rs's lazy-value path, which another serializer would write as an object.
-pub(crate) enum TextOut<'a> {
-    Json(Cow<'a, str>),
-    Plain(Cow<'a, str>),
-}
-
-impl serde::Serialize for TextOut<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        /// sonic-rs's name for a value it writes verbatim (see `canonical::SONIC_RAW`).
-        const VERBATIM: &str = "$sonic_rs::LazyValue";
-        match self {
-            Self::Plain(text) => s.serialize_str(text),
-            Self::Json(json) => {
-                let mut out = s.serialize_struct(VERBATIM, 1)?;
-                out.serialize_field(VERBATIM, &**json)?;
-                out.end()
-            }
-        }
-    }
-}
-
-impl TextOut<'_> {
-    /// Appends it to a body being written by hand.
-    pub(crate) fn write(&self, out: &mut Vec<u8>) -> Result<(), AxError> {
-        match self {
-            Self::Json(json) => {
-                out.extend_from_slice(json.as_bytes());
-                Ok(())
-            }
-            Self::Plain(text) => write_json(out, &**text),
-        }
-    }
 }
 
 /// Appends a value's JSON to a body being written by hand.

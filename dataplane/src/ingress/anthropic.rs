@@ -747,9 +747,12 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
         RoleIn::System => Role::System,
     };
     if !parts.is_empty() || !calls.is_empty() {
-        let content = match parts.as_slice() {
-            [] => None,
-            [ContentPart::Text { text }] => Some(Content::Text(crate::canonical::Text::new(text))),
+        let content = match parts.len() {
+            0 => None,
+            1 if matches!(parts[0], ContentPart::Text { .. }) => match parts.pop() {
+                Some(ContentPart::Text { text }) => Some(Content::Text(text.into())),
+                _ => None,
+            },
             _ => Some(Content::Parts(parts)),
         };
         out.push(Message { content, tool_calls: (!calls.is_empty()).then_some(calls), ..Message::new(role) });

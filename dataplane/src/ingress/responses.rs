@@ -255,7 +255,7 @@ fn take_opt_str(v: &mut Value, field: &str) -> Option<String> {
 /// A message item's content: a string, or parts (`input_text`, `output_text`, `input_image`).
 fn content(v: Value, at: At<'_>) -> Result<Content, AxError> {
     let parts = match v {
-        Value::String(s) => return Ok(Content::Text(crate::canonical::Text::new(&s))),
+        Value::String(s) => return Ok(Content::Text(s.into())),
         Value::Array(parts) => parts,
         _ => {
             let at = at();

@@ -158,7 +158,7 @@ fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
     match c {
         Content::Text(t) => {
             if !t.is_empty() {
-                out.push(Block::Text { text: TextOut::Json(Cow::Borrowed(t.json())) });
+                out.push(Block::Text { text: t.out() });
             }
         }
         Content::Parts(parts) => {
@@ -182,30 +182,37 @@ fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
 }
 
 /// System texts (JSON string literals) as one, separated by blank lines.
-fn joined(texts: Vec<Cow<'_, str>>) -> Option<TextOut<'_>> {
+fn joined(texts: Vec<TextOut<'_>>) -> Option<TextOut<'_>> {
     if texts.len() <= 1 {
-        return texts.into_iter().next().map(TextOut::Json);
+        return texts.into_iter().next();
     }
-    let mut out = String::with_capacity(texts.iter().map(|t| t.len() + 4).sum());
-    out.push('"');
-    for (i, t) in texts.iter().enumerate() {
-        if i > 0 {
-            out.push_str("\\n\\n");
+    if texts.iter().all(|t| matches!(t, TextOut::Json(_))) {
+        // Literals join as literals: their insides, with an escaped blank line between.
+        let mut out = String::with_capacity(texts.iter().map(|t| t.decoded().len() + 6).sum());
+        out.push('"');
+        for (i, t) in texts.iter().enumerate() {
+            if let TextOut::Json(json) = t {
+                if i > 0 {
+                    out.push_str("\\n\\n");
+                }
+                out.push_str(&json[1..json.len() - 1]);
+            }
         }
-        out.push_str(&t[1..t.len() - 1]);
+        out.push('"');
+        return Some(TextOut::Json(Cow::Owned(out)));
     }
-    out.push('"');
-    Some(TextOut::Json(Cow::Owned(out)))
+    let decoded: Vec<Cow<'_, str>> = texts.iter().map(TextOut::decoded).collect();
+    Some(TextOut::Plain(Cow::Owned(decoded.join("\n\n"))))
 }
 
 pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
-    let mut system: Vec<Cow<'_, str>> = Vec::new();
+    let mut system: Vec<TextOut<'_>> = Vec::new();
     let mut messages: Vec<AnthropicMessage<'_>> = Vec::with_capacity(r.messages.len());
     for (i, m) in r.messages.iter().enumerate() {
         let (role, mut blocks) = match m.role {
             Role::System | Role::Developer => {
                 if let Some(c) = &m.content {
-                    system.push(c.json_text());
+                    system.push(c.text_out());
                 }
                 continue;
             }
@@ -218,7 +225,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
             }
             Role::Tool => {
                 let id = m.tool_call_id.as_deref().unwrap_or_default();
-                let content = TextOut::Json(m.content.as_ref().map_or(Cow::Borrowed("\"\""), Content::json_text));
+                let content = m.content.as_ref().map_or(TextOut::Plain(Cow::Borrowed("")), Content::text_out);
                 ("user", vec![Block::ToolResult { tool_use_id: id, content }])
             }
             Role::Assistant => {

@@ -153,7 +153,7 @@ impl GenerationConfig<'_> {
 
 fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<(), AxError> {
     match c {
-        Content::Text(t) => out.push(GPart::Text(TextOut::Json(Cow::Borrowed(t.json())))),
+        Content::Text(t) => out.push(GPart::Text(t.out())),
         Content::Parts(parts) => {
             for p in parts {
                 match p {

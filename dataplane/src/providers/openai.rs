@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, error_body, status_of_error_type, Ctx, IsError, TextOut};
+use super::{classify, error_body, status_of_error_type, Ctx, IsError};
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall,
@@ -106,7 +106,7 @@ fn wire_messages<S: serde::Serializer>(messages: &&[Message], s: S) -> Result<S:
     impl Serialize for WireContent<'_> {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             match self.0 {
-                Content::Text(t) => TextOut::Json(std::borrow::Cow::Borrowed(t.json())).serialize(s),
+                Content::Text(t) => t.out().serialize(s),
                 parts => parts.serialize(s),
             }
         }

@@ -348,14 +348,15 @@ fn a_callers_text_goes_upstream_as_written() {
 fn anthropic_fields_after_the_conversation_are_spliced_in() {
     let body = r#"{"model":"m","stream":true,"temperature":1.0,"stop":["END"],"user":"u1",
         "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
-        "messages":[{"role":"user","content":[{"type":"text","text":"hi"},
+        "messages":[{"role":"system","content":"one\n"},{"role":"system","content":"two \"2\""},
+            {"role":"user","content":[{"type":"text","text":"hi"},
             {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#;
     let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, reasoning: false };
     let v: serde_json::Value = serde_json::from_slice(&encode_chat(ctx, &req).unwrap()).unwrap();
     assert_eq!(
         v,
-        json!({ "model": "up", "max_tokens": 100, "temperature": 0.5, "stop_sequences": ["END"], "stream": true,
+        json!({ "model": "up", "max_tokens": 100, "system": "one\n\n\ntwo \"2\"", "temperature": 0.5, "stop_sequences": ["END"], "stream": true,
             "tools": [{ "name": "f", "input_schema": { "type": "object" } }], "metadata": { "user_id": "u1" },
             "messages": [{ "role": "user", "content": [{ "type": "text", "text": "hi" },
                 { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "AAAA" } }] }] })
