@@ -407,7 +407,7 @@ impl Content {
                 let mut out = String::new();
                 for p in parts {
                     if let ContentPart::Text { text } = p {
-                        out.push_str(text);
+                        out.push_str(&text.as_str());
                     }
                 }
                 Cow::Owned(out)
@@ -607,6 +607,28 @@ impl fmt::Debug for Text {
     }
 }
 
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Raw;
+        impl<'de> Visitor<'de> for Raw {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, json: &'de str) -> Result<Text, E> {
+                Text::from_literal(json, false).map_err(E::custom)
+            }
+            fn visit_str<E: de::Error>(self, json: &str) -> Result<Text, E> {
+                Text::from_literal(json, true).map_err(E::custom)
+            }
+            fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Text, D::Error> {
+                String::deserialize(d).map(Text::from)
+            }
+        }
+        d.deserialize_newtype_struct(SONIC_RAW, Raw)
+    }
+}
+
 impl Serialize for Text {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.as_str())
@@ -669,11 +691,59 @@ impl Serialize for TextOut<'_> {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
-    Text { text: String },
+    Text { text: Text },
     ImageUrl { image_url: ImageUrl },
+}
+
+/// By hand rather than serde's internally tagged enum, which buffers each part and copies its
+/// text: the text is kept as the caller's literal (`Text`). Fields besides `type` and the
+/// variant's own are passed over, as the derive did.
+impl<'de> Deserialize<'de> for ContentPart {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(field_identifier, rename_all = "snake_case")]
+        enum Field {
+            Type,
+            Text,
+            ImageUrl,
+            #[serde(other)]
+            Other,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ContentPart;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a content part")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<ContentPart, A::Error> {
+                let (mut kind, mut text, mut image_url) = (None::<String>, None::<Text>, None::<ImageUrl>);
+                while let Some(field) = map.next_key()? {
+                    match field {
+                        Field::Type => kind = Some(map.next_value()?),
+                        Field::Text => text = Some(map.next_value()?),
+                        Field::ImageUrl => image_url = Some(map.next_value()?),
+                        Field::Other => {
+                            map.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                match kind.as_deref() {
+                    Some("text") => {
+                        Ok(ContentPart::Text { text: text.ok_or_else(|| de::Error::missing_field("text"))? })
+                    }
+                    Some("image_url") => Ok(ContentPart::ImageUrl {
+                        image_url: image_url.ok_or_else(|| de::Error::missing_field("image_url"))?,
+                    }),
+                    Some(other) => Err(de::Error::unknown_variant(other, &["text", "image_url"])),
+                    None => Err(de::Error::missing_field("type")),
+                }
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -704,7 +704,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
     let mut calls = Vec::new();
     for (j, b) in blocks.into_iter().enumerate() {
         match b {
-            BlockIn::Text { text, .. } => parts.push(ContentPart::Text { text }),
+            BlockIn::Text { text, .. } => parts.push(ContentPart::Text { text: text.into() }),
             BlockIn::Image { source, .. } => {
                 let url = match source {
                     ImageSourceIn::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
@@ -713,7 +713,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
                 parts.push(ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } });
             }
             BlockIn::Document { source, .. } => match document_text(&source) {
-                Some(text) => parts.push(ContentPart::Text { text }),
+                Some(text) => parts.push(ContentPart::Text { text: text.into() }),
                 None => {
                     return Err(AxError::invalid_param(
                         format!("messages[{i}].content[{j}].source"),
@@ -750,7 +750,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
         let content = match parts.len() {
             0 => None,
             1 if matches!(parts[0], ContentPart::Text { .. }) => match parts.pop() {
-                Some(ContentPart::Text { text }) => Some(Content::Text(text.into())),
+                Some(ContentPart::Text { text }) => Some(Content::Text(text)),
                 _ => None,
             },
             _ => Some(Content::Parts(parts)),

@@ -267,8 +267,10 @@ fn content(v: Value, at: At<'_>) -> Result<Content, AxError> {
         let at = || format!("{}[{k}]", at());
         let kind = take(&mut p, "type");
         let part = match kind.as_str() {
-            Some("input_text" | "output_text" | "text") => ContentPart::Text { text: take_str(&mut p, "text", &at)? },
-            Some("refusal") => ContentPart::Text { text: take_str(&mut p, "refusal", &at)? },
+            Some("input_text" | "output_text" | "text") => {
+                ContentPart::Text { text: take_str(&mut p, "text", &at)?.into() }
+            }
+            Some("refusal") => ContentPart::Text { text: take_str(&mut p, "refusal", &at)?.into() },
             Some("input_image") => match take_opt_str(&mut p, "image_url") {
                 Some(url) => {
                     ContentPart::ImageUrl { image_url: ImageUrl { url, detail: take_opt_str(&mut p, "detail") } }

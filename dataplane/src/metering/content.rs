@@ -110,7 +110,7 @@ fn content_parts(c: &Content, parts: &mut Vec<Value>) {
         Content::Parts(ps) => {
             for p in ps {
                 parts.push(match p {
-                    ContentPart::Text { text: t } => text(t),
+                    ContentPart::Text { text: t } => text(&t.as_str()),
                     ContentPart::ImageUrl { image_url } => match image_url.as_data() {
                         Some((mime, data)) => {
                             json!({ "type": "blob", "modality": "image", "mime_type": mime, "content": data })

@@ -164,9 +164,7 @@ fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
         Content::Parts(parts) => {
             for p in parts {
                 match p {
-                    ContentPart::Text { text } if !text.is_empty() => {
-                        out.push(Block::Text { text: TextOut::Plain(Cow::Borrowed(text)) })
-                    }
+                    ContentPart::Text { text } if !text.is_empty() => out.push(Block::Text { text: text.out() }),
                     ContentPart::Text { .. } => {}
                     ContentPart::ImageUrl { image_url } => {
                         let source = match image_url.as_data() {

@@ -7,7 +7,6 @@
 //! delta with id, name and all arguments. A candidate that calls a function finishes with `STOP`;
 //! ax reports `tool_calls` then.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
@@ -157,7 +156,7 @@ fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<()
         Content::Parts(parts) => {
             for p in parts {
                 match p {
-                    ContentPart::Text { text } => out.push(GPart::Text(TextOut::Plain(Cow::Borrowed(text)))),
+                    ContentPart::Text { text } => out.push(GPart::Text(text.out())),
                     ContentPart::ImageUrl { image_url } => match image_url.as_data() {
                         Some((mime_type, data)) => out.push(GPart::InlineData { mime_type, data }),
                         None if image_url.url.starts_with("gs://") || image_url.url.starts_with("https://") => out

@@ -317,6 +317,7 @@ fn a_callers_text_goes_upstream_as_written() {
         {"role":"system","content":"rule \"one\"\n"},
         {"role":"developer","content":[{"type":"text","text":"rule\ttwo"}]},
         {"role":"user","content":"caf\u00e9 \ud83d\ude00\\n"},
+        {"role":"user","content":[{"type":"text","text":"a part\u0021","cache_hint":1}]},
         {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
         {"role":"tool","tool_call_id":"c1","content":"{\"ok\":true}"}]}"#;
     let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
@@ -324,9 +325,13 @@ fn a_callers_text_goes_upstream_as_written() {
     let anthropic = String::from_utf8(encode_chat(ctx(ProviderKind::Anthropic), &req).unwrap()).unwrap();
     // The user's literal is copied, escapes and all; the system texts are joined in escaped form.
     assert!(anthropic.contains(r#""text":"caf\u00e9 \ud83d\ude00\\n""#), "{anthropic}");
+    assert!(anthropic.contains(r#""text":"a part\u0021""#), "{anthropic}");
     let v: serde_json::Value = serde_json::from_str(&anthropic).unwrap();
     assert_eq!(v["system"], "rule \"one\"\n\n\nrule\ttwo");
-    assert_eq!(v["messages"][0]["content"], json!([{ "type": "text", "text": "café 😀\\n" }]));
+    assert_eq!(
+        v["messages"][0]["content"],
+        json!([{ "type": "text", "text": "café 😀\\n" }, { "type": "text", "text": "a part!" }])
+    );
     assert_eq!(v["messages"][1]["content"], json!([{ "type": "tool_use", "id": "c1", "name": "f", "input": {} }]));
     assert_eq!(
         v["messages"][2]["content"],
@@ -334,7 +339,7 @@ fn a_callers_text_goes_upstream_as_written() {
     );
     let gemini = encode_chat(ctx(ProviderKind::Gemini), &req).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&gemini).unwrap();
-    assert_eq!(v["contents"][0]["parts"], json!([{ "text": "café 😀\\n" }]));
+    assert_eq!(v["contents"][0]["parts"], json!([{ "text": "café 😀\\n" }, { "text": "a part!" }]));
     assert_eq!(v["systemInstruction"]["parts"][0]["text"], "rule \"one\"\n\n\nrule\ttwo");
     // To an OpenAI-compatible upstream (the canonical path, from another ingress): the same
     // messages canonical `Message` writes, the literal copied.
@@ -361,4 +366,15 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
             "messages": [{ "role": "user", "content": [{ "type": "text", "text": "hi" },
                 { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "AAAA" } }] }] })
     );
+}
+
+#[test]
+fn a_text_that_is_not_valid_json_is_refused_with_a_stable_code() {
+    for text in [r#""\uZZZZ""#, r#""\ud800""#, r#""a\qb""#, "\"a\u{1}b\"", r#"[{"type":"text","text":"\ud800"}]"#] {
+        let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":{text}}}]}}"#);
+        let e = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict)
+            .expect_err(text);
+        assert_eq!(e.code(), "invalid_json", "{text}: {e:?}");
+        assert!(e.to_string().contains("messages[0].content"), "{text}: {e}");
+    }
 }
