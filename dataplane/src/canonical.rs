@@ -460,29 +460,48 @@ impl Serialize for Content {
 /// sonic-rs release changes either.
 const SONIC_RAW: &str = "$sonic_rs::LazyValue";
 
-impl<'de> Deserialize<'de> for Content {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Raw;
-        impl<'de> Visitor<'de> for Raw {
-            type Value = Content;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or an array of content parts")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, json: &'de str) -> Result<Content, E> {
-                Content::from_json(json, false).map_err(E::custom)
-            }
-            fn visit_str<E: de::Error>(self, json: &str) -> Result<Content, E> {
-                Content::from_json(json, true).map_err(E::custom)
-            }
-            fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Content, D::Error> {
-                d.deserialize_any(Decoded)
-            }
+/// A value read from its JSON text when the deserializer is sonic-rs (`SONIC_RAW`), else decoded
+/// as usual.
+trait FromJsonText: Sized {
+    const EXPECTING: &'static str;
+    /// From the value's JSON text, as a parser checked it; `escaped`: it holds escapes.
+    fn from_json_text(json: &str, escaped: bool) -> Result<Self, String>;
+    fn decoded<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error>;
+}
+
+fn from_json_text<'de, D: Deserializer<'de>, T: FromJsonText>(d: D) -> Result<T, D::Error> {
+    struct Raw<T>(std::marker::PhantomData<T>);
+    impl<'de, T: FromJsonText> Visitor<'de> for Raw<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(T::EXPECTING)
         }
+        fn visit_borrowed_str<E: de::Error>(self, json: &'de str) -> Result<T, E> {
+            T::from_json_text(json, false).map_err(E::custom)
+        }
+        fn visit_str<E: de::Error>(self, json: &str) -> Result<T, E> {
+            T::from_json_text(json, true).map_err(E::custom)
+        }
+        fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+            T::decoded(d)
+        }
+    }
+    d.deserialize_newtype_struct(SONIC_RAW, Raw(std::marker::PhantomData))
+}
+
+impl FromJsonText for Content {
+    const EXPECTING: &'static str = "a string or an array of content parts";
+
+    fn from_json_text(json: &str, escaped: bool) -> Result<Self, String> {
+        Content::from_json(json, escaped)
+    }
+
+    fn decoded<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Decoded;
         impl<'de> Visitor<'de> for Decoded {
             type Value = Content;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or an array of content parts")
+                f.write_str(Content::EXPECTING)
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Content, E> {
                 Ok(Content::Text(Text::new(v)))
@@ -495,7 +514,13 @@ impl<'de> Deserialize<'de> for Content {
                 Ok(Content::Parts(parts))
             }
         }
-        d.deserialize_newtype_struct(SONIC_RAW, Raw)
+        d.deserialize_any(Decoded)
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        from_json_text(d)
     }
 }
 
@@ -607,25 +632,21 @@ impl fmt::Debug for Text {
     }
 }
 
+impl FromJsonText for Text {
+    const EXPECTING: &'static str = "a string";
+
+    fn from_json_text(json: &str, escaped: bool) -> Result<Self, String> {
+        Text::from_literal(json, escaped)
+    }
+
+    fn decoded<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Text::from)
+    }
+}
+
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Raw;
-        impl<'de> Visitor<'de> for Raw {
-            type Value = Text;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, json: &'de str) -> Result<Text, E> {
-                Text::from_literal(json, false).map_err(E::custom)
-            }
-            fn visit_str<E: de::Error>(self, json: &str) -> Result<Text, E> {
-                Text::from_literal(json, true).map_err(E::custom)
-            }
-            fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Text, D::Error> {
-                String::deserialize(d).map(Text::from)
-            }
-        }
-        d.deserialize_newtype_struct(SONIC_RAW, Raw)
+        from_json_text(d)
     }
 }
 

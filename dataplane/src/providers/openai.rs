@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use super::{classify, error_body, status_of_error_type, Ctx, IsError};
 use crate::canonical::{
-    AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, EmbeddingsRequest, EmbeddingsResponse,
-    FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem, StreamOptions, Tool, ToolCall,
-    ToolCallDelta, ToolChoice, Usage,
+    AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest,
+    EmbeddingsResponse, FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem,
+    StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -107,7 +107,22 @@ fn wire_messages<S: serde::Serializer>(messages: &&[Message], s: S) -> Result<S:
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             match self.0 {
                 Content::Text(t) => t.out().serialize(s),
-                parts => parts.serialize(s),
+                Content::Parts(parts) => s.collect_seq(parts.iter().map(WirePart)),
+            }
+        }
+    }
+    struct WirePart<'a>(&'a ContentPart);
+    impl Serialize for WirePart<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            #[derive(Serialize)]
+            struct TextPart<'a> {
+                #[serde(rename = "type")]
+                kind: &'static str,
+                text: crate::canonical::TextOut<'a>,
+            }
+            match self.0 {
+                ContentPart::Text { text } => TextPart { kind: "text", text: text.out() }.serialize(s),
+                image => image.serialize(s),
             }
         }
     }

@@ -345,6 +345,7 @@ fn a_callers_text_goes_upstream_as_written() {
     // messages canonical `Message` writes, the literal copied.
     let openai = String::from_utf8(encode_chat(ctx(ProviderKind::Openai), &req).unwrap()).unwrap();
     assert!(openai.contains(r#""content":"caf\u00e9 \ud83d\ude00\\n""#), "{openai}");
+    assert!(openai.contains(r#"{"type":"text","text":"a part\u0021"}"#), "{openai}");
     let v: serde_json::Value = serde_json::from_str(&openai).unwrap();
     assert_eq!(v["messages"], serde_json::to_value(&req.messages).unwrap());
 }
