@@ -179,22 +179,27 @@ fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
     }
 }
 
-/// System texts (JSON string literals) as one, separated by blank lines.
+/// System texts as one, separated by blank lines.
 fn joined(texts: Vec<TextOut<'_>>) -> Option<TextOut<'_>> {
     if texts.len() <= 1 {
         return texts.into_iter().next();
     }
-    if texts.iter().all(|t| matches!(t, TextOut::Json(_))) {
+    let literals: Option<Vec<&str>> = texts
+        .iter()
+        .map(|t| match t {
+            TextOut::Json(json) => Some(&**json),
+            TextOut::Plain(_) => None,
+        })
+        .collect();
+    if let Some(literals) = literals {
         // Literals join as literals: their insides, with an escaped blank line between.
-        let mut out = String::with_capacity(texts.iter().map(|t| t.decoded().len() + 6).sum());
+        let mut out = String::with_capacity(literals.iter().map(|j| j.len() + 4).sum());
         out.push('"');
-        for (i, t) in texts.iter().enumerate() {
-            if let TextOut::Json(json) = t {
-                if i > 0 {
-                    out.push_str("\\n\\n");
-                }
-                out.push_str(&json[1..json.len() - 1]);
+        for (i, json) in literals.iter().enumerate() {
+            if i > 0 {
+                out.push_str("\\n\\n");
             }
+            out.push_str(&json[1..json.len() - 1]);
         }
         out.push('"');
         return Some(TextOut::Json(Cow::Owned(out)));
