@@ -588,7 +588,8 @@ impl Text {
     /// The text, decoded.
     pub fn as_str(&self) -> Cow<'_, str> {
         match &self.0 {
-            Repr::Json { json, len } => TextOut::literal_text(json, *len),
+            // Every escape is longer than what it stands for: as long as the text, it has none.
+            Repr::Json { json, len } => TextOut::literal_text(json, json.len() - 2 != *len),
             Repr::Plain(text) => Cow::Borrowed(text),
         }
     }
@@ -681,19 +682,17 @@ impl TextOut<'_> {
     /// The text, decoded.
     pub fn decoded(&self) -> Cow<'_, str> {
         match self {
-            Self::Json(json) => Self::literal_text(json, usize::MAX),
+            Self::Json(json) => Self::literal_text(json, json.contains('\\')),
             Self::Plain(text) => Cow::Borrowed(text),
         }
     }
 
-    /// The text of a checked literal whose decoded length is `len` (`usize::MAX`: unknown).
-    fn literal_text(json: &str, len: usize) -> Cow<'_, str> {
-        let inner = &json[1..json.len() - 1];
-        // Every escape is longer than what it stands for: as long as the text, it has none.
-        if inner.len() == len || (len == usize::MAX && !inner.contains('\\')) {
-            Cow::Borrowed(inner)
-        } else {
+    /// The text of a checked literal: its inside, or decoded when it holds escapes.
+    fn literal_text(json: &str, escaped: bool) -> Cow<'_, str> {
+        if escaped {
             Cow::Owned(serde_json::from_str(json).unwrap_or_default())
+        } else {
+            Cow::Borrowed(&json[1..json.len() - 1])
         }
     }
 }

@@ -329,9 +329,15 @@ impl<'de> serde::Deserialize<'de> for IsError {
 /// `reserve`: about the body's size, so its buffer is allocated once (each doubling of a growing
 /// one copied what was written so far).
 pub(crate) fn to_json<T: serde::Serialize>(body: &T, reserve: usize) -> Result<Vec<u8>, AxError> {
-    let mut out = Vec::with_capacity(reserve + reserve / 8 + 1024);
+    let mut out = body_buffer(reserve);
     write_json(&mut out, body)?;
     Ok(out)
+}
+
+/// A buffer for a request body whose text takes about `text_len` bytes (`ChatRequest::text_len`),
+/// with room for its escapes and the other fields.
+pub(crate) fn body_buffer(text_len: usize) -> Vec<u8> {
+    Vec::with_capacity(text_len + text_len / 8 + 1024)
 }
 
 /// Appends a value's JSON to a body being written by hand.

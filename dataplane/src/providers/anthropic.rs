@@ -289,7 +289,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     let sampling = thinking.is_none();
     // The head and the conversation by hand (serde's per-field cost was ~1k instructions a
     // message), then the other fields through serde, their `{` turned into a `,`.
-    let mut out = Vec::with_capacity(r.text_len() + r.text_len() / 8 + 1024);
+    let mut out = super::body_buffer(r.text_len());
     out.extend_from_slice(b"{\"model\":");
     write_json(&mut out, ctx.model)?;
     out.extend_from_slice(b",\"max_tokens\":");
