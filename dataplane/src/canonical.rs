@@ -6,7 +6,10 @@
 //! from other wire formats.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
+
+use bytes::Bytes;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
@@ -535,12 +538,46 @@ pub struct Text(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    /// One whole, valid JSON string literal, and the decoded text's length in bytes.
+    /// One whole, valid JSON string literal (UTF-8), and the decoded text's length in bytes. A
+    /// slice of the caller's body when it was decoded inside [`decoding`].
     Json {
-        json: Box<str>,
+        json: Bytes,
         len: usize,
     },
     Plain(String),
+}
+
+thread_local! {
+    /// The body [`decoding`] is reading, for `Text` to keep its literals as slices of.
+    static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+}
+
+/// Runs `decode` on `body`, the caller's literals (`Text`) kept as slices of it: a reference to
+/// the body rather than a copy of each text, which an encoder then sends on as it is
+/// (`TextOut::literal`: the Anthropic body's pieces). The body stays alive as long as one of its
+/// texts does, which is the request.
+pub fn decoding<T>(body: &Bytes, decode: impl FnOnce(&[u8]) -> T) -> T {
+    struct Restore(Option<Bytes>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SOURCE.with_borrow_mut(|s| *s = self.0.take());
+        }
+    }
+    let _restore = Restore(SOURCE.with_borrow_mut(|s| s.replace(body.clone())));
+    decode(body)
+}
+
+/// `json` as a slice of the body being decoded when it lies in it, else a copy.
+fn kept(json: &str) -> Bytes {
+    SOURCE.with_borrow(|source| match source {
+        Some(body) if within(body, json.as_bytes()) => body.slice_ref(json.as_bytes()),
+        _ => Bytes::copy_from_slice(json.as_bytes()),
+    })
+}
+
+fn within(outer: &[u8], inner: &[u8]) -> bool {
+    let (start, at) = (outer.as_ptr() as usize, inner.as_ptr() as usize);
+    at >= start && at + inner.len() <= start + outer.len()
 }
 
 impl Text {
@@ -570,7 +607,7 @@ impl Text {
                 at = i + 2;
             }
         }
-        Ok(Self(Repr::Json { json: json.into(), len }))
+        Ok(Self(Repr::Json { json: kept(json), len }))
     }
 
     /// The decoded text's length in bytes.
@@ -663,7 +700,8 @@ impl Serialize for Text {
 /// object.
 #[derive(Debug, Clone)]
 pub enum TextOut<'a> {
-    Json(Cow<'a, str>),
+    /// A whole, valid JSON string literal (UTF-8).
+    Json(Cow<'a, Bytes>),
     Plain(Cow<'a, str>),
 }
 
@@ -672,39 +710,49 @@ impl TextOut<'_> {
     pub fn write(&self, out: &mut Vec<u8>) -> Result<(), crate::AxError> {
         match self {
             Self::Json(json) => {
-                out.extend_from_slice(json.as_bytes());
+                out.extend_from_slice(json);
                 Ok(())
             }
             Self::Plain(text) => sonic_rs::to_writer(&mut *out, &**text).map_err(|_| crate::AxError::Internal),
         }
     }
 
+    /// The literal, for a body that sends it as a piece of its own rather than copy it.
+    pub fn literal(&self) -> Option<&Bytes> {
+        match self {
+            Self::Json(json) => Some(json),
+            Self::Plain(_) => None,
+        }
+    }
+
     /// The text, decoded.
     pub fn decoded(&self) -> Cow<'_, str> {
         match self {
-            Self::Json(json) => Self::literal_text(json, json.contains('\\')),
+            Self::Json(json) => Self::literal_text(json, memchr::memchr(b'\\', json).is_some()),
             Self::Plain(text) => Cow::Borrowed(text),
         }
     }
 
     /// The text of a checked literal: its inside, or decoded when it holds escapes.
-    fn literal_text(json: &str, escaped: bool) -> Cow<'_, str> {
+    fn literal_text(json: &[u8], escaped: bool) -> Cow<'_, str> {
         if escaped {
-            Cow::Owned(serde_json::from_str(json).unwrap_or_default())
+            Cow::Owned(serde_json::from_slice(json).unwrap_or_default())
         } else {
-            Cow::Borrowed(&json[1..json.len() - 1])
+            Cow::Borrowed(simdutf8::basic::from_utf8(&json[1..json.len() - 1]).unwrap_or_default())
         }
     }
 }
 
 impl Serialize for TextOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
+        use serde::ser::{Error, SerializeStruct};
         match self {
             Self::Plain(text) => s.serialize_str(text),
             Self::Json(json) => {
+                // UTF-8 already (a checked body's slice): a SIMD pass, for the `str` serde takes.
+                let json = simdutf8::basic::from_utf8(json).map_err(|_| S::Error::custom("a text is not UTF-8"))?;
                 let mut out = s.serialize_struct(SONIC_RAW, 1)?;
-                out.serialize_field(SONIC_RAW, &**json)?;
+                out.serialize_field(SONIC_RAW, json)?;
                 out.end()
             }
         }
@@ -1432,7 +1480,7 @@ mod tests {
             other => panic!("expected text, got {other:?}"),
         };
         let literal = |t: &Text| match t.out() {
-            TextOut::Json(json) => Some(json.into_owned()),
+            TextOut::Json(json) => Some(String::from_utf8(json.to_vec()).unwrap()),
             TextOut::Plain(_) => None,
         };
         // sonic-rs hands over the literal as the caller wrote it; serde_json decodes it.
@@ -1454,6 +1502,31 @@ mod tests {
         // An escape-only length: `\n` and `\\` are one byte each.
         let t = Text::from_literal(r#""\n\\x""#, true).unwrap();
         assert_eq!((t.len(), &*t.as_str()), (3, "\n\\x"));
+    }
+
+    #[test]
+    fn texts_decoded_inside_decoding_are_slices_of_the_body() {
+        let body = Bytes::from_static(
+            br#"{"model":"m","messages":[{"role":"user","content":"as \"written\""},{"role":"user","content":[{"type":"text","text":"a part"}]}]}"#,
+        );
+        let literal = |c: &Option<Content>| match c {
+            Some(Content::Text(t)) => t.out().literal().cloned(),
+            Some(Content::Parts(p)) => match &p[0] {
+                ContentPart::Text { text } => text.out().literal().cloned(),
+                other => panic!("{other:?}"),
+            },
+            None => None,
+        };
+        let r: ChatRequest = decoding(&body, |b| sonic_rs::from_slice(b)).unwrap();
+        for (m, text) in r.messages.iter().zip([&br#""as \"written\"""#[..], br#""a part""#]) {
+            let kept = literal(&m.content).unwrap();
+            assert_eq!(&kept[..], text);
+            assert!(within(&body, &kept), "a copy, not a slice of the body");
+        }
+        // Outside `decoding` (and after it) each text is a copy of its own.
+        let r: ChatRequest = sonic_rs::from_slice(&body).unwrap();
+        assert!(!within(&body, &literal(&r.messages[0].content).unwrap()));
+        assert_eq!(r.messages[0].content.as_ref().unwrap().text(), "as \"written\"");
     }
 
     #[test]

@@ -364,12 +364,13 @@ pub fn trace_of(headers: &http::HeaderMap) -> Option<TraceContext> {
     crate::trace::begin(headers.get(&TRACEPARENT).map(http::HeaderValue::as_bytes))
 }
 
-/// The canonical request from the caller's bytes: decoded and validated.
-fn canonical<D>(decode: &D, bytes: &[u8], mode: ParamsMode) -> Result<ChatRequest, AxError>
+/// The canonical request from the caller's bytes: decoded (its texts kept as slices of the
+/// bytes: `canonical::decoding`) and validated.
+fn canonical<D>(decode: &D, bytes: &Bytes, mode: ParamsMode) -> Result<ChatRequest, AxError>
 where
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
 {
-    let req = decode(bytes, mode)?;
+    let req = crate::canonical::decoding(bytes, |b| decode(b, mode))?;
     req.validate()?;
     Ok(req)
 }
@@ -381,12 +382,12 @@ fn decoded_request<'s, D>(
     snap: &'s Snapshot,
     caller: &Caller<'_>,
     decode: &D,
-    bytes: &[u8],
+    bytes: &Bytes,
 ) -> Result<(Request, &'s Route), Rejection>
 where
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
 {
-    let mut req = decode(bytes, snap.params).map_err(Rejection::of(caller, None))?;
+    let mut req = crate::canonical::decoding(bytes, |b| decode(b, snap.params)).map_err(Rejection::of(caller, None))?;
     let route = route_of(snap, caller, &req.model)?;
     let alias = Some(route.alias.as_str());
     req.validate().map_err(Rejection::of(caller, alias))?;

@@ -11,6 +11,7 @@ pub mod openai;
 
 use ax_protocol::config::ProviderKind;
 
+use crate::body::Payload;
 pub(crate) use crate::canonical::TextOut;
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, StreamItem};
 use crate::error::{upstream_code_suffix, AxError};
@@ -39,11 +40,11 @@ pub fn supports(kind: ProviderKind, param: &str) -> bool {
     }
 }
 
-pub fn encode_chat(ctx: Ctx<'_>, req: &ChatRequest) -> Result<Vec<u8>, AxError> {
+pub fn encode_chat(ctx: Ctx<'_>, req: &ChatRequest) -> Result<Payload, AxError> {
     match ctx.kind {
-        ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_chat(ctx, req),
+        ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_chat(ctx, req).map(Payload::from),
         ProviderKind::Anthropic => anthropic::encode_chat(ctx, req),
-        ProviderKind::Gemini => gemini::encode_chat(ctx, req),
+        ProviderKind::Gemini => gemini::encode_chat(ctx, req).map(Payload::from),
         ProviderKind::Mock => Err(AxError::Internal),
     }
 }

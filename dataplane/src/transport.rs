@@ -37,6 +37,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::body::Payload;
 use crate::trace::{AttemptIo, Hop};
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
@@ -434,14 +435,15 @@ impl Conn {
     async fn write_request(&mut self, head: &[u8], body: &Payload) -> Result<(), (bool, io::Error)> {
         let mut pieces: Vec<&[u8]> = Vec::with_capacity(4);
         pieces.push(head);
-        body.pieces(&mut pieces);
+        body.slices(&mut pieces);
         pieces.retain(|p| !p.is_empty());
         let total: usize = pieces.iter().map(|p| p.len()).sum();
         let (mut at, mut off, mut written) = (0, 0, 0);
         while written < total {
             let n = if at + 1 < pieces.len() {
+                // At most IOV_MAX (1,024 on Linux) slices a call; the rest go in the next.
                 let slices: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&pieces[at][off..]))
-                    .chain(pieces[at + 1..].iter().map(|p| IoSlice::new(p)))
+                    .chain(pieces[at + 1..].iter().take(1023).map(|p| IoSlice::new(p)))
                     .collect();
                 self.io.write_vectored(&slices).await
             } else {
@@ -482,45 +484,6 @@ impl Conn {
         let mut probe = [0u8; 1];
         let mut rb = ReadBuf::new(&mut probe);
         matches!(Pin::new(&mut self.io).poll_read(&mut cx, &mut rb), Poll::Pending)
-    }
-}
-
-/// A request body: one buffer (an encoded request), or pieces written together (a caller's body
-/// forwarded around its edits: nothing of it is copied).
-pub enum Payload {
-    One(Vec<u8>),
-    Pieces(Vec<Bytes>),
-}
-
-impl Payload {
-    pub fn len(&self) -> usize {
-        match self {
-            Self::One(b) => b.len(),
-            Self::Pieces(p) => p.iter().map(Bytes::len).sum(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn pieces<'a>(&'a self, out: &mut Vec<&'a [u8]>) {
-        match self {
-            Self::One(b) => out.push(b),
-            Self::Pieces(p) => out.extend(p.iter().map(|b| &b[..])),
-        }
-    }
-}
-
-impl From<Vec<u8>> for Payload {
-    fn from(b: Vec<u8>) -> Self {
-        Self::One(b)
-    }
-}
-
-impl From<Vec<Bytes>> for Payload {
-    fn from(p: Vec<Bytes>) -> Self {
-        Self::Pieces(p)
     }
 }
 

@@ -11,7 +11,10 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use bytes::Bytes;
+
 use super::{classify, error_body, status_of_error_type, tool_arguments, write_json, Ctx, IsError, TextOut};
+use crate::body::{Payload, PayloadWriter};
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason,
     FunctionCall, RawEvent, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice,
@@ -91,17 +94,17 @@ struct AnthropicMessage<'a> {
 }
 
 impl AnthropicMessage<'_> {
-    fn write(&self, out: &mut Vec<u8>) -> Result<(), AxError> {
-        out.extend_from_slice(b"{\"role\":\"");
-        out.extend_from_slice(self.role.as_bytes());
-        out.extend_from_slice(b"\",\"content\":[");
+    fn write(&self, out: &mut PayloadWriter) -> Result<(), AxError> {
+        out.buf.extend_from_slice(b"{\"role\":\"");
+        out.buf.extend_from_slice(self.role.as_bytes());
+        out.buf.extend_from_slice(b"\",\"content\":[");
         for (i, block) in self.content.iter().enumerate() {
             if i > 0 {
-                out.push(b',');
+                out.buf.push(b',');
             }
             block.write(out)?;
         }
-        out.extend_from_slice(b"]}");
+        out.buf.extend_from_slice(b"]}");
         Ok(())
     }
 }
@@ -116,22 +119,29 @@ enum Block<'a> {
 }
 
 impl Block<'_> {
+    fn copied(&self) -> usize {
+        match self {
+            Self::Text { text } | Self::ToolResult { content: text, .. } => copied(text),
+            Self::Image { .. } | Self::ToolUse { .. } => 0,
+        }
+    }
+
     /// Text blocks by hand (most of a conversation), the rest through serde.
-    fn write(&self, out: &mut Vec<u8>) -> Result<(), AxError> {
+    fn write(&self, out: &mut PayloadWriter) -> Result<(), AxError> {
         match self {
             Self::Text { text } => {
-                out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
-                text.write(out)?;
+                out.buf.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+                write_text(out, text)?;
             }
             Self::ToolResult { tool_use_id, content } => {
-                out.extend_from_slice(b"{\"type\":\"tool_result\",\"tool_use_id\":");
-                write_json(out, tool_use_id)?;
-                out.extend_from_slice(b",\"content\":");
-                content.write(out)?;
+                out.buf.extend_from_slice(b"{\"type\":\"tool_result\",\"tool_use_id\":");
+                write_json(&mut out.buf, tool_use_id)?;
+                out.buf.extend_from_slice(b",\"content\":");
+                write_text(out, content)?;
             }
-            other => return write_json(out, other),
+            other => return write_json(&mut out.buf, other),
         }
-        out.push(b'}');
+        out.buf.push(b'}');
         Ok(())
     }
 }
@@ -184,31 +194,47 @@ fn joined(texts: Vec<TextOut<'_>>) -> Option<TextOut<'_>> {
     if texts.len() <= 1 {
         return texts.into_iter().next();
     }
-    let literals: Option<Vec<&str>> = texts
-        .iter()
-        .map(|t| match t {
-            TextOut::Json(json) => Some(&**json),
-            TextOut::Plain(_) => None,
-        })
-        .collect();
+    let literals: Option<Vec<&Bytes>> = texts.iter().map(TextOut::literal).collect();
     if let Some(literals) = literals {
         // Literals join as literals: their insides, with an escaped blank line between.
-        let mut out = String::with_capacity(literals.iter().map(|j| j.len() + 4).sum());
-        out.push('"');
+        let mut out = Vec::with_capacity(literals.iter().map(|j| j.len() + 4).sum());
+        out.push(b'"');
         for (i, json) in literals.iter().enumerate() {
             if i > 0 {
-                out.push_str("\\n\\n");
+                out.extend_from_slice(b"\\n\\n");
             }
-            out.push_str(&json[1..json.len() - 1]);
+            out.extend_from_slice(&json[1..json.len() - 1]);
         }
-        out.push('"');
-        return Some(TextOut::Json(Cow::Owned(out)));
+        out.push(b'"');
+        return Some(TextOut::Json(Cow::Owned(Bytes::from(out))));
     }
     let decoded: Vec<Cow<'_, str>> = texts.iter().map(TextOut::decoded).collect();
     Some(TextOut::Plain(Cow::Owned(decoded.join("\n\n"))))
 }
 
-pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
+/// The bytes of `text` that `write_text` copies into the body's buffer (about: escapes aside).
+fn copied(text: &TextOut<'_>) -> usize {
+    match text.literal() {
+        Some(json) if PayloadWriter::copies(json.len()) => json.len(),
+        Some(_) => 0,
+        None => text.decoded().len(),
+    }
+}
+
+/// A text into the body: a long literal of the caller's as a piece of its own (`PayloadWriter`).
+fn write_text(out: &mut PayloadWriter, text: &TextOut<'_>) -> Result<(), AxError> {
+    match text.literal() {
+        Some(json) => {
+            out.shared(json);
+            Ok(())
+        }
+        None => text.write(&mut out.buf),
+    }
+}
+
+/// The request body: the caller's texts, where they are long literals, are not copied into it but
+/// sent as the slices of the caller's body they are (a `Payload` in pieces).
+pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
     let mut system: Vec<TextOut<'_>> = Vec::new();
     let mut messages: Vec<AnthropicMessage<'_>> = Vec::with_capacity(r.messages.len());
     for (i, m) in r.messages.iter().enumerate() {
@@ -289,23 +315,26 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     let sampling = thinking.is_none();
     // The head and the conversation by hand (serde's per-field cost was ~1k instructions a
     // message), then the other fields through serde, their `{` turned into a `,`.
-    let mut out = super::body_buffer(r.text_len());
-    out.extend_from_slice(b"{\"model\":");
-    write_json(&mut out, ctx.model)?;
-    out.extend_from_slice(b",\"max_tokens\":");
-    out.extend_from_slice(itoa::Buffer::new().format(max_tokens).as_bytes());
-    if let Some(system) = joined(system) {
-        out.extend_from_slice(b",\"system\":");
-        system.write(&mut out)?;
+    let system = joined(system);
+    let copied =
+        messages.iter().flat_map(|m| &m.content).map(Block::copied).sum::<usize>() + system.as_ref().map_or(0, copied);
+    let mut out = PayloadWriter::new(super::body_buffer(copied));
+    out.buf.extend_from_slice(b"{\"model\":");
+    write_json(&mut out.buf, ctx.model)?;
+    out.buf.extend_from_slice(b",\"max_tokens\":");
+    out.buf.extend_from_slice(itoa::Buffer::new().format(max_tokens).as_bytes());
+    if let Some(system) = system {
+        out.buf.extend_from_slice(b",\"system\":");
+        write_text(&mut out, &system)?;
     }
-    out.extend_from_slice(b",\"messages\":[");
+    out.buf.extend_from_slice(b",\"messages\":[");
     for (i, m) in messages.iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            out.buf.push(b',');
         }
         m.write(&mut out)?;
     }
-    out.push(b']');
+    out.buf.push(b']');
     let rest = AnthropicRest {
         // OpenAI's range is 0..2, Anthropic's 0..1: scaled linearly (documented).
         temperature: r.temperature.map(|t| t / 2.0).filter(|_| sampling),
@@ -324,15 +353,15 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
             _ => None,
         },
     };
-    let at = out.len();
-    write_json(&mut out, &rest)?;
-    if out.len() - at <= 2 {
-        out.truncate(at); // `{}`: nothing more
-        out.push(b'}');
+    let at = out.buf.len();
+    write_json(&mut out.buf, &rest)?;
+    if out.buf.len() - at <= 2 {
+        out.buf.truncate(at); // `{}`: nothing more
+        out.buf.push(b'}');
     } else {
-        out[at] = b',';
+        out.buf[at] = b',';
     }
-    Ok(out)
+    Ok(out.finish())
 }
 
 // ---------------------------------------------------------------------------------------------

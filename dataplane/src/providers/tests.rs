@@ -322,7 +322,7 @@ fn a_callers_text_goes_upstream_as_written() {
         {"role":"tool","tool_call_id":"c1","content":"{\"ok\":true}"}]}"#;
     let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
     let ctx = |kind| Ctx { kind, model: "up", max_tokens: 100, reasoning: false };
-    let anthropic = String::from_utf8(encode_chat(ctx(ProviderKind::Anthropic), &req).unwrap()).unwrap();
+    let anthropic = String::from_utf8(encode_chat(ctx(ProviderKind::Anthropic), &req).unwrap().to_vec()).unwrap();
     // The user's literal is copied, escapes and all; the system texts are joined in escaped form.
     assert!(anthropic.contains(r#""text":"caf\u00e9 \ud83d\ude00\\n""#), "{anthropic}");
     assert!(anthropic.contains(r#""text":"a part\u0021""#), "{anthropic}");
@@ -337,13 +337,13 @@ fn a_callers_text_goes_upstream_as_written() {
         v["messages"][2]["content"],
         json!([{ "type": "tool_result", "tool_use_id": "c1", "content": "{\"ok\":true}" }])
     );
-    let gemini = encode_chat(ctx(ProviderKind::Gemini), &req).unwrap();
+    let gemini = encode_chat(ctx(ProviderKind::Gemini), &req).unwrap().to_vec();
     let v: serde_json::Value = serde_json::from_slice(&gemini).unwrap();
     assert_eq!(v["contents"][0]["parts"], json!([{ "text": "café 😀\\n" }, { "text": "a part!" }]));
     assert_eq!(v["systemInstruction"]["parts"][0]["text"], "rule \"one\"\n\n\nrule\ttwo");
     // To an OpenAI-compatible upstream (the canonical path, from another ingress): the same
     // messages canonical `Message` writes, the literal copied.
-    let openai = String::from_utf8(encode_chat(ctx(ProviderKind::Openai), &req).unwrap()).unwrap();
+    let openai = String::from_utf8(encode_chat(ctx(ProviderKind::Openai), &req).unwrap().to_vec()).unwrap();
     assert!(openai.contains(r#""content":"caf\u00e9 \ud83d\ude00\\n""#), "{openai}");
     assert!(openai.contains(r#"{"type":"text","text":"a part\u0021"}"#), "{openai}");
     let v: serde_json::Value = serde_json::from_str(&openai).unwrap();
@@ -359,7 +359,7 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
             {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#;
     let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, reasoning: false };
-    let v: serde_json::Value = serde_json::from_slice(&encode_chat(ctx, &req).unwrap()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&encode_chat(ctx, &req).unwrap().to_vec()).unwrap();
     assert_eq!(
         v,
         json!({ "model": "up", "max_tokens": 100, "system": "one\n\n\ntwo \"2\"", "temperature": 0.5, "stop_sequences": ["END"], "stream": true,
@@ -378,4 +378,43 @@ fn a_text_that_is_not_valid_json_is_refused_with_a_stable_code() {
         assert_eq!(e.code(), "invalid_json", "{text}: {e:?}");
         assert!(e.to_string().contains("messages[0].content"), "{text}: {e}");
     }
+}
+
+#[test]
+fn long_texts_go_to_anthropic_as_slices_of_the_callers_body() {
+    let long = "word \"quoted\" ".repeat(50); // 700 bytes: a piece of its own
+    let body = bytes::Bytes::from(
+        json!({"model": "m", "messages": [
+            {"role": "system", "content": long},
+            {"role": "user", "content": "short"},
+            {"role": "user", "content": [{"type": "text", "text": long}]},
+            {"role": "assistant", "content": long}]})
+        .to_string(),
+    );
+    let decode = |b: &[u8]| crate::ingress::openai::decode_chat(b, ax_protocol::config::ParamsMode::Strict);
+    let req = crate::canonical::decoding(&body, decode).unwrap();
+    let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, reasoning: false };
+    let payload = encode_chat(ctx, &req).unwrap();
+    let crate::body::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the texts were copied") };
+    let in_body = |p: &bytes::Bytes| {
+        let (start, at) = (body.as_ptr() as usize, p.as_ptr() as usize);
+        at >= start && at + p.len() <= start + body.len()
+    };
+    // The three long texts are slices of the caller's body; the short one was copied.
+    let literal = serde_json::to_string(&long).unwrap();
+    let shared: Vec<&bytes::Bytes> = pieces.iter().filter(|p| in_body(p)).collect();
+    assert_eq!(shared.len(), 3, "{pieces:?}");
+    assert!(shared.iter().all(|p| p[..] == *literal.as_bytes()));
+    let v: serde_json::Value = serde_json::from_slice(&payload.to_vec()).unwrap();
+    assert_eq!(
+        v,
+        json!({ "model": "up", "max_tokens": 100, "system": long, "messages": [
+            { "role": "user", "content": [{ "type": "text", "text": "short" }, { "type": "text", "text": long }] },
+            { "role": "assistant", "content": [{ "type": "text", "text": long }] }] })
+    );
+    // Decoded without the body at hand, each text is a copy of its own: the same JSON.
+    let copied = encode_chat(ctx, &decode(&body).unwrap()).unwrap();
+    let crate::body::Payload::Pieces(pieces) = &copied else { panic!("one buffer") };
+    assert!(!pieces.iter().any(in_body));
+    assert_eq!(copied.to_vec(), payload.to_vec());
 }

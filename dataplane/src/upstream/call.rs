@@ -108,7 +108,7 @@ pub async fn chat(
     };
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
-    let resp = send(client, up, url.as_ref(), body.into(), &[], hop, deadlines).await?;
+    let resp = send(client, up, url.as_ref(), body, &[], hop, deadlines).await?;
     if req.stream {
         return stream_of(up, resp, deadlines, StreamDecoder::new(up.kind)).await;
     }
@@ -250,7 +250,7 @@ async fn send(
     client: &Client,
     up: &Upstream,
     target: Option<&http::Uri>,
-    body: transport::Payload,
+    body: crate::body::Payload,
     headers: &[(http::HeaderName, http::HeaderValue)],
     hop: Hop<'_>,
     deadlines: Deadlines,
