@@ -1055,8 +1055,11 @@ impl FinishReason {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AnswerFacts {
     pub id: Option<String>,
-    pub finish_reasons: Vec<FinishReason>,
+    pub finish_reasons: FinishReasons,
 }
+
+/// Why each choice stopped: one, nearly always, kept without an allocation of its own.
+pub type FinishReasons = smallvec::SmallVec<[FinishReason; 1]>;
 
 impl AnswerFacts {
     /// The answer's id, the first seen (a stream repeats it in every event).

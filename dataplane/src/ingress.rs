@@ -82,7 +82,7 @@ fn request_id(headers: &HeaderMap) -> String {
     }
     let mut id = String::with_capacity(36);
     id.push_str("req_");
-    crate::trace::push_hex(&mut id, rand::random(), 32);
+    crate::trace::push_hex(&mut id, crate::trace::random_id(), 32);
     id
 }
 

@@ -37,7 +37,7 @@ use crate::governance::guard::{self, Demand, Reservations};
 use crate::metering::meter::Meter;
 use crate::routing::failover::{self, AttemptCtx, Served};
 use crate::routing::plan;
-use crate::trace::{Hop, TraceContext};
+use crate::trace::{Hop, TraceContext, Traceparent};
 use crate::upstream::call::{self, ChatOutcome};
 use crate::App;
 use stream::{EgressStream, StreamEncoder};
@@ -522,7 +522,7 @@ where
     let result = Box::pin(failover::run(snap, route, needs, origin, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, deadlines, guard, attempt, io } = a;
         let traceparent = trace.map(|t| t.traceparent(attempt));
-        let hop = Hop { request_id: rid, traceparent: traceparent.as_deref(), io: Some(&io) };
+        let hop = Hop { request_id: rid, traceparent: traceparent.as_ref().map(Traceparent::as_bytes), io: Some(&io) };
         let outcome = match req {
             Request::Forward(raw) if up.speaks.has(raw.protocol) => {
                 call::chat_forward(up, model, raw, hop, deadlines).await
@@ -668,7 +668,7 @@ where
     let result = failover::run(snap, route, &needs, origin, &mut attempt_log, |a| async move {
         let AttemptCtx { up, model, deadlines, guard, attempt, io } = a;
         let traceparent = trace.map(|t| t.traceparent(attempt));
-        let hop = Hop { request_id: rid, traceparent: traceparent.as_deref(), io: Some(&io) };
+        let hop = Hop { request_id: rid, traceparent: traceparent.as_ref().map(Traceparent::as_bytes), io: Some(&io) };
         match call::embeddings(up, model, req_ref, hop, deadlines).await {
             Ok(resp) => {
                 let mut guard = guard;

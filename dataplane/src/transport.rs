@@ -336,7 +336,7 @@ impl Client {
         }
         if let Some(tp) = hop.traceparent {
             h.extend_from_slice(b"traceparent: ");
-            h.extend_from_slice(tp.as_bytes());
+            h.extend_from_slice(tp);
             h.extend_from_slice(b"\r\n");
         }
         h.extend_from_slice(b"content-length: ");
@@ -1275,7 +1275,7 @@ mod tests {
         assert!(!head.contains("x-request-id"), "{head}");
         let traced = Hop {
             request_id: "r",
-            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            traceparent: Some(b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
             io: None,
         };
         let head = String::from_utf8(c.request_head(&target, "application/json", 0, &[], traced)).unwrap();

@@ -37,14 +37,19 @@ start_redis() {
 }
 
 # bench_setup NAME TOOL...: checks the tools, builds ax (release), sets AX and WORK (a fresh dir),
-# and on exit stops every process whose pid file is in WORK and removes it.
+# and on exit stops every process whose pid file is in WORK and removes it. AX_BIN=<binary>
+# measures that build instead (an earlier one kept for an A/B), with no build.
 bench_setup() {
   local name=$1 tool; shift
   for tool in "$@"; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y nginx wrk python3 redis-server curl" >&2; exit 2; }
   done
-  cargo build --release --locked -p ax-dataplane --bin ax-dataplane >/dev/null 2>&1
-  AX=target/release/ax-dataplane
+  if [ -n "${AX_BIN:-}" ]; then
+    AX=$AX_BIN
+  else
+    cargo build --release --locked -p ax-dataplane --bin ax-dataplane >/dev/null 2>&1
+    AX=target/release/ax-dataplane
+  fi
   WORK=$(mktemp -d "/tmp/ax-$name.XXXXXX")
   trap bench_cleanup EXIT
 }

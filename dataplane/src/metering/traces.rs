@@ -449,9 +449,9 @@ pub fn record(ctx: &TraceContext, r: &UsageRecord, facts: &SpanFacts<'_>, consta
 }
 
 /// The serving threads' park hook: hands this thread's spans to the exporter when the oldest
-/// has waited `LOCAL_AGE`.
-pub fn flush() {
-    if LOCAL.with(|l| l.borrow().since.is_some_and(|t| t.elapsed() >= LOCAL_AGE)) {
+/// has waited `LOCAL_AGE` by `now`.
+pub fn flush(now: &mut dyn FnMut() -> std::time::Instant) {
+    if LOCAL.with(|l| l.borrow().since.is_some_and(|t| now().saturating_duration_since(t) >= LOCAL_AGE)) {
         hand_over();
     }
 }
@@ -774,7 +774,7 @@ mod tests {
         };
         let answer = crate::canonical::AnswerFacts {
             id: Some("chatcmpl-1".into()),
-            finish_reasons: vec![crate::canonical::FinishReason::Stop],
+            finish_reasons: [crate::canonical::FinishReason::Stop].into(),
         };
         let facts = SpanFacts {
             operation: "chat",

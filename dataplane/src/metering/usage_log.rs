@@ -110,9 +110,9 @@ pub fn line(rec: &UsageRecord) {
 }
 
 /// The serving threads' park hook (`main.rs`): hands this thread's lines to the writer when the
-/// oldest has waited `BATCH_AGE`.
-pub fn flush() {
-    let due = BATCH.with(|b| b.borrow().since.is_some_and(|t| t.elapsed() >= BATCH_AGE));
+/// oldest has waited `BATCH_AGE` by `now`.
+pub fn flush(now: &mut dyn FnMut() -> std::time::Instant) {
+    let due = BATCH.with(|b| b.borrow().since.is_some_and(|t| now().saturating_duration_since(t) >= BATCH_AGE));
     if let (true, Some(w)) = (due, WRITER.get()) {
         hand_over(w);
     }

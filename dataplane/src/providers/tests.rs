@@ -208,7 +208,7 @@ fn decoders_keep_the_answers_id_and_finish_reasons() {
         for e in events {
             d.on_event(&ev(e.clone())).unwrap();
         }
-        assert_eq!(d.facts(), AnswerFacts { id: Some(id.to_owned()), finish_reasons: vec![finish] }, "{id}");
+        assert_eq!(d.facts(), AnswerFacts { id: Some(id.to_owned()), finish_reasons: [finish].into() }, "{id}");
         assert_eq!(d.facts(), AnswerFacts::default(), "taken once");
     }
     // Whole answers, read only when asked.
@@ -216,17 +216,17 @@ fn decoders_keep_the_answers_id_and_finish_reasons() {
         "choices": [{ "index": 0, "message": { "role": "assistant", "content": "x" }, "finish_reason": "stop" }] });
     let mut facts = AnswerFacts::default();
     openai::forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
-    assert_eq!(facts, AnswerFacts { id: Some("chatcmpl-2".into()), finish_reasons: vec![FinishReason::Stop] });
+    assert_eq!(facts, AnswerFacts { id: Some("chatcmpl-2".into()), finish_reasons: [FinishReason::Stop].into() });
     let body = json!({ "id": "msg_2", "type": "message", "stop_reason": "end_turn", "content": [],
         "usage": { "input_tokens": 1, "output_tokens": 1 } });
     let mut facts = AnswerFacts::default();
     anthropic::forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
-    assert_eq!(facts, AnswerFacts { id: Some("msg_2".into()), finish_reasons: vec![FinishReason::Stop] });
+    assert_eq!(facts, AnswerFacts { id: Some("msg_2".into()), finish_reasons: [FinishReason::Stop].into() });
     let body = json!({ "id": "resp_2", "status": "completed",
         "output": [{ "type": "function_call", "name": "f", "arguments": "{}" }] });
     let mut facts = AnswerFacts::default();
     openai::responses_forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
-    assert_eq!(facts, AnswerFacts { id: Some("resp_2".into()), finish_reasons: vec![FinishReason::ToolCalls] });
+    assert_eq!(facts, AnswerFacts { id: Some("resp_2".into()), finish_reasons: [FinishReason::ToolCalls].into() });
 }
 
 #[test]

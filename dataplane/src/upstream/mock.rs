@@ -183,7 +183,7 @@ impl MockStream {
     /// The answer's finish reason once sent (the mock's answers carry no id).
     pub fn facts(&self) -> crate::canonical::AnswerFacts {
         let finish = if self.plan.tool_call.is_some() { FinishReason::ToolCalls } else { FinishReason::Stop };
-        let finish_reasons = if self.state == State::Done { vec![finish] } else { Vec::new() };
+        let finish_reasons = if self.state == State::Done { [finish].into() } else { Default::default() };
         crate::canonical::AnswerFacts { id: None, finish_reasons }
     }
 
