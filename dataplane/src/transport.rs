@@ -689,33 +689,44 @@ impl Response {
         }
     }
 
+    /// What [`chunk`](Self::chunk) would give without reading from the connection: the next
+    /// chunk, the end, or an error, when the bytes already read say so; `None` when more must be
+    /// read. (A one-piece answer usually arrives whole with its head: its reader then needs no
+    /// timer and no clock.)
+    pub fn buffered_chunk(&mut self) -> Option<io::Result<Option<Bytes>>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Some(match self.framing {
+                Framing::Done => Ok(None),
+                _ => Err(io::Error::new(io::ErrorKind::BrokenPipe, "the body was abandoned")),
+            });
+        };
+        match self.framing.step(&mut conn.buf) {
+            Ok(Step::Data(b)) => {
+                if let Some(io) = &self.io {
+                    io.add_received(b.len());
+                }
+                Some(Ok(Some(b)))
+            }
+            Ok(Step::End) => {
+                self.release();
+                Some(Ok(None))
+            }
+            Ok(Step::More) => None,
+            Err(e) => {
+                self.conn = None;
+                Some(Err(e))
+            }
+        }
+    }
+
     /// The next chunk of the body; `None` at its end (and the connection is back in the pool).
     /// Cancel-safe: what was read stays in the connection's buffer for the next call.
     pub async fn chunk(&mut self) -> io::Result<Option<Bytes>> {
         loop {
-            let Some(conn) = self.conn.as_mut() else {
-                return match self.framing {
-                    Framing::Done => Ok(None),
-                    _ => Err(io::Error::new(io::ErrorKind::BrokenPipe, "the body was abandoned")),
-                };
-            };
-            match self.framing.step(&mut conn.buf) {
-                Ok(Step::Data(b)) => {
-                    if let Some(io) = &self.io {
-                        io.add_received(b.len());
-                    }
-                    return Ok(Some(b));
-                }
-                Ok(Step::End) => {
-                    self.release();
-                    return Ok(None);
-                }
-                Ok(Step::More) => {}
-                Err(e) => {
-                    self.conn = None;
-                    return Err(e);
-                }
+            if let Some(ready) = self.buffered_chunk() {
+                return ready;
             }
+            let Some(conn) = self.conn.as_mut() else { continue };
             match conn.read_more().await {
                 Ok(0) if self.framing == Framing::UntilClose => {
                     self.framing = Framing::Done;
@@ -1020,6 +1031,46 @@ mod tests {
         assert_eq!(c.idle(), 0);
         call(&c).await.unwrap();
         assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// What has arrived is given without a read: an answer that came whole with its head is its
+    /// body then its end (the connection back in the pool); a body still arriving is `None` until
+    /// a read brings more.
+    #[tokio::test]
+    async fn a_buffered_chunk_needs_no_read() {
+        let target: Uri = "/v1/chat/completions".parse().unwrap();
+        let s = server(false).await;
+        let c = client(&s.url);
+        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-1".into()).await.unwrap();
+        let mut body = Vec::new();
+        // (The head and the body may come in two reads: one more read at most.)
+        let end = loop {
+            match resp.buffered_chunk() {
+                Some(Ok(Some(b))) => body.extend_from_slice(&b),
+                Some(Ok(None)) => break true,
+                Some(Err(e)) => panic!("{e}"),
+                None => match resp.chunk().await.unwrap() {
+                    Some(b) => body.extend_from_slice(&b),
+                    None => break false,
+                },
+            }
+        };
+        assert!(end, "the end was read, not buffered");
+        assert_eq!(body, br#"{"ok":true}"#);
+        assert_eq!(c.idle(), 1);
+
+        let s = server_with(false, true).await;
+        let c = client(&s.url);
+        let mut resp = c.post_json(&target, b"{}".to_vec(), &[], "req-1".into()).await.unwrap();
+        let first = match resp.buffered_chunk() {
+            Some(first) => first.unwrap(),
+            None => resp.chunk().await.unwrap(),
+        };
+        assert_eq!(first.unwrap(), &b"data: one\n\n"[..]);
+        // The terminator comes 20 ms later: nothing is buffered for it yet.
+        assert!(resp.buffered_chunk().is_none());
+        assert_eq!(resp.chunk().await.unwrap(), None);
+        assert_eq!(resp.buffered_chunk().unwrap().unwrap(), None, "the end, again");
     }
 
     #[tokio::test]

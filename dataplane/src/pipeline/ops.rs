@@ -53,7 +53,8 @@ pub async fn count_tokens(
         let up = &snap.upstreams[c.upstream];
         let model = &up.models[c.model];
         if model.count_url.is_some() {
-            let deadlines = Deadlines::new(up, route, tokio::time::Instant::now() + COUNT_TIMEOUT);
+            let now = tokio::time::Instant::now();
+            let deadlines = Deadlines::new(up, route, now + COUNT_TIMEOUT, now);
             match call::count_tokens(up, model, body(&model.name), headers, request_id.into(), deadlines).await {
                 Ok(n) => return Ok(TokenCount::Exact(n)),
                 Err(e) => {

@@ -54,13 +54,14 @@ impl Deadlines {
         }
     }
 
-    pub fn new(up: &Upstream, route: &Route, request_deadline: Instant) -> Self {
+    /// An attempt's deadlines, it starting `now`.
+    pub fn new(up: &Upstream, route: &Route, request_deadline: Instant, now: Instant) -> Self {
         let o = &route.timeouts;
         let total = Duration::from_millis(o.total_ms.unwrap_or(up.timeouts.total_ms));
         Self {
             first_byte: Duration::from_millis(o.first_byte_ms.unwrap_or(up.timeouts.first_byte_ms)),
             idle: Duration::from_millis(o.idle_ms.unwrap_or(up.timeouts.idle_ms)),
-            deadline: (Instant::now() + total).min(request_deadline),
+            deadline: (now + total).min(request_deadline),
         }
     }
 }
@@ -303,8 +304,15 @@ async fn read_body(mut resp: Response, deadlines: Deadlines, max: usize) -> Resu
     let mut more: Vec<bytes::Bytes> = Vec::new();
     let mut total = 0;
     loop {
-        let (end, late) = deadlines.step_end(deadlines.idle, AxError::UpstreamIdleTimeout);
-        let chunk = timeout_at(end, resp.chunk()).await.map_err(|_| late)?.map_err(|e| {
+        // What has arrived already is taken without arming a timer (or reading the clock).
+        let chunk = match resp.buffered_chunk() {
+            Some(ready) => ready,
+            None => {
+                let (end, late) = deadlines.step_end(deadlines.idle, AxError::UpstreamIdleTimeout);
+                timeout_at(end, resp.chunk()).await.map_err(|_| late)?
+            }
+        };
+        let chunk = chunk.map_err(|e| {
             tracing::warn!(error = %e, "upstream body failed");
             AxError::UpstreamStreamTruncated
         })?;
