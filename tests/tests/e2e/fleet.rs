@@ -138,7 +138,13 @@ tenants:
     let block = limit / 100;
     eprintln!("rpm {limit}: admitted {admitted:?} = {total}, refused {refused}");
     assert!(refused > 0, "the load went past the limit");
-    assert!(total <= limit + 3 * block, "admitted {total}: more than {limit} + one block ({block}) per replica");
+    // A replica that found Redis unavailable (a call past `fleet::TIMEOUT`) admits on its local
+    // share by design; the message says so, so such a failure reads as the box's, not the leases'.
+    let fell_back = bins.iter().filter(|b| b.logs().contains("redis unavailable")).count();
+    assert!(
+        total <= limit + 3 * block,
+        "admitted {total}: more than {limit} + one block ({block}) per replica ({fell_back} replicas logged redis unavailable)"
+    );
     assert!(total + 6 * block >= limit, "admitted {total}: quota left stranded in leases");
     assert!(admitted[2] > 0 && admitted[0] > admitted[2], "every replica got its share of the traffic: {admitted:?}");
     let counted: u64 = redis.cli(&["HGET", "ax:rl:tenant:t:rpm", "s"]).parse().unwrap();
