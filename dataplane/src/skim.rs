@@ -234,6 +234,18 @@ pub fn key_text(raw: &[u8], escaped: bool) -> Option<std::borrow::Cow<'_, str>> 
     serde_json::from_slice::<String>(&quoted).ok().map(std::borrow::Cow::Owned)
 }
 
+/// A key as bytes, to compare with the names a walk looks for: as written when it has no
+/// escapes, decoded when it has. Not checked for UTF-8: a key that is not UTF-8 equals no name,
+/// which is all an inner object's walk asks. `key_text` costs a UTF-8 check per key (~80
+/// instructions through `str::from_utf8`, for a key of a few bytes): two per message of a
+/// conversation, a tenth of a ~50 KB request's walk.
+pub fn key_bytes(raw: &[u8], escaped: bool) -> Option<std::borrow::Cow<'_, [u8]>> {
+    if !escaped {
+        return Some(std::borrow::Cow::Borrowed(raw));
+    }
+    key_text(raw, true).map(|k| std::borrow::Cow::Owned(k.into_owned().into_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +254,15 @@ mod tests {
     fn skims(text: &str) -> bool {
         let mut s = Skim::new(text.as_bytes());
         s.value().and_then(|_| s.end()).is_ok()
+    }
+
+    #[test]
+    fn a_key_as_bytes_is_what_it_names() {
+        let bytes = |raw: &str, esc| key_bytes(raw.as_bytes(), esc).map(|k| k.into_owned());
+        assert_eq!(bytes("content", false).as_deref(), Some(&b"content"[..]));
+        assert_eq!(bytes("cont\\u0065nt", true).as_deref(), Some(&b"content"[..]));
+        assert_eq!(bytes("\\ud800", true), None, "a lone surrogate names nothing");
+        assert_eq!(key_bytes(b"\xffx", false).as_deref(), Some(&b"\xffx"[..]), "not UTF-8: equal to no name");
     }
 
     #[test]

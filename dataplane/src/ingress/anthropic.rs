@@ -28,7 +28,7 @@ use crate::canonical::{
 };
 use crate::error::AxError;
 use crate::pipeline::stream::StreamEncoder;
-use crate::skim::{key_text, SkimError};
+use crate::skim::{key_bytes, key_text, SkimError};
 
 /// The caller's key: `x-api-key`, or `Authorization: Bearer` (the SDK's `auth_token`).
 pub fn api_key(headers: &HeaderMap) -> Option<&str> {
@@ -90,10 +90,10 @@ fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(),
             }
             let mut image = false;
             s.object(|k, esc, s| {
-                match key_text(k, esc).as_deref() {
-                    Some("text" | "thinking" | "input") => read.text += s.value()?.len(),
-                    Some("content") => skim_content(s, read)?,
-                    Some("source") => {
+                match key_bytes(k, esc).as_deref() {
+                    Some(b"text" | b"thinking" | b"input") => read.text += s.value()?.len(),
+                    Some(b"content") => skim_content(s, read)?,
+                    Some(b"source") => {
                         image = true;
                         s.value()?;
                     }
@@ -149,7 +149,7 @@ fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, 
                         return Ok(());
                     }
                     s.object(|k, esc, s| {
-                        if key_text(k, esc).as_deref() == Some("content") {
+                        if key_bytes(k, esc).as_deref() == Some(b"content") {
                             skim_content(s, &mut read)
                         } else {
                             s.value().map(|_| ())

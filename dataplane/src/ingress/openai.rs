@@ -15,7 +15,7 @@ use crate::canonical::{
 };
 use crate::error::AxError;
 use crate::pipeline::stream::StreamEncoder;
-use crate::skim::{key_text, SkimError};
+use crate::skim::{key_bytes, key_text, SkimError};
 
 /// The caller's key: `Authorization: Bearer <key>`.
 pub fn api_key(headers: &HeaderMap) -> Option<&str> {
@@ -86,14 +86,14 @@ fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(),
             if s.next_byte() != Some(b'{') {
                 return s.value().map(drop);
             }
-            s.object(|k, esc, s| match key_text(k, esc).as_deref() {
-                Some("text") => {
+            s.object(|k, esc, s| match key_bytes(k, esc).as_deref() {
+                Some(b"text") => {
                     let span = s.value()?;
                     read.text += span.len().saturating_sub(2);
                     Ok(())
                 }
                 // An image counts as `IMAGE_TOKENS` whatever the size of its URL or data.
-                Some("image_url") => {
+                Some(b"image_url") => {
                     read.images += 1;
                     s.value().map(drop)
                 }
@@ -149,9 +149,9 @@ fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, 
                     if s.next_byte() != Some(b'{') {
                         return s.value().map(drop);
                     }
-                    s.object(|k, esc, s| match key_text(k, esc).as_deref() {
-                        Some("content") => skim_content(s, &mut read),
-                        Some("tool_calls") => {
+                    s.object(|k, esc, s| match key_bytes(k, esc).as_deref() {
+                        Some(b"content") => skim_content(s, &mut read),
+                        Some(b"tool_calls") => {
                             read.text += s.value()?.len();
                             Ok(())
                         }
