@@ -164,6 +164,15 @@ struct AnthropicTool<'a> {
     strict: Option<bool>,
 }
 
+/// The blocks `content_blocks` makes of a content at most: a message's blocks are allocated once
+/// (growing from empty cost ~100 instructions a message).
+fn block_count(c: &Content) -> usize {
+    match c {
+        Content::Text(_) => 1,
+        Content::Parts(parts) => parts.len(),
+    }
+}
+
 fn content_blocks<'a>(c: &'a Content, out: &mut Vec<Block<'a>>) {
     match c {
         Content::Text(t) => {
@@ -246,7 +255,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
                 continue;
             }
             Role::User => {
-                let mut b = Vec::new();
+                let mut b = Vec::with_capacity(m.content.as_ref().map_or(0, block_count));
                 if let Some(c) = &m.content {
                     content_blocks(c, &mut b);
                 }
@@ -258,7 +267,8 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
                 ("user", vec![Block::ToolResult { tool_use_id: id, content }])
             }
             Role::Assistant => {
-                let mut b = Vec::new();
+                let calls = m.tool_calls.as_ref().map_or(0, Vec::len);
+                let mut b = Vec::with_capacity(m.content.as_ref().map_or(0, block_count) + calls);
                 if let Some(c) = &m.content {
                     content_blocks(c, &mut b);
                 }
