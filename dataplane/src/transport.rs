@@ -726,6 +726,7 @@ impl Response {
             if let Some(ready) = self.buffered_chunk() {
                 return ready;
             }
+            // `buffered_chunk` answers whenever no connection is held: this `else` is never taken.
             let Some(conn) = self.conn.as_mut() else { continue };
             match conn.read_more().await {
                 Ok(0) if self.framing == Framing::UntilClose => {
