@@ -436,7 +436,7 @@ impl Content {
 
     /// The content a JSON value holds, given its JSON text as a parser checked it: a string kept
     /// as written, or an array of parts decoded.
-    fn from_json(json: &str, escaped: bool) -> Result<Self, String> {
+    pub(crate) fn from_json(json: &str, escaped: bool) -> Result<Self, String> {
         match json.as_bytes().first() {
             Some(b'"') => Text::from_literal(json, escaped).map(Content::Text),
             Some(b'[') => sonic_rs::from_str(json).map(Content::Parts).map_err(|e| e.to_string()),

@@ -6,6 +6,7 @@
 //! (`/healthz`, `/readyz`, `/metrics`, `/admin/health`, `/v1/models`) are answered here.
 
 pub mod anthropic;
+pub mod chat_walk;
 pub mod decode;
 pub mod openai;
 pub mod responses;

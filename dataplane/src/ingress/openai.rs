@@ -23,7 +23,17 @@ pub fn api_key(headers: &HeaderMap) -> Option<&str> {
     v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| v[7..].trim()).filter(|k| !k.is_empty())
 }
 
+/// The canonical request: its conversation walked (`chat_walk`) when the walk reads it exactly,
+/// else decoded whole.
 pub fn decode_chat(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, AxError> {
+    match super::chat_walk::decode_chat(bytes, mode) {
+        Some(req) => Ok(req),
+        None => decode_whole(bytes, mode),
+    }
+}
+
+/// The canonical request by serde, its errors naming the field at fault.
+pub(crate) fn decode_whole(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, AxError> {
     let (mut req, extra) = super::decode::json_with_extra::<ChatRequest>(bytes, mode)?;
     req.extra = extra;
     Ok(req)
