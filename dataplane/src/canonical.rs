@@ -588,7 +588,20 @@ impl Text {
     /// Keeps `json`, one JSON string literal a parser has checked (sonic-rs: its quotes, its
     /// control characters and the letter after each backslash). A `\u` escape is checked here by
     /// decoding the literal, for its four hex digits and its surrogate pairs.
-    fn from_literal(json: &str, escaped: bool) -> Result<Self, String> {
+    pub(crate) fn from_literal(json: &str, escaped: bool) -> Result<Self, String> {
+        let len = Self::literal_len(json, escaped)?;
+        Ok(Self(Repr::Json { json: kept(json), len }))
+    }
+
+    /// Like `from_literal`, the literal a slice of `owner`, which holds it (a `JsonText`'s bytes).
+    pub(crate) fn from_literal_in(owner: &Bytes, json: &str, escaped: bool) -> Result<Self, String> {
+        let len = Self::literal_len(json, escaped)?;
+        let json = if within(owner, json.as_bytes()) { owner.slice_ref(json.as_bytes()) } else { kept(json) };
+        Ok(Self(Repr::Json { json, len }))
+    }
+
+    /// The decoded length of a checked literal's text.
+    fn literal_len(json: &str, escaped: bool) -> Result<usize, String> {
         let b = json.as_bytes();
         if b.len() < 2 || b[0] != b'"' || b[b.len() - 1] != b'"' {
             return Err("invalid type: expected a string".to_owned());
@@ -607,7 +620,7 @@ impl Text {
                 at = i + 2;
             }
         }
-        Ok(Self(Repr::Json { json: kept(json), len }))
+        Ok(len)
     }
 
     /// The decoded text's length in bytes.
@@ -691,6 +704,38 @@ impl<'de> Deserialize<'de> for Text {
 impl Serialize for Text {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.as_str())
+    }
+}
+
+/// A value kept as its JSON text, which the parser checked and did not decode: a slice of the
+/// body being decoded (inside [`decoding`]), else a copy. For a value its codec walks itself (a
+/// Responses request's `input`: `ingress::responses`), rather than building a
+/// `serde_json::Value` of it first.
+#[derive(Debug, Clone)]
+pub struct JsonText(Bytes);
+
+impl JsonText {
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+}
+
+impl FromJsonText for JsonText {
+    const EXPECTING: &'static str = "any JSON value";
+
+    fn from_json_text(json: &str, _escaped: bool) -> Result<Self, String> {
+        Ok(Self(kept(json)))
+    }
+
+    fn decoded<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        serde_json::to_vec(&v).map(|b| Self(b.into())).map_err(de::Error::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        from_json_text(d)
     }
 }
 

@@ -257,7 +257,8 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
                         return Ok(bytes);
                     }
                 }
-                let req = responses::decode(&bytes, snap.params)?;
+                // Its `input` kept as a slice of the body, and its texts in turn (`canonical::decoding`).
+                let req = crate::canonical::decoding(&bytes, |b| responses::decode(b, snap.params))?;
                 let previous = req.previous_response_id().map(str::to_owned);
                 let prior = match &previous {
                     Some(p) => {
@@ -272,7 +273,7 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
                 let keep = store.then(|| Keep {
                     tenant,
                     previous: previous.clone(),
-                    input: responses::raw_input(&bytes),
+                    input: req.raw_input(bytes.len()),
                     behind,
                 });
                 let id = ops::new_response_id(previous.as_deref());

@@ -12,7 +12,9 @@
 # AX_CG_ALIAS=chat-an sends it to an Anthropic upstream (the translated path) instead of the
 # OpenAI one (the same-protocol fast path); AX_CG_CASES=false (or true) measures only non-stream
 # (or the stream); AX_CG_API=messages sends it as an Anthropic caller (POST /v1/messages with
-# anthropic-version; with AX_CG_ALIAS=chat-an, forwarded to the Anthropic upstream);
+# anthropic-version; with AX_CG_ALIAS=chat-an, forwarded to the Anthropic upstream), and
+# AX_CG_API=responses as a Responses caller (POST /v1/responses, the messages as `input`: translated
+# for the OpenAI upstream, and kept in the process's response store, as `store` is by default);
 # AX_CG_KEEP=<dir> keeps the dumps; AX_CG_DEBUG=1 shows the warm-up answers; AX_CG_GOVERN=local
 # (or redis) sends as a tenant with rate limits and a day budget, governed in the process (or
 # fleet-wide through the Redis at 127.0.0.1:6379, with leases).
@@ -68,11 +70,14 @@ tenants:
 EOF
 [ -n "$GOVERN" ] && KEY="$KEY-gov"
 body() { # $1 = stream (true|false)
-  python3 - "$1" "$MESSAGES" "$ALIAS" <<'PY'
+  python3 - "$1" "$MESSAGES" "$ALIAS" "$API" <<'PY'
 import json, sys
 text = "The quick brown fox jumps over the lazy dog while the agent reads the repository. " * 10
 msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i in range(int(sys.argv[2]))]
-print(json.dumps({"model": sys.argv[3], "max_tokens": 100, "stream": sys.argv[1] == "true", "messages": msgs}))
+if sys.argv[4] == "responses":
+    print(json.dumps({"model": sys.argv[3], "max_output_tokens": 100, "stream": sys.argv[1] == "true", "input": msgs}))
+else:
+    print(json.dumps({"model": sys.argv[3], "max_tokens": 100, "stream": sys.argv[1] == "true", "messages": msgs}))
 PY
 }
 for s in false true; do
@@ -100,6 +105,7 @@ for bin in "${BINS[@]}"; do
     PIDS+=($pid)
     url="http://127.0.0.1:$port/v1/chat/completions"
     [ "$API" = messages ] && url="http://127.0.0.1:$port/v1/messages"
+    [ "$API" = responses ] && url="http://127.0.0.1:$port/v1/responses"
     for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
     for _ in 1 2 3; do
       [ -n "${AX_CG_DEBUG:-}" ] && curl -s -i -H "Authorization: Bearer $KEY" -H "content-type: application/json" -H "anthropic-version: 2023-06-01" --data-binary "@$WORK/body-$s.json" "$url" | head -12 >&2

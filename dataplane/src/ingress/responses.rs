@@ -14,9 +14,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::decode::Known;
+
+mod walk;
 use crate::canonical::{
     unix_now, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, FunctionDef,
-    ImageUrl, JsonSchema, Message, ReasoningEffort, ResponseFormat, Role, Tool, ToolCall, ToolChoice, ToolKind, Usage,
+    ImageUrl, JsonSchema, JsonText, Message, ReasoningEffort, ResponseFormat, Role, Text, Tool, ToolCall, ToolChoice,
+    ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::pipeline::ops::Link;
@@ -27,8 +30,9 @@ use crate::pipeline::stream::StreamEncoder;
 #[derive(Deserialize)]
 pub struct ResponsesRequest {
     model: String,
+    /// As its JSON text: walked into messages (`walk`), not built into a `Value` first.
     #[serde(default)]
-    input: Option<Value>,
+    input: Option<JsonText>,
     #[serde(default)]
     instructions: Option<String>,
     #[serde(default)]
@@ -107,24 +111,17 @@ impl ResponsesRequest {
     }
 }
 
-/// The request's `input` as the caller wrote it (a string or an array of items), for the store;
-/// empty without one.
-pub fn raw_input(body: &Bytes) -> Bytes {
-    let mut s = crate::skim::Skim::new(body);
-    let mut span = None;
-    let walked = s.object(|k, _, s| {
-        let v = s.value()?;
-        if k == b"input" {
-            span = Some(v);
+impl ResponsesRequest {
+    /// The request's `input` as the caller wrote it (a string or an array of items), for the
+    /// store; empty without one. A slice of the body holds the whole body: kept when `input` is
+    /// most of it (the store counts the slice, so at most twice what it counts is held), else
+    /// copied.
+    pub fn raw_input(&self, body_len: usize) -> Bytes {
+        match &self.input {
+            Some(input) if input.bytes().len() * 2 >= body_len => input.bytes().clone(),
+            Some(input) => Bytes::copy_from_slice(input.bytes()),
+            None => Bytes::new(),
         }
-        Ok(())
-    });
-    match (walked, span) {
-        // A slice holds the whole body: kept when `input` is most of it (the store counts the
-        // slice, so at most twice what it counts is held), else copied.
-        (Ok(()), Some(span)) if span.len() * 2 >= body.len() => body.slice(span),
-        (Ok(()), Some(span)) => Bytes::copy_from_slice(&body[span]),
-        _ => Bytes::new(),
     }
 }
 
@@ -387,15 +384,11 @@ pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>, prior: &[
     for (i, item) in stored_items(prior)?.into_iter().enumerate() {
         push_item(&mut messages, item, &|| format!("previous_response_id (stored item {i})"))?;
     }
-    match r.input {
-        None => {}
-        Some(Value::String(s)) => messages.push(Message::text(Role::User, s)),
-        Some(Value::Array(items)) => {
-            for (i, item) in items.into_iter().enumerate() {
-                push_item(&mut messages, item, &|| format!("input[{i}]"))?;
-            }
+    if let Some(input) = &r.input {
+        match walk::input(input.bytes()) {
+            Some(items) => items.into_iter().for_each(|item| apply(&mut messages, item)),
+            None => input_by_value(input, &mut messages)?,
         }
-        Some(_) => return Err(AxError::invalid_param("input", "'input' must be a string or an array of items")),
     }
     let mut tools = Vec::new();
     for (i, mut t) in r.tools.into_iter().flatten().enumerate() {
@@ -504,10 +497,55 @@ fn format(f: &Value) -> Result<Option<ResponseFormat>, AxError> {
     }
 }
 
+/// `input` decoded as a `Value` and read item by item: what the walk hands over, whose errors
+/// name the item and field at fault.
+fn input_by_value(input: &JsonText, out: &mut Vec<Message>) -> Result<(), AxError> {
+    match serde_json::from_slice(input.bytes()).map_err(|e| AxError::InvalidJson(e.to_string()))? {
+        Value::String(s) => out.push(Message::text(Role::User, s)),
+        Value::Array(items) => {
+            for (i, item) in items.into_iter().enumerate() {
+                push_item(out, item, &|| format!("input[{i}]"))?;
+            }
+        }
+        _ => return Err(AxError::invalid_param("input", "'input' must be a string or an array of items")),
+    }
+    Ok(())
+}
+
+/// One input item, read.
+enum Item {
+    Message(Role, Content),
+    Call(ToolCall),
+    Output { call_id: String, text: Text },
+    Reasoning,
+}
+
 /// One input item as canonical messages: a message; a function call (joining the assistant turn
 /// before it); a function call's output (a tool message); reasoning (left out: no other provider
 /// takes it back).
-fn push_item(out: &mut Vec<Message>, mut item: Value, at: At<'_>) -> Result<(), AxError> {
+fn apply(out: &mut Vec<Message>, item: Item) {
+    match item {
+        Item::Message(role, content) => out.push(Message { content: Some(content), ..Message::new(role) }),
+        Item::Call(call) => match out.last_mut() {
+            Some(m) if m.role == Role::Assistant => m.tool_calls.get_or_insert_with(Vec::new).push(call),
+            _ => out.push(Message { tool_calls: Some(vec![call]), ..Message::new(Role::Assistant) }),
+        },
+        Item::Output { call_id, text } => out.push(Message {
+            tool_call_id: Some(call_id),
+            content: Some(Content::Text(text)),
+            ..Message::new(Role::Tool)
+        }),
+        Item::Reasoning => {}
+    }
+}
+
+fn push_item(out: &mut Vec<Message>, item: Value, at: At<'_>) -> Result<(), AxError> {
+    apply(out, read_item(item, at)?);
+    Ok(())
+}
+
+/// An input item from its `Value`.
+fn read_item(mut item: Value, at: At<'_>) -> Result<Item, AxError> {
     let kind = take(&mut item, "type");
     let kind = kind.as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
     match kind {
@@ -526,7 +564,7 @@ fn push_item(out: &mut Vec<Message>, mut item: Value, at: At<'_>) -> Result<(), 
                 }
             };
             let content = content(take(&mut item, "content"), &|| format!("{}.content", at()))?;
-            out.push(Message { content: Some(content), ..Message::new(role) });
+            Ok(Item::Message(role, content))
         }
         "function_call" => {
             let name = take_str(&mut item, "name", at)?;
@@ -541,10 +579,7 @@ fn push_item(out: &mut Vec<Message>, mut item: Value, at: At<'_>) -> Result<(), 
                     arguments: take_opt_str(&mut item, "arguments").unwrap_or_else(|| "{}".to_owned()),
                 },
             };
-            match out.last_mut() {
-                Some(m) if m.role == Role::Assistant => m.tool_calls.get_or_insert_with(Vec::new).push(call),
-                _ => out.push(Message { tool_calls: Some(vec![call]), ..Message::new(Role::Assistant) }),
-            }
+            Ok(Item::Call(call))
         }
         "function_call_output" => {
             let text = match take(&mut item, "output") {
@@ -558,30 +593,22 @@ fn push_item(out: &mut Vec<Message>, mut item: Value, at: At<'_>) -> Result<(), 
                     ));
                 }
             };
-            out.push(Message {
-                tool_call_id: Some(take_str(&mut item, "call_id", at)?),
-                ..Message::text(Role::Tool, text)
-            });
+            Ok(Item::Output { call_id: take_str(&mut item, "call_id", at)?, text: Text::from(text) })
         }
-        "reasoning" => {}
-        "item_reference" => {
-            return Err(AxError::invalid_param(
-                at(),
-                "item references are not supported: send the item itself, or continue with previous_response_id",
-            ))
-        }
+        "reasoning" => Ok(Item::Reasoning),
+        "item_reference" => Err(AxError::invalid_param(
+            at(),
+            "item references are not supported: send the item itself, or continue with previous_response_id",
+        )),
         "" => {
             let at = at();
-            return Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")));
+            Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")))
         }
-        other => {
-            return Err(AxError::invalid_param(
-                format!("{}.type", at()),
-                format!("input items of type '{other}' need an OpenAI upstream"),
-            ))
-        }
+        other => Err(AxError::invalid_param(
+            format!("{}.type", at()),
+            format!("input items of type '{other}' need an OpenAI upstream"),
+        )),
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
