@@ -9,13 +9,13 @@
 //! conversation (every earlier turn's input and output items, as the caller's protocol) before
 //! this turn's input, to be translated for whichever upstream serves it.
 
+mod walk;
+
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::decode::Known;
-
-mod walk;
 use crate::canonical::{
     unix_now, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, FunctionDef,
     ImageUrl, JsonSchema, JsonText, Message, ReasoningEffort, ResponseFormat, Role, Text, Tool, ToolCall, ToolChoice,
@@ -109,9 +109,7 @@ impl ResponsesRequest {
     pub fn previous_response_id(&self) -> Option<&str> {
         self.previous_response_id.as_deref()
     }
-}
 
-impl ResponsesRequest {
     /// The request's `input` as the caller wrote it (a string or an array of items), for the
     /// store; empty without one. A slice of the body holds the whole body: kept when `input` is
     /// most of it (the store counts the slice, so at most twice what it counts is held), else
