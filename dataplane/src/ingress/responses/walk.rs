@@ -20,6 +20,9 @@ use crate::skim::{key_bytes, Skim, SkimError};
 /// The items of `input`, a JSON text its parser checked (a string is one user message); `None`:
 /// read it by value.
 pub(super) fn input(json: &Bytes) -> Option<Vec<Item>> {
+    if lone_surrogate(json) {
+        return None;
+    }
     let text = simdutf8::basic::from_utf8(json).ok()?;
     let mut s = Skim::new(json);
     let items = match s.next_byte()? {
@@ -40,6 +43,37 @@ pub(super) fn input(json: &Bytes) -> Option<Vec<Item>> {
     };
     s.end().ok()?;
     Some(items)
+}
+
+/// Whether a `\u` escape in `json` (a checked JSON text) is a surrogate without its pair.
+/// sonic-rs lets one through in a value it hands over as text; serde_json, and so the `Value`
+/// reading and a stored turn's replay, refuse it. The walk reads only some of the strings: one
+/// it skips must not let the input through where the `Value` reading would refuse it.
+fn lone_surrogate(json: &[u8]) -> bool {
+    let hex = |at: usize| {
+        json.get(at..at + 4).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u16::from_str_radix(h, 16).ok())
+    };
+    let mut at = 0;
+    while let Some(i) = json.get(at..).and_then(|rest| memchr::memmem::find(rest, b"\\u")) {
+        let i = at + i;
+        // An escape only after an even run of backslashes (`\\u` is a backslash, then `u`).
+        if json[..i].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1 {
+            at = i + 2;
+            continue;
+        }
+        match hex(i + 2) {
+            Some(0xD800..=0xDBFF) => {
+                let low = json.get(i + 6..i + 8) == Some(b"\\u") && matches!(hex(i + 8), Some(0xDC00..=0xDFFF));
+                if !low {
+                    return true;
+                }
+                at = i + 12;
+            }
+            Some(0xDC00..=0xDFFF) | None => return true,
+            Some(_) => at = i + 6,
+        }
+    }
+    false
 }
 
 /// Not an error of the input: the walk hands it to the `Value` reading.
@@ -239,6 +273,9 @@ mod tests {
         let read = walked(input).expect("walked");
         assert_eq!(Ok(read), by_value(input));
         assert_eq!(walked(r#""just text""#), by_value(r#""just text""#).ok());
+        let pairs = r#"[{"role":"user","content":"\ud83d\ude00 \\ud800 \\\ud83d\ude00","id":"\\ud800"}]"#;
+        let read = walked(pairs).expect("a pair, or an escaped backslash and a u, is no lone surrogate");
+        assert_eq!(Ok(read), by_value(pairs));
     }
 
     #[test]
@@ -252,6 +289,8 @@ mod tests {
             r#"[{"type":"function_call_output","call_id":"c","output":3}]"#,
             r#"["text"]"#,
             r#"[{"content":"no role, no type"}]"#,
+            r#"[{"type":"reasoning","summary":"lone \ud800 in a field the walk skips"}]"#,
+            r#"[{"type":"reasoning","summary":"\udc00"}]"#,
             "7",
         ] {
             assert_eq!(walked(input), None, "{input}");
