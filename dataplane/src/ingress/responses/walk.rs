@@ -54,23 +54,30 @@ fn lone_surrogate(json: &[u8]) -> bool {
         json.get(at..at + 4).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u16::from_str_radix(h, 16).ok())
     };
     let mut at = 0;
-    while let Some(i) = json.get(at..).and_then(|rest| memchr::memmem::find(rest, b"\\u")) {
+    // Backslashes come in runs: pairs are escaped backslashes, an odd one starts an escape.
+    while let Some(i) = json.get(at..).and_then(|rest| memchr::memchr(b'\\', rest)) {
         let i = at + i;
-        // An escape only after an even run of backslashes (`\\u` is a backslash, then `u`).
-        if json[..i].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1 {
-            at = i + 2;
+        let run = json[i..].iter().take_while(|&&b| b == b'\\').count();
+        if run % 2 == 0 {
+            at = i + run;
             continue;
         }
-        match hex(i + 2) {
+        let escape = i + run - 1;
+        if json.get(escape + 1) != Some(&b'u') {
+            at = escape + 2;
+            continue;
+        }
+        match hex(escape + 2) {
             Some(0xD800..=0xDBFF) => {
-                let low = json.get(i + 6..i + 8) == Some(b"\\u") && matches!(hex(i + 8), Some(0xDC00..=0xDFFF));
+                let low = json.get(escape + 6..escape + 8) == Some(b"\\u")
+                    && matches!(hex(escape + 8), Some(0xDC00..=0xDFFF));
                 if !low {
                     return true;
                 }
-                at = i + 12;
+                at = escape + 12;
             }
             Some(0xDC00..=0xDFFF) | None => return true,
-            Some(_) => at = i + 6,
+            Some(_) => at = escape + 6,
         }
     }
     false
@@ -397,6 +404,18 @@ mod tests {
             }
         }
         assert!(taken >= 100 && handed >= 100, "taken {taken}, handed over {handed}");
+    }
+
+    proptest! {
+        /// A lone surrogate is found where serde_json finds one, and nowhere else.
+        #[test]
+        fn lone_surrogates_are_what_serde_json_refuses(tokens in proptest::collection::vec(prop_oneof![
+            Just("x"), Just(r"\\"), Just(r"\n"), Just(r"\u0041"), Just(r"\ud83d"), Just(r"\ude00"),
+            Just(r"\ud83d\ude00"), Just("u"), Just("d800"),
+        ], 0..8)) {
+            let literal = format!("\"{}\"", tokens.concat());
+            prop_assert_eq!(lone_surrogate(literal.as_bytes()), serde_json::from_str::<String>(&literal).is_err(), "{}", literal);
+        }
     }
 
     proptest! {
