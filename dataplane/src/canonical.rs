@@ -354,6 +354,13 @@ pub enum Role {
 }
 
 impl Role {
+    /// The role a name (as `as_str` spells it) stands for.
+    pub fn named(name: &[u8]) -> Option<Self> {
+        [Self::System, Self::Developer, Self::User, Self::Assistant, Self::Tool]
+            .into_iter()
+            .find(|r| r.as_str().as_bytes() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::System => "system",
@@ -723,7 +730,13 @@ impl JsonText {
 impl FromJsonText for JsonText {
     const EXPECTING: &'static str = "any JSON value";
 
+    /// sonic-rs lets a lone surrogate through in a value it hands over as text, where it refuses
+    /// one in a string it decodes, as serde_json does: refused here too, so a text walked later
+    /// (that skips most strings) or kept and read again (a stored Responses turn) holds none.
     fn from_json_text(json: &str, _escaped: bool) -> Result<Self, String> {
+        if lone_surrogate(json.as_bytes()) {
+            return Err("a \\u escape is a lone surrogate".to_owned());
+        }
         Ok(Self(kept(json)))
     }
 
@@ -737,6 +750,41 @@ impl<'de> Deserialize<'de> for JsonText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         from_json_text(d)
     }
+}
+
+/// Whether a `\u` escape in `json` (a checked JSON text) is a surrogate without its pair.
+fn lone_surrogate(json: &[u8]) -> bool {
+    let hex = |at: usize| {
+        json.get(at..at + 4).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u16::from_str_radix(h, 16).ok())
+    };
+    let mut at = 0;
+    // Backslashes come in runs: pairs are escaped backslashes, an odd one starts an escape.
+    while let Some(i) = json.get(at..).and_then(|rest| memchr::memchr(b'\\', rest)) {
+        let i = at + i;
+        let run = json[i..].iter().take_while(|&&b| b == b'\\').count();
+        if run % 2 == 0 {
+            at = i + run;
+            continue;
+        }
+        let escape = i + run - 1;
+        if json.get(escape + 1) != Some(&b'u') {
+            at = escape + 2;
+            continue;
+        }
+        match hex(escape + 2) {
+            Some(0xD800..=0xDBFF) => {
+                let low = json.get(escape + 6..escape + 8) == Some(b"\\u")
+                    && matches!(hex(escape + 8), Some(0xDC00..=0xDFFF));
+                if !low {
+                    return true;
+                }
+                at = escape + 12;
+            }
+            Some(0xDC00..=0xDFFF) | None => return true,
+            Some(_) => at = escape + 6,
+        }
+    }
+    false
 }
 
 /// Text in a body an encoder writes with sonic-rs or by hand: a JSON string literal written as it
@@ -1494,6 +1542,7 @@ pub struct EmbeddingsResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn decodes_openai_request_shapes() {
@@ -1625,5 +1674,33 @@ mod tests {
     fn data_urls_split() {
         let u = ImageUrl { url: "data:image/jpeg;base64,QUJD".into(), detail: None };
         assert_eq!(u.as_data(), Some(("image/jpeg", "QUJD")));
+    }
+
+    /// A Responses `input` with a lone surrogate, even in a field no walk reads, is refused where
+    /// it is decoded, as sonic-rs and serde_json refuse one in a string they decode; a pair, or
+    /// an escaped backslash before a `u`, is not one.
+    #[test]
+    fn a_json_text_holds_no_lone_surrogate() {
+        for refused in [
+            r#"[{"type":"reasoning","summary":"lone \ud800 in a field the walk skips"}]"#,
+            r#"[{"type":"reasoning","summary":"\udc00"}]"#,
+        ] {
+            assert!(sonic_rs::from_str::<JsonText>(refused).is_err(), "{refused}");
+        }
+        let pairs = r#"[{"content":"\ud83d\ude00 \\ud800 \\\ud83d\ude00","id":"\\ud800"}]"#;
+        assert!(sonic_rs::from_str::<JsonText>(pairs).is_ok());
+    }
+
+    proptest! {
+        /// A lone surrogate is found where serde_json finds one, and nowhere else.
+        #[test]
+        fn lone_surrogates_are_what_serde_json_refuses(tokens in proptest::collection::vec(prop_oneof![
+            Just("x"), Just(r"\\"), Just(r"\n"), Just(r"\u0041"), Just(r"\ud83d"), Just(r"\ude00"),
+            Just(r"\ud83d\ude00"), Just("u"), Just("d800"),
+        ], 0..8)) {
+            let literal = format!("\"{}\"", tokens.concat());
+            let lone = lone_surrogate(literal.as_bytes());
+            prop_assert_eq!(lone, serde_json::from_str::<String>(&literal).is_err(), "{}", literal);
+        }
     }
 }

@@ -18,7 +18,7 @@
 use ax_protocol::config::ParamsMode;
 
 use crate::canonical::{ChatRequest, Content, Message, Role, ToolCall};
-use crate::skim::{key_bytes, Skim, SkimError};
+use crate::skim::{key_bytes, string_text, Skim, SkimError};
 
 /// The request, when the walk reads it exactly; `None`: decode it whole.
 pub fn decode_chat(bytes: &[u8], mode: ParamsMode) -> Option<ChatRequest> {
@@ -33,7 +33,7 @@ pub fn decode_chat(bytes: &[u8], mode: ParamsMode) -> Option<ChatRequest> {
     s.object(|k, escaped, s| {
         if key_bytes(k, escaped).as_deref() == Some(b"messages") {
             if messages.is_some() {
-                return Err(declined());
+                return Err(SkimError::declined());
             }
             messages = Some(conversation(s, text)?);
         } else {
@@ -54,11 +54,6 @@ pub fn decode_chat(bytes: &[u8], mode: ParamsMode) -> Option<ChatRequest> {
     Some(req)
 }
 
-/// Not an error of the body: the walk hands it to the whole decode.
-fn declined() -> SkimError {
-    SkimError { at: 0, what: String::new() }
-}
-
 fn conversation(s: &mut Skim<'_>, text: &str) -> Result<Vec<Message>, SkimError> {
     let mut out = Vec::new();
     s.array(|s| {
@@ -70,13 +65,13 @@ fn conversation(s: &mut Skim<'_>, text: &str) -> Result<Vec<Message>, SkimError>
 
 fn message(s: &mut Skim<'_>, text: &str) -> Result<Message, SkimError> {
     if s.next_byte() != Some(b'{') {
-        return Err(declined());
+        return Err(SkimError::declined());
     }
     let mut role = None;
     let mut m = Message::new(Role::User);
     let mut seen = 0u8;
     s.object(|k, escaped, s| {
-        let key = key_bytes(k, escaped).ok_or_else(declined)?;
+        let key = key_bytes(k, escaped).ok_or_else(SkimError::declined)?;
         let bit = match &*key {
             b"role" => 1,
             b"content" => 2,
@@ -84,10 +79,10 @@ fn message(s: &mut Skim<'_>, text: &str) -> Result<Message, SkimError> {
             b"tool_call_id" => 8,
             b"refusal" => 16,
             b"tool_calls" => 32,
-            _ => return Err(declined()),
+            _ => return Err(SkimError::declined()),
         };
         if seen & bit != 0 {
-            return Err(declined());
+            return Err(SkimError::declined());
         }
         seen |= bit;
         match bit {
@@ -101,29 +96,22 @@ fn message(s: &mut Skim<'_>, text: &str) -> Result<Message, SkimError> {
                     None
                 } else {
                     let span = s.value()?;
-                    Some(super::decode::exact::<Vec<ToolCall>>(&text[span]).ok_or_else(declined)?)
+                    Some(super::decode::exact::<Vec<ToolCall>>(&text[span]).ok_or_else(SkimError::declined)?)
                 }
             }
         }
         Ok(())
     })?;
-    m.role = role.ok_or_else(declined)?;
+    m.role = role.ok_or_else(SkimError::declined)?;
     Ok(m)
 }
 
 fn role_of(s: &mut Skim<'_>, text: &str) -> Result<Role, SkimError> {
     let (span, escaped) = s.string()?;
     if escaped {
-        return Err(declined());
+        return Err(SkimError::declined());
     }
-    Ok(match &text.as_bytes()[span.start + 1..span.end - 1] {
-        b"system" => Role::System,
-        b"developer" => Role::Developer,
-        b"user" => Role::User,
-        b"assistant" => Role::Assistant,
-        b"tool" => Role::Tool,
-        _ => return Err(declined()),
-    })
+    Role::named(&text.as_bytes()[span.start + 1..span.end - 1]).ok_or_else(SkimError::declined)
 }
 
 /// A message's content: `null`, a string kept as the caller's literal, or parts.
@@ -134,9 +122,9 @@ fn content(s: &mut Skim<'_>, text: &str) -> Result<Option<Content>, SkimError> {
     let (span, escaped) = match s.next_byte() {
         Some(b'"') => s.checked_string()?,
         Some(b'[') => (s.value()?, true),
-        _ => return Err(declined()),
+        _ => return Err(SkimError::declined()),
     };
-    Content::from_json(&text[span], escaped).map(Some).map_err(|_| declined())
+    Content::from_json(&text[span], escaped).map(Some).map_err(|_| SkimError::declined())
 }
 
 /// An optional string (`name`, `tool_call_id`, `refusal`), decoded.
@@ -145,11 +133,7 @@ fn string(s: &mut Skim<'_>, text: &str) -> Result<Option<String>, SkimError> {
         return Ok(None);
     }
     let (span, escaped) = s.checked_string()?;
-    let literal = &text[span];
-    if !escaped {
-        return Ok(Some(literal[1..literal.len() - 1].to_owned()));
-    }
-    serde_json::from_str(literal).map(Some).map_err(|_| declined())
+    string_text(&text[span], escaped).map(|t| Some(t.into_owned())).ok_or_else(SkimError::declined)
 }
 
 #[cfg(test)]

@@ -72,10 +72,7 @@ fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<String>), AxE
 /// `text` decoded as `T` when it holds nothing `T` does not name, else `None` (an error, or an
 /// unknown field the whole body's decode must judge and name).
 pub fn exact<T: DeserializeOwned>(text: &str) -> Option<T> {
-    let mut unknown = false;
-    let mut de = sonic_rs::Deserializer::from_str(text);
-    let v = serde_ignored::deserialize(&mut de, |_| unknown = true).and_then(|v| de.end().map(|()| v)).ok()?;
-    (!unknown).then_some(v)
+    collecting::<T>(text.as_bytes()).ok().filter(|(_, unknown)| unknown.is_empty()).map(|(v, _)| v)
 }
 
 /// Unknown fields: refused (strict) or dropped with a warning (lenient).
