@@ -404,9 +404,9 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
             body: |limit, _| read_body(&headers, body, limit),
             decode: |bytes: &[u8], mode| {
                 version.clone()?;
-                let r = anthropic::decode_messages(bytes, mode)?;
-                hide_thinking.store(!r.shows_thinking(), Ordering::Relaxed);
-                anthropic::to_canonical(r, false)
+                let (req, shows_thinking) = anthropic::decode_canonical(bytes, mode)?;
+                hide_thinking.store(!shows_thinking, Ordering::Relaxed);
+                Ok(req)
             },
         };
         let skim = |bytes, forwards: &dyn Fn(&str) -> bool| {

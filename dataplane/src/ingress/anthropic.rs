@@ -30,6 +30,8 @@ use crate::error::AxError;
 use crate::pipeline::stream::StreamEncoder;
 use crate::skim::{key_bytes, key_text, SkimError};
 
+pub mod walk;
+
 /// The caller's key: `x-api-key`, or `Authorization: Bearer` (the SDK's `auth_token`).
 pub fn api_key(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -560,9 +562,26 @@ pub fn decode_messages(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> R
     super::decode::json(bytes, mode)
 }
 
+/// A Messages body decoded for `/v1/messages`: the request in the canonical model, and whether
+/// the caller wants the thinking text. Its conversation walked (`walk`) where the walk reads it
+/// exactly, else decoded whole.
+pub fn decode_canonical(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<(ChatRequest, bool), AxError> {
+    let (r, walked) = match walk::decode(bytes, mode) {
+        Some((r, walked)) => (r, Some(walked)),
+        None => (decode_messages(bytes, mode)?, None),
+    };
+    let shows = r.shows_thinking();
+    canonical(r, false, walked).map(|req| (req, shows))
+}
+
 /// A decoded Messages request in the canonical model. `max_tokens` is required unless
 /// `for_counting` (the `count_tokens` body has none).
 pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatRequest, AxError> {
+    canonical(r, for_counting, None)
+}
+
+/// `to_canonical`, with the conversation already made when the walk read it.
+fn canonical(r: MessagesRequest, for_counting: bool, walked: Option<walk::Walked>) -> Result<ChatRequest, AxError> {
     let max_tokens = match (r.max_tokens, for_counting) {
         (Some(m), _) => Some(m),
         (None, true) => None,
@@ -573,19 +592,30 @@ pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatReques
     }
     let (reasoning_effort, thinking_budget) = r.reasoning()?;
     let response_format = r.response_format()?;
-    let mut messages = Vec::with_capacity(r.messages.len() + 1);
-    match r.system {
-        Some(SystemIn::Text(t)) => messages.push(Message::text(Role::System, t)),
-        Some(SystemIn::Blocks(b)) => {
-            let text: Vec<String> = b.into_iter().map(|b| b.text).collect();
-            messages.push(Message::text(Role::System, text.join("\n\n")));
-        }
-        None => {}
-    }
     let mut loaded = Vec::new();
-    for (i, m) in r.messages.into_iter().enumerate() {
-        push_turn(&mut messages, &mut loaded, i, m)?;
-    }
+    let messages = match walked {
+        Some(walk::Walked { system, mut turns }) => {
+            if let Some(system) = system {
+                turns.insert(0, system);
+            }
+            turns
+        }
+        None => {
+            let mut messages = Vec::with_capacity(r.messages.len() + 1);
+            match r.system {
+                Some(SystemIn::Text(t)) => messages.push(Message::text(Role::System, t)),
+                Some(SystemIn::Blocks(b)) => {
+                    let text: Vec<String> = b.into_iter().map(|b| b.text).collect();
+                    messages.push(Message::text(Role::System, text.join("\n\n")));
+                }
+                None => {}
+            }
+            for (i, m) in r.messages.into_iter().enumerate() {
+                push_turn(&mut messages, &mut loaded, i, m)?;
+            }
+            messages
+        }
+    };
     let mut tools = Vec::new();
     for (i, t) in r.tools.into_iter().flatten().enumerate() {
         // No other provider searches tools: a deferred one joins the list once a tool result
