@@ -11,7 +11,7 @@ pub mod openai;
 
 use ax_protocol::config::ProviderKind;
 
-use crate::body::Payload;
+use crate::body::{Payload, PayloadWriter};
 pub(crate) use crate::canonical::TextOut;
 use crate::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, StreamItem};
 use crate::error::{upstream_code_suffix, AxError};
@@ -42,7 +42,7 @@ pub fn supports(kind: ProviderKind, param: &str) -> bool {
 
 pub fn encode_chat(ctx: Ctx<'_>, req: &ChatRequest) -> Result<Payload, AxError> {
     match ctx.kind {
-        ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_chat(ctx, req).map(Payload::from),
+        ProviderKind::Openai | ProviderKind::AzureOpenai => openai::encode_chat(ctx, req),
         ProviderKind::Anthropic => anthropic::encode_chat(ctx, req),
         ProviderKind::Gemini => gemini::encode_chat(ctx, req).map(Payload::from),
         ProviderKind::Mock => Err(AxError::Internal),
@@ -341,6 +341,25 @@ pub(crate) fn body_buffer(text_len: usize) -> Vec<u8> {
     Vec::with_capacity(text_len + text_len / 8 + 1024)
 }
 
+/// The bytes of `text` that `write_text` copies into the body's buffer (about: escapes aside).
+pub(crate) fn copied(text: &TextOut<'_>) -> usize {
+    match text.literal() {
+        Some(json) if PayloadWriter::copies(json.len()) => json.len(),
+        Some(_) => 0,
+        None => text.decoded().len(),
+    }
+}
+
+/// A text into the body: a long literal of the caller's as a piece of its own (`PayloadWriter`).
+pub(crate) fn write_text(out: &mut PayloadWriter, text: &TextOut<'_>) -> Result<(), AxError> {
+    match text.literal() {
+        Some(json) => {
+            out.shared(json);
+            Ok(())
+        }
+        None => text.write(&mut out.buf),
+    }
+}
 /// Appends a value's JSON to a body being written by hand.
 pub(crate) fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), AxError> {
     sonic_rs::to_writer(&mut *out, value).map_err(|_| AxError::Internal)

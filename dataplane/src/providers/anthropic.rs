@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use bytes::Bytes;
 
-use super::{classify, error_body, status_of_error_type, tool_arguments, write_json, Ctx, IsError, TextOut};
+use super::{
+    classify, copied, error_body, status_of_error_type, tool_arguments, write_json, write_text, Ctx, IsError, TextOut,
+};
 use crate::body::{Payload, PayloadWriter};
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason,
@@ -219,26 +221,6 @@ fn joined(texts: Vec<TextOut<'_>>) -> Option<TextOut<'_>> {
     }
     let decoded: Vec<Cow<'_, str>> = texts.iter().map(TextOut::decoded).collect();
     Some(TextOut::Plain(Cow::Owned(decoded.join("\n\n"))))
-}
-
-/// The bytes of `text` that `write_text` copies into the body's buffer (about: escapes aside).
-fn copied(text: &TextOut<'_>) -> usize {
-    match text.literal() {
-        Some(json) if PayloadWriter::copies(json.len()) => json.len(),
-        Some(_) => 0,
-        None => text.decoded().len(),
-    }
-}
-
-/// A text into the body: a long literal of the caller's as a piece of its own (`PayloadWriter`).
-fn write_text(out: &mut PayloadWriter, text: &TextOut<'_>) -> Result<(), AxError> {
-    match text.literal() {
-        Some(json) => {
-            out.shared(json);
-            Ok(())
-        }
-        None => text.write(&mut out.buf),
-    }
 }
 
 /// The request body: the caller's texts, where they are long literals, are not copied into it but

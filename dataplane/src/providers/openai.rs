@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, error_body, status_of_error_type, Ctx, IsError};
+use super::{classify, copied, error_body, status_of_error_type, write_json, write_text, Ctx, IsError};
+use crate::body::{Payload, PayloadWriter};
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest,
     EmbeddingsResponse, FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem,
@@ -18,11 +19,9 @@ use crate::sse::SseEvent;
 // ---------------------------------------------------------------------------------------------
 // Upstream request
 
+/// The request's fields after `model` and `messages`, which are written by hand.
 #[derive(Serialize)]
-struct OpenAiRequest<'a> {
-    model: &'a str,
-    #[serde(serialize_with = "wire_messages")]
-    messages: &'a [Message],
+struct OpenAiRest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -85,61 +84,73 @@ struct OpenAiRequest<'a> {
     audio: Option<&'a Value>,
 }
 
-/// The messages as canonical `Message` writes them, but with a string content written as the
-/// caller's JSON literal (`TextOut`) rather than decoded and escaped again.
-fn wire_messages<S: serde::Serializer>(messages: &&[Message], s: S) -> Result<S::Ok, S::Error> {
-    #[derive(Serialize)]
-    struct Wire<'a> {
-        role: crate::canonical::Role,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        content: Option<WireContent<'a>>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        name: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        tool_calls: Option<&'a [ToolCall]>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        tool_call_id: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        refusal: Option<&'a str>,
-    }
-    struct WireContent<'a>(&'a Content);
-    impl Serialize for WireContent<'_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match self.0 {
-                Content::Text(t) => t.out().serialize(s),
-                Content::Parts(parts) => s.collect_seq(parts.iter().map(WirePart)),
+/// One message as canonical `Message` serializes it, its texts written as `write_text` writes
+/// them (a caller's long literal a piece of the body of its own).
+fn write_message(out: &mut PayloadWriter, m: &Message) -> Result<(), AxError> {
+    out.buf.extend_from_slice(b"{\"role\":\"");
+    out.buf.extend_from_slice(m.role.as_str().as_bytes());
+    out.buf.push(b'"');
+    match &m.content {
+        None => {}
+        Some(Content::Text(t)) => {
+            out.buf.extend_from_slice(b",\"content\":");
+            write_text(out, &t.out())?;
+        }
+        Some(Content::Parts(parts)) => {
+            out.buf.extend_from_slice(b",\"content\":[");
+            for (i, p) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.buf.push(b',');
+                }
+                match p {
+                    ContentPart::Text { text } => {
+                        out.buf.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+                        write_text(out, &text.out())?;
+                        out.buf.push(b'}');
+                    }
+                    image => write_json(&mut out.buf, image)?,
+                }
             }
+            out.buf.push(b']');
         }
     }
-    struct WirePart<'a>(&'a ContentPart);
-    impl Serialize for WirePart<'_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            #[derive(Serialize)]
-            struct TextPart<'a> {
-                #[serde(rename = "type")]
-                kind: &'static str,
-                text: crate::canonical::TextOut<'a>,
-            }
-            match self.0 {
-                ContentPart::Text { text } => TextPart { kind: "text", text: text.out() }.serialize(s),
-                image => image.serialize(s),
-            }
+    // In `Message`'s order; a field that is not there is not written.
+    let string = |out: &mut PayloadWriter, key: &[u8], v: Option<&str>| match v {
+        Some(v) => {
+            out.buf.extend_from_slice(key);
+            write_json(&mut out.buf, v)
         }
+        None => Ok(()),
+    };
+    string(out, b",\"name\":", m.name.as_deref())?;
+    if let Some(calls) = &m.tool_calls {
+        out.buf.extend_from_slice(b",\"tool_calls\":");
+        write_json(&mut out.buf, calls)?;
     }
-    s.collect_seq(messages.iter().map(|m| Wire {
-        role: m.role,
-        content: m.content.as_ref().map(WireContent),
-        name: m.name.as_deref(),
-        tool_calls: m.tool_calls.as_deref(),
-        tool_call_id: m.tool_call_id.as_deref(),
-        refusal: m.refusal.as_deref(),
-    }))
+    string(out, b",\"tool_call_id\":", m.tool_call_id.as_deref())?;
+    string(out, b",\"refusal\":", m.refusal.as_deref())?;
+    out.buf.push(b'}');
+    Ok(())
 }
 
-pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
-    let body = OpenAiRequest {
-        model: ctx.model,
-        messages: &r.messages,
+/// The request body: the head and the conversation by hand (through serde, each message's
+/// fields cost ~1k instructions, and a caller's literal a UTF-8 check and a copy), a caller's long
+/// literal sent as the slice of its body it is (a `Payload` in pieces); the other fields through
+/// serde, their `{` turned into a `,`.
+pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
+    let copied = r.messages.iter().map(message_copied).sum::<usize>();
+    let mut out = PayloadWriter::new(super::body_buffer(copied));
+    out.buf.extend_from_slice(b"{\"model\":");
+    write_json(&mut out.buf, ctx.model)?;
+    out.buf.extend_from_slice(b",\"messages\":[");
+    for (i, m) in r.messages.iter().enumerate() {
+        if i > 0 {
+            out.buf.push(b',');
+        }
+        write_message(&mut out, m)?;
+    }
+    out.buf.push(b']');
+    let rest = OpenAiRest {
         temperature: r.temperature,
         top_p: r.top_p,
         max_tokens: r.max_tokens,
@@ -172,20 +183,39 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         web_search_options: r.web_search_options.as_ref(),
         audio: r.audio.as_ref(),
     };
-    let mut json = super::to_json(&body, r.text_len())?;
+    let at = out.buf.len();
+    write_json(&mut out.buf, &rest)?;
+    if out.buf.len() - at <= 2 {
+        out.buf.truncate(at); // `{}`: nothing more
+    } else {
+        out.buf[at] = b',';
+        out.buf.pop(); // its `}`, written after the extra fields
+    }
     // Fields ax does not know, for an upstream that passes them through (the pipeline left only
     // those): written after the ones it knows, as the caller wrote them.
-    if !r.extra.is_empty() && json.last() == Some(&b'}') {
-        json.pop();
-        for (name, raw) in &r.extra {
-            json.push(b',');
-            json.extend_from_slice(&serde_json::to_vec(name).unwrap_or_default());
-            json.push(b':');
-            json.extend_from_slice(raw.get().as_bytes());
-        }
-        json.push(b'}');
+    for (name, raw) in &r.extra {
+        out.buf.push(b',');
+        write_json(&mut out.buf, name.as_str())?;
+        out.buf.push(b':');
+        out.buf.extend_from_slice(raw.get().as_bytes());
     }
-    Ok(json)
+    out.buf.push(b'}');
+    Ok(out.finish())
+}
+
+/// The bytes of a message's texts `write_text` copies into the body's buffer (about).
+fn message_copied(m: &Message) -> usize {
+    match &m.content {
+        None => 0,
+        Some(Content::Text(t)) => copied(&t.out()),
+        Some(Content::Parts(parts)) => parts
+            .iter()
+            .map(|p| match p {
+                ContentPart::Text { text } => copied(&text.out()),
+                ContentPart::ImageUrl { image_url } => image_url.url.len(),
+            })
+            .sum(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

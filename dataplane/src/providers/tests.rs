@@ -418,3 +418,53 @@ fn long_texts_go_to_anthropic_as_slices_of_the_callers_body() {
     assert!(!pieces.iter().any(in_body));
     assert_eq!(copied.to_vec(), payload.to_vec());
 }
+
+#[test]
+fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_are_slices() {
+    let long = "line \"q\" \\ é ".repeat(60); // over 512 bytes as a literal: a piece of its own
+    let caller = json!({"model": "m", "stream": true, "temperature": 0.3, "top_p": 0.9, "max_tokens": 50,
+        "stop": ["END"], "n": 1, "seed": 7, "user": "u", "presence_penalty": 0.5, "logit_bias": {"42": -1},
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": "required", "parallel_tool_calls": false,
+        "response_format": {"type": "json_object"}, "metadata": {"k": "v"}, "x_vendor": {"deep": [1, 2]},
+        "messages": [
+            {"role": "system", "content": long},
+            {"role": "user", "name": "ann", "content": [{"type": "text", "text": long},
+                {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "low"}}]},
+            {"role": "assistant", "content": null, "refusal": "no",
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "short \"one\""}]});
+    let body = bytes::Bytes::from(caller.to_string());
+    let decode = |b: &[u8]| crate::ingress::openai::decode_chat(b, ax_protocol::config::ParamsMode::Lenient);
+    let req = crate::canonical::decoding(&body, decode).unwrap();
+    let ctx = Ctx { kind: ProviderKind::Openai, model: "up", max_tokens: 100, reasoning: false };
+    let payload = encode_chat(ctx, &req).unwrap();
+    let crate::body::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the long texts were copied") };
+    let in_body = |p: &bytes::Bytes| {
+        let (start, at) = (body.as_ptr() as usize, p.as_ptr() as usize);
+        at >= start && at + p.len() <= start + body.len()
+    };
+    assert_eq!(pieces.iter().filter(|p| in_body(p)).count(), 2, "{pieces:?}");
+    let text = String::from_utf8(payload.to_vec()).unwrap();
+    assert!(text.starts_with(r#"{"model":"up","messages":[{"role":"system","content":""#), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["messages"], serde_json::to_value(&req.messages).unwrap());
+    let mut expected = caller.clone();
+    expected["model"] = json!("up");
+    expected["messages"] = v["messages"].clone();
+    expected["stream_options"] = json!({"include_usage": true});
+    assert_eq!(v, expected);
+    // Decoded without the body at hand, each text is a copy: the same bytes in one buffer.
+    let copied = encode_chat(ctx, &decode(&body).unwrap()).unwrap();
+    assert!(matches!(copied, crate::body::Payload::Pieces(ref p) if !p.iter().any(in_body)));
+    assert_eq!(copied.to_vec(), payload.to_vec());
+    // Nothing but the conversation: no trailing comma, no fields left open.
+    let bare = crate::canonical::ChatRequest {
+        messages: vec![crate::canonical::Message::text(crate::canonical::Role::User, "hi".into())],
+        ..Default::default()
+    };
+    assert_eq!(
+        encode_chat(ctx, &bare).unwrap().to_vec(),
+        br#"{"model":"up","messages":[{"role":"user","content":"hi"}]}"#.to_vec()
+    );
+}
