@@ -146,18 +146,28 @@ pub fn chat_request(data: &[u8]) {
 }
 
 /// A caller's Anthropic Messages request: skimmed (and its forwarded body made), decoded as
-/// ingress decodes it, and translated for every provider.
+/// ingress decodes it (the conversation walked where the walk reads it), the same as the whole
+/// decode, and translated for every provider.
 pub fn messages_request(data: &[u8]) {
+    use crate::ingress::anthropic;
     let body = bytes::Bytes::copy_from_slice(data);
-    if let Ok(crate::canonical::Skim::Forward(raw)) = crate::ingress::anthropic::skim_messages(body.clone(), &|_| true)
-    {
+    if let Ok(crate::canonical::Skim::Forward(raw)) = anthropic::skim_messages(body.clone(), &|_| true) {
         let _ = crate::routing::plan::forward_needs(&raw, 4096);
         let _ = raw.body_for("m").concat();
     }
-    let _ = crate::ingress::anthropic::with_model(body, "m");
+    let _ = anthropic::with_model(body.clone(), "m");
+    type Decoded = Result<(crate::canonical::ChatRequest, bool), crate::error::AxError>;
+    let seen = |r: &Decoded| {
+        r.as_ref().map(|(req, shows)| (serde_json::to_value(req).ok(), *shows)).map_err(ToString::to_string)
+    };
     for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
-        let Ok(r) = crate::ingress::anthropic::decode_messages(data, mode) else { continue };
-        let Ok(req) = crate::ingress::anthropic::to_canonical(r, false) else { continue };
+        let walked = crate::canonical::decoding(&body, |b| anthropic::decode_canonical(b, mode, false));
+        let whole = anthropic::decode_messages(data, mode).and_then(|r| {
+            let shows = r.shows_thinking();
+            anthropic::to_canonical(r, false).map(|req| (req, shows))
+        });
+        assert_eq!(seen(&walked), seen(&whole), "the walk and the whole decode differ");
+        let Ok((req, _)) = walked else { continue };
         translate(&req);
     }
 }

@@ -404,7 +404,7 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
             body: |limit, _| read_body(&headers, body, limit),
             decode: |bytes: &[u8], mode| {
                 version.clone()?;
-                let (req, shows_thinking) = anthropic::decode_canonical(bytes, mode)?;
+                let (req, shows_thinking) = anthropic::decode_canonical(bytes, mode, false)?;
                 hide_thinking.store(!shows_thinking, Ordering::Relaxed);
                 Ok(req)
             },
@@ -444,10 +444,7 @@ async fn count_tokens(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Resp
         let bytes = read_body(&headers, body, snap.max_body_bytes).await?;
         // Lenient whatever the mode: counting drops nothing a model would have acted on, and an
         // Anthropic upstream counts the body as written.
-        let req = anthropic::to_canonical(
-            anthropic::decode_messages(&bytes, ax_protocol::config::ParamsMode::Lenient)?,
-            true,
-        )?;
+        let (req, _) = anthropic::decode_canonical(&bytes, ax_protocol::config::ParamsMode::Lenient, true)?;
         let beta = anthropic::forwarded_headers(&headers);
         let body = |model: &str| anthropic::with_model(bytes.clone(), model);
         ops::count_tokens(&app, anthropic::api_key(&headers), &req, body, &beta, &rid).await

@@ -16,7 +16,10 @@
 #     same body: issue 21's measure (no more CPU than the OpenAI caller to an OpenAI upstream);
 #   - ax at its defaults with a Responses caller (POST /v1/responses, the same messages as `input`)
 #     and the OpenAI upstream: translated, as every Responses request is today;
-#   - with a second binary, it at its defaults, plain and translated, in the same run; with
+#   - ax at its defaults with an Anthropic caller and the OpenAI upstream: translated the other way
+#     (Claude Code in front of an OpenAI-compatible model);
+#   - with a second binary, it at its defaults, plain, translated and Anthropic caller to the OpenAI
+#     upstream, in the same run; with
 #     AX_SIZES_AB=<rounds> as well, only the two at their defaults, alternating, round by round.
 # AX_SIZES_ROUNDS=<n> measures each size n times, nginx first in odd rounds and ax first in even
 # ones, and reports each ratio as the median of the rounds' own ratios: a ratio then compares two
@@ -141,8 +144,8 @@ if [ -n "$OTHER" ] && [ -n "${AX_SIZES_AB:-}" ]; then
   done
   exit 0
 fi
-HEAD='| body | nginx | nginx, access log | ax defaults | ax warn | ax governed | ax translated | ax messages → Anthropic | ax responses → OpenAI |'
-[ -n "$OTHER" ] && HEAD="$HEAD other defaults | other translated |"
+HEAD='| body | nginx | nginx, access log | ax defaults | ax warn | ax governed | ax translated | ax messages → Anthropic | ax responses → OpenAI | ax messages → OpenAI |'
+[ -n "$OTHER" ] && HEAD="$HEAD other defaults | other translated | other messages → OpenAI |"
 echo "$HEAD"
 echo "$HEAD" | awk -F'|' '{ s = "|---"; for (i = 3; i < NF; i++) s = s "|---:"; print s "|" }'
 RATIOS=()
@@ -157,6 +160,7 @@ ax_runs() {
   read -r tr_ tc < <(run "http://$addr/v1/chat/completions" "$tr" "$pid")
   read -r mr mc < <(run "http://$addr/v1/messages" "$msg" "$pid")
   read -r rr rc < <(run "http://$addr/v1/responses" "$rsp" "$pid")
+  read -r mor moc < <(run "http://$addr/v1/messages" "$mo" "$pid")
   stop_ax
   addr=$(start_ax "$AX" warn); pid=$(cat "$WORK/ax.pid")
   read -r wr wc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
@@ -165,30 +169,32 @@ ax_runs() {
 for n in 1 60 600; do
   plain=$(script "$n" "$KEY" chat); gov=$(script "$n" "$KEY-gov" chat); tr=$(script "$n" "$KEY" chat-an)
   msg=$(script "$n" "$KEY" chat-an messages); rsp=$(script "$n" "$KEY" chat responses)
+  mo=$(script "$n" "$KEY" chat messages)
   size=$(( $(wc -c < "$plain") / 1024 ))
   for round in $(seq "$ROUNDS"); do
     # Odd rounds measure nginx first, even rounds ax first: a box drifting during a round moves
     # the two sides of a ratio the other way in the next one.
     if [ $((round % 2)) -eq 1 ]; then nginx_runs; ax_runs; else ax_runs; nginx_runs; fi
     label="~${size} KB ($n msg)"; [ "$ROUNDS" -gt 1 ] && label="$label, round $round"
-    row="| $label | $nr / $nc | $lr / $lc | $dr / $dc | $wr / $wc | $gr / $gc | $tr_ / $tc | $mr / $mc | $rr / $rc |"
+    row="| $label | $nr / $nc | $lr / $lc | $dr / $dc | $wr / $wc | $gr / $gc | $tr_ / $tc | $mr / $mc | $rr / $rc | $mor / $moc |"
     if [ -n "$OTHER" ]; then
       addr=$(start_ax "$OTHER" ""); pid=$(cat "$WORK/ax.pid")
       read -r or oc < <(run "http://$addr/v1/chat/completions" "$plain" "$pid")
       read -r otr otc < <(run "http://$addr/v1/chat/completions" "$tr" "$pid")
+      read -r omr omc < <(run "http://$addr/v1/messages" "$mo" "$pid")
       stop_ax
-      row="$row $or / $oc | $otr / $otc |"
+      row="$row $or / $oc | $otr / $otc | $omr / $omc |"
     fi
     echo "$row"
     RATIOS+=("$size $(python3 -c "
-n,l,d,w,t,m,r=$nc,$lc,$dc,$wc,$tc,$mc,$rc; nr,dr=$nr,$dr
-print('%.3f %.3f %.3f %.3f %.3f %.3f' % (w/n, d/l, t/n, dr/nr, m/d, r/n))")")
+n,l,d,w,t,m,r,mo=$nc,$lc,$dc,$wc,$tc,$mc,$rc,$moc; nr,dr=$nr,$dr
+print('%.3f %.3f %.3f %.3f %.3f %.3f %.3f' % (w/n, d/l, t/n, dr/nr, m/d, r/n, mo/n))")")
   done
 done
 echo
 [ "$ROUNDS" -gt 1 ] && echo "Each ratio is the median of the $ROUNDS rounds' own ratios (each round's two sides measured minutes apart at most; the rounds' spread in brackets)."
-echo '| body | CPU: ax warn ÷ nginx | CPU: ax defaults ÷ nginx with access log | CPU: ax translated ÷ nginx | req/s: ax defaults ÷ nginx | CPU: messages → Anthropic ÷ chat → OpenAI | CPU: responses → OpenAI ÷ nginx |'
-echo '|---|---:|---:|---:|---:|---:|---:|'
+echo '| body | CPU: ax warn ÷ nginx | CPU: ax defaults ÷ nginx with access log | CPU: ax translated ÷ nginx | req/s: ax defaults ÷ nginx | CPU: messages → Anthropic ÷ chat → OpenAI | CPU: responses → OpenAI ÷ nginx | CPU: messages → OpenAI ÷ nginx |'
+echo '|---|---:|---:|---:|---:|---:|---:|---:|'
 printf '%s\n' "${RATIOS[@]}" | python3 -c "
 import sys, statistics
 rows = {}

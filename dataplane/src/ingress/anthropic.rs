@@ -562,16 +562,20 @@ pub fn decode_messages(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> R
     super::decode::json(bytes, mode)
 }
 
-/// A Messages body decoded for `/v1/messages`: the request in the canonical model, and whether
-/// the caller wants the thinking text. Its conversation walked (`walk`) where the walk reads it
-/// exactly, else decoded whole.
-pub fn decode_canonical(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<(ChatRequest, bool), AxError> {
+/// A Messages body in the canonical model (`to_canonical`), and whether the caller wants the
+/// thinking text: its conversation walked (`walk`) where the walk reads it exactly, else decoded
+/// whole.
+pub fn decode_canonical(
+    bytes: &[u8],
+    mode: ax_protocol::config::ParamsMode,
+    for_counting: bool,
+) -> Result<(ChatRequest, bool), AxError> {
     let (r, walked) = match walk::decode(bytes, mode) {
         Some((r, walked)) => (r, Some(walked)),
         None => (decode_messages(bytes, mode)?, None),
     };
     let shows = r.shows_thinking();
-    canonical(r, false, walked).map(|req| (req, shows))
+    canonical(r, for_counting, walked).map(|req| (req, shows))
 }
 
 /// A decoded Messages request in the canonical model. `max_tokens` is required unless
@@ -1014,11 +1018,9 @@ impl Events {
 
     fn close_block(&mut self, out: &mut Vec<u8>) {
         if let Some((index, _)) = self.open.take() {
-            Self::event(
-                out,
-                "content_block_stop",
-                &serde_json::json!({ "type": "content_block_stop", "index": index }),
-            );
+            out.extend_from_slice(b"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":");
+            out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+            out.extend_from_slice(b"}\n\n");
         }
     }
 
@@ -1041,12 +1043,19 @@ impl Events {
         index
     }
 
-    fn delta(out: &mut Vec<u8>, index: u32, delta: Value) {
-        Self::event(
-            out,
-            "content_block_delta",
-            &serde_json::json!({ "type": "content_block_delta", "index": index, "delta": delta }),
-        );
+    /// A `content_block_delta` of `kind` carrying `text` as its `field`. By hand, as it is most
+    /// of a stream's events: through a `serde_json::Value` each cost two maps built, written and
+    /// freed (~2,000 instructions an event).
+    fn delta(out: &mut Vec<u8>, index: u32, kind: &str, field: &str, text: &str) {
+        out.extend_from_slice(b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":");
+        out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+        out.extend_from_slice(b",\"delta\":{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"");
+        out.extend_from_slice(field.as_bytes());
+        out.extend_from_slice(b"\":");
+        let _ = serde_json::to_writer(&mut *out, text);
+        out.extend_from_slice(b"}}\n\n");
     }
 }
 
@@ -1074,12 +1083,12 @@ impl StreamEncoder for Events {
                     || serde_json::json!({ "type": "thinking", "thinking": "", "signature": "" }),
                 );
                 if self.show_thinking {
-                    Self::delta(&mut out, index, serde_json::json!({ "type": "thinking_delta", "thinking": text }));
+                    Self::delta(&mut out, index, "thinking_delta", "thinking", text);
                 }
             }
             if let Some(text) = c.content.as_deref().filter(|t| !t.is_empty()) {
                 let index = self.block(&mut out, Open::Text, || serde_json::json!({ "type": "text", "text": "" }));
-                Self::delta(&mut out, index, serde_json::json!({ "type": "text_delta", "text": text }));
+                Self::delta(&mut out, index, "text_delta", "text", text);
             }
             for t in &c.tool_calls {
                 let index = self.block(&mut out, Open::Tool(t.index), || {
@@ -1087,11 +1096,7 @@ impl StreamEncoder for Events {
                         "name": t.name.as_deref().unwrap_or_default(), "input": {} })
                 });
                 if !t.arguments.is_empty() {
-                    Self::delta(
-                        &mut out,
-                        index,
-                        serde_json::json!({ "type": "input_json_delta", "partial_json": t.arguments }),
-                    );
+                    Self::delta(&mut out, index, "input_json_delta", "partial_json", &t.arguments);
                 }
             }
             if c.finish_reason.is_some() {
@@ -1197,6 +1202,69 @@ mod tests {
                 thinking: output * think_pct / 100,
             },
         )
+    }
+
+    #[test]
+    fn stream_events_are_anthropics_with_the_texts_escaped() {
+        let mut e = Events::new("req_1", "m", true);
+        let choice = |f: fn(&mut ChunkChoice)| {
+            let mut c = ChunkChoice::default();
+            f(&mut c);
+            vec![c]
+        };
+        let mut sse =
+            String::from_utf8(e.chunk(&choice(|c| c.reasoning = Some("think \"hard\"\n".into()))).to_vec()).unwrap();
+        sse += std::str::from_utf8(&e.chunk(&choice(|c| c.content = Some("caf\u{e9} \u{1} ok".into())))).unwrap();
+        sse += std::str::from_utf8(&e.chunk(&choice(|c| {
+            c.tool_calls = vec![crate::canonical::ToolCallDelta {
+                index: 0,
+                id: Some("t1".into()),
+                name: Some("f".into()),
+                arguments: "{\"a\":".into(),
+            }]
+        })))
+        .unwrap();
+        sse += std::str::from_utf8(&e.finish(None)).unwrap();
+        let events: Vec<(String, Value)> = sse
+            .split("\n\n")
+            .filter(|b| !b.is_empty())
+            .map(|b| {
+                let (name, data) = b.split_once('\n').unwrap();
+                (
+                    name.strip_prefix("event: ").unwrap().to_owned(),
+                    serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap(),
+                )
+            })
+            .collect();
+        let delta = |i: u32, d: Value| json!({ "type": "content_block_delta", "index": i, "delta": d });
+        let stop = |i: u32| json!({ "type": "content_block_stop", "index": i });
+        let expected = [
+            (
+                "content_block_start",
+                json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "thinking", "thinking": "", "signature": "" } }),
+            ),
+            ("content_block_delta", delta(0, json!({ "type": "thinking_delta", "thinking": "think \"hard\"\n" }))),
+            ("content_block_stop", stop(0)),
+            (
+                "content_block_start",
+                json!({ "type": "content_block_start", "index": 1, "content_block": { "type": "text", "text": "" } }),
+            ),
+            ("content_block_delta", delta(1, json!({ "type": "text_delta", "text": "caf\u{e9} \u{1} ok" }))),
+            ("content_block_stop", stop(1)),
+            (
+                "content_block_start",
+                json!({ "type": "content_block_start", "index": 2, "content_block": { "type": "tool_use", "id": "t1", "name": "f", "input": {} } }),
+            ),
+            ("content_block_delta", delta(2, json!({ "type": "input_json_delta", "partial_json": "{\"a\":" }))),
+            ("content_block_stop", stop(2)),
+        ];
+        // Those, then `message_delta` and `message_stop`.
+        assert_eq!(events.len(), expected.len() + 2, "{sse}");
+        for (got, (name, data)) in events.iter().zip(expected) {
+            assert_eq!((got.0.as_str(), &got.1), (name, &data));
+        }
+        // Each delta as Anthropic writes it: type, index, delta, in that order.
+        assert!(sse.contains(r#"data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"café \u0001 ok"}}"#), "{sse}");
     }
 
     fn event(data: Value) -> SseEvent {
