@@ -866,7 +866,47 @@ impl Events {
         let _ = serde_json::to_writer(&mut *out, &data);
         out.extend_from_slice(b"\n\n");
     }
+}
 
+/// A text delta event (`kind`, most of a stream's events) by hand: through a `serde_json::Value`
+/// each cost a map built, written and freed. `part` is the `summary_index` or `content_index`
+/// key the event has; `logprobs` whether it carries an empty `logprobs`.
+#[allow(clippy::too_many_arguments)]
+fn delta_event(
+    out: &mut Vec<u8>,
+    seq: &mut u64,
+    kind: &str,
+    item_id: &str,
+    index: usize,
+    part: Option<&str>,
+    delta: &str,
+    logprobs: bool,
+) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"item_id\":");
+    let _ = serde_json::to_writer(&mut *out, item_id);
+    out.extend_from_slice(b",\"output_index\":");
+    out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+    if let Some(part) = part {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(part.as_bytes());
+        out.extend_from_slice(b"\":0");
+    }
+    out.extend_from_slice(b",\"delta\":");
+    let _ = serde_json::to_writer(&mut *out, delta);
+    if logprobs {
+        out.extend_from_slice(b",\"logprobs\":[]");
+    }
+    out.extend_from_slice(b",\"sequence_number\":");
+    out.extend_from_slice(itoa::Buffer::new().format(*seq).as_bytes());
+    *seq += 1;
+    out.extend_from_slice(b"}\n\n");
+}
+
+impl Events {
     /// The id of the next output item: `<prefix>_<response>_<index>`.
     fn item_id(&self, prefix: &str) -> String {
         format!("{prefix}_{}_{}", self.rid, self.output.len())
@@ -962,8 +1002,8 @@ impl StreamEncoder for Events {
                 }
                 if let Some((index, item_id, Open::Reasoning { text })) = &mut self.open {
                     text.push_str(delta);
-                    let data = json!({ "item_id": item_id, "output_index": index, "summary_index": 0, "delta": delta });
-                    self.event(&mut out, "response.reasoning_summary_text.delta", data);
+                    let kind = "response.reasoning_summary_text.delta";
+                    delta_event(&mut out, &mut self.seq, kind, item_id, *index, Some("summary_index"), delta, false);
                 }
             }
             if let Some(delta) = c.content.as_deref().filter(|t| !t.is_empty()) {
@@ -972,8 +1012,8 @@ impl StreamEncoder for Events {
                 }
                 if let Some((index, item_id, Open::Message { text })) = &mut self.open {
                     text.push_str(delta);
-                    let data = json!({ "item_id": item_id, "output_index": index, "content_index": 0, "delta": delta, "logprobs": [] });
-                    self.event(&mut out, "response.output_text.delta", data);
+                    let kind = "response.output_text.delta";
+                    delta_event(&mut out, &mut self.seq, kind, item_id, *index, Some("content_index"), delta, true);
                 }
             }
             for t in &c.tool_calls {
@@ -987,8 +1027,8 @@ impl StreamEncoder for Events {
                 if let Some((index, item_id, Open::Call { arguments, .. })) = &mut self.open {
                     if !t.arguments.is_empty() {
                         arguments.push_str(&t.arguments);
-                        let data = json!({ "item_id": item_id, "output_index": index, "delta": t.arguments });
-                        self.event(&mut out, "response.function_call_arguments.delta", data);
+                        let kind = "response.function_call_arguments.delta";
+                        delta_event(&mut out, &mut self.seq, kind, item_id, *index, None, &t.arguments, false);
                     }
                 }
             }
