@@ -176,6 +176,17 @@ impl<'a> Skim<'a> {
         Ok(start..self.i)
     }
 
+    /// Skips the value of the member whose key `object` handed over, and appends the member as
+    /// written (`,` then the key, quotes included, through its value) to `out`: a walk's copy of
+    /// the members it leaves to serde.
+    pub fn copy_member(&mut self, key: &'a [u8], out: &mut Vec<u8>) -> Result<(), SkimError> {
+        let member = key.as_ptr() as usize - self.b.as_ptr() as usize - 1;
+        self.value()?;
+        out.push(b',');
+        out.extend_from_slice(&self.b[member..self.i]);
+        Ok(())
+    }
+
     /// Decodes the value at the cursor on its own (a model name, a flag, a limit).
     pub fn decode<T: DeserializeOwned>(&mut self) -> Result<T, SkimError> {
         let span = self.value()?;

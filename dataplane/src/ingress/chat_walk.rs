@@ -37,10 +37,7 @@ pub fn decode_chat(bytes: &[u8], mode: ParamsMode) -> Option<ChatRequest> {
             }
             messages = Some(conversation(s, text)?);
         } else {
-            let member = k.as_ptr() as usize - bytes.as_ptr() as usize - 1;
-            s.value()?;
-            rest.push(b',');
-            rest.extend_from_slice(&bytes[member..s.pos()]);
+            s.copy_member(k, &mut rest)?;
         }
         Ok(())
     })

@@ -396,10 +396,7 @@ fn long_texts_go_to_anthropic_as_slices_of_the_callers_body() {
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, reasoning: false };
     let payload = encode_chat(ctx, &req).unwrap();
     let crate::body::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the texts were copied") };
-    let in_body = |p: &bytes::Bytes| {
-        let (start, at) = (body.as_ptr() as usize, p.as_ptr() as usize);
-        at >= start && at + p.len() <= start + body.len()
-    };
+    let in_body = |p: &bytes::Bytes| within(&body, p);
     // The three long texts are slices of the caller's body; the short one was copied.
     let literal = serde_json::to_string(&long).unwrap();
     let shared: Vec<&bytes::Bytes> = pieces.iter().filter(|p| in_body(p)).collect();
@@ -440,10 +437,7 @@ fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_a
     let ctx = Ctx { kind: ProviderKind::Openai, model: "up", max_tokens: 100, reasoning: false };
     let payload = encode_chat(ctx, &req).unwrap();
     let crate::body::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the long texts were copied") };
-    let in_body = |p: &bytes::Bytes| {
-        let (start, at) = (body.as_ptr() as usize, p.as_ptr() as usize);
-        at >= start && at + p.len() <= start + body.len()
-    };
+    let in_body = |p: &bytes::Bytes| within(&body, p);
     assert_eq!(pieces.iter().filter(|p| in_body(p)).count(), 2, "{pieces:?}");
     let text = String::from_utf8(payload.to_vec()).unwrap();
     assert!(text.starts_with(r#"{"model":"up","messages":[{"role":"system","content":""#), "{text}");
@@ -467,4 +461,10 @@ fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_a
         encode_chat(ctx, &bare).unwrap().to_vec(),
         br#"{"model":"up","messages":[{"role":"user","content":"hi"}]}"#.to_vec()
     );
+}
+
+/// Whether `piece` is a slice of `body` (shared, not copied).
+fn within(body: &bytes::Bytes, piece: &bytes::Bytes) -> bool {
+    let (start, at) = (body.as_ptr() as usize, piece.as_ptr() as usize);
+    at >= start && at + piece.len() <= start + body.len()
 }

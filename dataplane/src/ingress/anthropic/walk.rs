@@ -46,12 +46,7 @@ pub fn decode(bytes: &[u8], mode: ParamsMode) -> Option<(MessagesRequest, Walked
             Some(b"messages") if turns.is_none() => turns = Some(conversation(s, text)?),
             Some(b"system") if system.is_none() => system = Some(system_of(s, text)?),
             Some(b"messages" | b"system") => return Err(SkimError::declined()),
-            _ => {
-                let member = k.as_ptr() as usize - bytes.as_ptr() as usize - 1;
-                s.value()?;
-                rest.push(b',');
-                rest.extend_from_slice(&bytes[member..s.pos()]);
-            }
+            _ => s.copy_member(k, &mut rest)?,
         }
         Ok(())
     })
