@@ -163,6 +163,7 @@ pub fn messages_request(data: &[u8]) {
     for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
         let walked = crate::canonical::decoding(&body, |b| anthropic::decode_canonical(b, mode, false));
         let whole = anthropic::decode_messages(data, mode).and_then(|r| {
+            crate::ingress::decode::judge(&anthropic::walk::unknown_block_keys(data), mode)?;
             let shows = r.shows_thinking();
             anthropic::to_canonical(r, false).map(|req| (req, shows))
         });

@@ -572,7 +572,11 @@ pub fn decode_canonical(
 ) -> Result<(ChatRequest, bool), AxError> {
     let (r, walked) = match walk::decode(bytes, mode) {
         Some((r, walked)) => (r, Some(walked)),
-        None => (decode_messages(bytes, mode)?, None),
+        None => {
+            let r = decode_messages(bytes, mode)?;
+            super::decode::judge(&walk::unknown_block_keys(bytes), mode)?;
+            (r, None)
+        }
     };
     let shows = r.shows_thinking();
     canonical(r, for_counting, walked).map(|req| (req, shows))

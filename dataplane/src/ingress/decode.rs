@@ -76,7 +76,7 @@ pub fn exact<T: DeserializeOwned>(text: &str) -> Option<T> {
 }
 
 /// Unknown fields: refused (strict) or dropped with a warning (lenient).
-fn judge(unknown: &[String], mode: ParamsMode) -> Result<(), AxError> {
+pub fn judge(unknown: &[String], mode: ParamsMode) -> Result<(), AxError> {
     if let Some(first) = unknown.first() {
         match mode {
             ParamsMode::Strict => {

@@ -13,7 +13,11 @@
 //! runs (its errors name the field at fault): on a key it does not know in a message or block, a
 //! duplicate, a block type it does not read (images, documents, tool references, server tools),
 //! an escaped type or role, a value of an unexpected type, a string serde would refuse, and on
-//! every error. The property test below holds the two to the same request.
+//! every error. The property tests below hold the two to the same request.
+//!
+//! `unknown_block_keys` is strict mode's check of the keys inside blocks for a body decoded whole:
+//! serde reads a tagged or untagged enum from a buffered copy, which `serde_ignored` does not
+//! see, so a key no block type names (`cache_contrl`) went through unjudged.
 
 use std::ops::Range;
 
@@ -22,7 +26,7 @@ use ax_protocol::config::ParamsMode;
 use super::MessagesRequest;
 use crate::canonical::{Content, ContentPart, FunctionCall, Message, Role, Text, ToolCall, ToolKind};
 use crate::ingress::decode::{exact, Known};
-use crate::skim::{key_bytes, string_text, Skim, SkimError};
+use crate::skim::{key_bytes, key_text, string_text, Skim, SkimError};
 
 /// `system` and `messages` as canonical messages, in `to_canonical`'s order.
 pub struct Walked {
@@ -283,10 +287,8 @@ fn block(s: &mut Skim<'_>, text: &str) -> Result<Block, SkimError> {
     if kind.1 {
         return Err(SkimError::declined());
     }
-    // The variant's own keys and the ones it names to pass over (`BlockIn`). Another variant's
-    // key is handed over though the whole decode passes over it today (serde reads an internally
-    // tagged block from its buffered copy, which `serde_ignored` does not see): the walk stays
-    // exact whichever way that goes.
+    // The variant's own keys and the ones it names to pass over (`BlockIn`, `block_keys`): another
+    // is handed over, and the whole decode's `unknown_block_keys` judges it.
     let (allowed, block) = match &text.as_bytes()[kind.0.start + 1..kind.0.end - 1] {
         b"text" => {
             (TEXT | CACHE_CONTROL | CITATIONS, Block::Text(literal(text, f.text.ok_or_else(SkimError::declined)?)?))
@@ -396,6 +398,113 @@ fn result_text(s: &mut Skim<'_>, text: &str) -> Result<Text, SkimError> {
     }
 }
 
+/// The keys each block type names besides `type` (`BlockIn`'s variants, `TextBlockIn`,
+/// `ImageSourceIn`'s): what strict mode lets through inside a block.
+fn block_keys(kind: &[u8]) -> Option<&'static [&'static str]> {
+    Some(match kind {
+        b"text" => &["text", "cache_control", "citations"],
+        b"image" => &["source", "cache_control", "transformations"],
+        b"document" => &["source", "cache_control", "title", "context", "citations"],
+        b"tool_use" => &["id", "name", "input", "cache_control", "caller", "toolset_name"],
+        b"tool_result" => &["tool_use_id", "content", "is_error", "cache_control", "toolset_name"],
+        b"tool_reference" => &["tool_name", "cache_control"],
+        b"thinking" => &["thinking", "signature"],
+        b"redacted_thinking" => &["data"],
+        b"base64" => &["media_type", "data"],
+        b"url" => &["url"],
+        _ => return None,
+    })
+}
+
+/// The paths of the keys inside content blocks, `system` blocks and image sources that their
+/// type does not name (`messages.0.content.1.cache_contrl`), for a body the whole decode read:
+/// serde reads a tagged or untagged enum from a buffered copy, which `serde_ignored` does not
+/// see, so strict mode would otherwise let them through. A body the walk read has none (it hands
+/// over a block with a key it does not know).
+pub fn unknown_block_keys(bytes: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut s = Skim::new(bytes);
+    let _ = s.object(|k, escaped, s| {
+        match key_text(k, escaped).as_deref() {
+            Some("messages") if s.next_byte() == Some(b'[') => {
+                let mut i = 0;
+                s.array(|s| {
+                    let at = format!("messages.{i}");
+                    i += 1;
+                    if s.next_byte() != Some(b'{') {
+                        return s.value().map(drop);
+                    }
+                    s.object(|k, escaped, s| match key_text(k, escaped).as_deref() {
+                        Some("content") => blocks(s, bytes, &format!("{at}.content"), &mut out),
+                        _ => s.value().map(drop),
+                    })
+                })?;
+            }
+            Some("system") => blocks(s, bytes, "system", &mut out)?,
+            _ => {
+                s.value()?;
+            }
+        }
+        Ok(())
+    });
+    out
+}
+
+/// An array of blocks at `at` (anything else is passed over): each block's keys checked against
+/// its type's, a tool result's content and an image's source in turn.
+fn blocks(s: &mut Skim<'_>, bytes: &[u8], at: &str, out: &mut Vec<String>) -> Result<(), SkimError> {
+    if s.next_byte() != Some(b'[') {
+        return s.value().map(drop);
+    }
+    let mut j = 0;
+    s.array(|s| {
+        let path = format!("{at}.{j}");
+        j += 1;
+        block_object(s, bytes, &path, at == "system", out)
+    })
+}
+
+fn block_object(
+    s: &mut Skim<'_>,
+    bytes: &[u8],
+    path: &str,
+    system: bool,
+    out: &mut Vec<String>,
+) -> Result<(), SkimError> {
+    if s.next_byte() != Some(b'{') {
+        return s.value().map(drop);
+    }
+    let (mut kind, mut keys, mut source) = (None, Vec::new(), None);
+    s.object(|k, escaped, s| {
+        let key = key_text(k, escaped).map(std::borrow::Cow::into_owned).unwrap_or_default();
+        match key.as_str() {
+            "type" => kind = s.decode::<String>().ok(),
+            "content" => blocks(s, bytes, &format!("{path}.content"), out)?,
+            "source" => source = Some(s.value()?),
+            _ => {
+                s.value()?;
+            }
+        }
+        keys.push(key);
+        Ok(())
+    })?;
+    // A `system` block's type is any value (`TextBlockIn` names only its keys).
+    let known: &[&str] = if system {
+        &["text", "cache_control", "citations"]
+    } else {
+        match kind.as_deref().map(str::as_bytes).and_then(block_keys) {
+            Some(k) => k,
+            None => return Ok(()), // an unknown type: serde refuses the body itself
+        }
+    };
+    out.extend(keys.into_iter().filter(|k| k != "type" && !known.contains(&k.as_str())).map(|k| format!("{path}.{k}")));
+    // An image's source is typed too (a document's is any object).
+    if let (Some("image"), Some(span)) = (kind.as_deref(), source) {
+        block_object(&mut Skim::new(&bytes[span]), bytes, &format!("{path}.source"), false, out)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,11 +516,12 @@ mod tests {
         r.map(|(req, shows)| (serde_json::to_value(&req).unwrap(), shows)).map_err(|e| e.to_string())
     }
 
-    /// The whole decode's result, for comparison.
+    /// The whole decode's result (with strict mode's check of block keys), for comparison.
     fn whole(body: &[u8], mode: ParamsMode) -> Read {
         let bytes = bytes::Bytes::copy_from_slice(body);
         seen(crate::canonical::decoding(&bytes, |b| {
             let r = super::super::decode_messages(b, mode)?;
+            crate::ingress::decode::judge(&unknown_block_keys(b), mode)?;
             let shows = r.shows_thinking();
             super::super::to_canonical(r, false).map(|req| (req, shows))
         }))
@@ -471,6 +581,69 @@ mod tests {
 
     // The generators take `bad`, the weight of each choice the walk must hand over (against 8 to
     // 16 for the others): 0 makes bodies it must take whole.
+
+    /// `/v1/messages`'s decode as ingress runs it.
+    fn decoded(body: &str, mode: ParamsMode) -> Result<serde_json::Value, String> {
+        let bytes = bytes::Bytes::copy_from_slice(body.as_bytes());
+        seen(crate::canonical::decoding(&bytes, |b| super::super::decode_canonical(b, mode, false))).map(|(req, _)| req)
+    }
+
+    #[test]
+    fn strict_mode_refuses_a_key_a_block_type_does_not_name_and_lenient_drops_it() {
+        let body = |block: &str| {
+            format!(
+                r#"{{"model":"m","max_tokens":1,"system":[{{"type":"text","text":"s"}}],"messages":[{{"role":"user","content":[{block}]}}]}}"#
+            )
+        };
+        let plain = decoded(&body(r#"{"type":"text","text":"a"}"#), ParamsMode::Strict).unwrap();
+        for (block, path) in [
+            (r#"{"type":"text","text":"a","cache_contrl":{}}"#, "messages.0.content.0.cache_contrl"),
+            (r#"{"type":"text","text":"a","id":"x"}"#, "messages.0.content.0.id"),
+            (r#"{"text":"a","extra":1,"type":"text"}"#, "messages.0.content.0.extra"),
+            (
+                r#"{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a","x":1}]}"#,
+                "messages.0.content.0.content.0.x",
+            ),
+            (
+                r#"{"type":"image","source":{"type":"url","url":"https://x/a.png","media_type":"image/png"}}"#,
+                "messages.0.content.0.source.media_type",
+            ),
+        ] {
+            let e = decoded(&body(block), ParamsMode::Strict).expect_err(block);
+            assert!(e.contains(path), "{block}: {e}");
+            assert!(decoded(&body(block), ParamsMode::Lenient).is_ok(), "{block}");
+        }
+        let lenient = decoded(&body(r#"{"type":"text","text":"a","cache_contrl":{}}"#), ParamsMode::Lenient).unwrap();
+        assert_eq!(lenient, plain, "dropped, the rest as without it");
+        let system = r#"{"model":"m","max_tokens":1,"system":[{"type":"text","text":"s","tilte":"t"}],"messages":[{"role":"user","content":"a"}]}"#;
+        assert!(decoded(system, ParamsMode::Strict).expect_err("system").contains("system.0.tilte"));
+    }
+
+    #[test]
+    fn every_key_a_block_type_names_is_taken_in_strict_mode() {
+        let blocks = [
+            r#"{"type":"text","text":"a","cache_control":{"type":"ephemeral"},"citations":null}"#,
+            r#"{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"},"cache_control":{"type":"ephemeral"},"transformations":[]}"#,
+            r#"{"type":"image","source":{"type":"url","url":"https://x/a.png"}}"#,
+            r#"{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"},"cache_control":null,"title":"t","context":"c","citations":{"enabled":true}}"#,
+            r#"{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"r"},{"type":"tool_reference","tool_name":"f","cache_control":null}],"is_error":false,"cache_control":null,"toolset_name":"s"}"#,
+            r#"{"type":"thinking","thinking":"hm","signature":"sig"}"#,
+            r#"{"type":"redacted_thinking","data":"x"}"#,
+        ];
+        let assistant = r#"{"type":"tool_use","id":"t","name":"f","input":{},"cache_control":null,"caller":{"type":"direct"},"toolset_name":"s"}"#;
+        let body = format!(
+            r#"{{"model":"m","max_tokens":1,"system":[{{"type":"text","text":"s","cache_control":{{"type":"ephemeral"}},"citations":null}}],
+            "tools":[{{"name":"f","input_schema":{{"type":"object"}},"defer_loading":true}}],
+            "messages":[{{"role":"assistant","content":[{assistant}]}},{{"role":"user","content":[{}]}}]}}"#,
+            blocks.join(",")
+        );
+        assert!(walk_keys(&body).is_empty(), "{:?}", walk_keys(&body));
+        decoded(&body, ParamsMode::Strict).unwrap();
+    }
+
+    fn walk_keys(body: &str) -> Vec<String> {
+        unknown_block_keys(body.as_bytes())
+    }
 
     fn arb_string(bad: u32) -> BoxedStrategy<String> {
         prop_oneof![
