@@ -838,6 +838,53 @@ type BoxFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
 /// Given the completed response object, the work that stores it.
 pub type Save = Box<dyn FnOnce(Bytes) -> BoxFuture + Send>;
 
+/// The three text deltas of a stream, most of its events: the event, the index key it has
+/// besides `output_index`, whether it carries an empty `logprobs`.
+#[derive(Clone, Copy)]
+enum Delta {
+    Reasoning,
+    Text,
+    Arguments,
+}
+
+impl Delta {
+    fn shape(self) -> (&'static str, Option<&'static str>, bool) {
+        match self {
+            Self::Reasoning => ("response.reasoning_summary_text.delta", Some("summary_index"), false),
+            Self::Text => ("response.output_text.delta", Some("content_index"), true),
+            Self::Arguments => ("response.function_call_arguments.delta", None, false),
+        }
+    }
+}
+
+/// A delta event by hand: through a `serde_json::Value` each cost a map built, written and freed
+/// (~4,500 instructions an event).
+fn delta_event(out: &mut Vec<u8>, seq: &mut u64, delta: Delta, item_id: &str, index: usize, text: &str) {
+    let (kind, part, logprobs) = delta.shape();
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"item_id\":");
+    let _ = serde_json::to_writer(&mut *out, item_id);
+    out.extend_from_slice(b",\"output_index\":");
+    out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+    if let Some(part) = part {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(part.as_bytes());
+        out.extend_from_slice(b"\":0");
+    }
+    out.extend_from_slice(b",\"delta\":");
+    let _ = serde_json::to_writer(&mut *out, text);
+    if logprobs {
+        out.extend_from_slice(b",\"logprobs\":[]");
+    }
+    out.extend_from_slice(b",\"sequence_number\":");
+    out.extend_from_slice(itoa::Buffer::new().format(*seq).as_bytes());
+    *seq += 1;
+    out.extend_from_slice(b"}\n\n");
+}
+
 impl Events {
     pub fn new(id: &str, model: &str, namespaces: Vec<String>, echo: Echo, save: Option<Save>) -> Self {
         Self {
@@ -866,47 +913,6 @@ impl Events {
         let _ = serde_json::to_writer(&mut *out, &data);
         out.extend_from_slice(b"\n\n");
     }
-}
-
-/// A text delta event (`kind`, most of a stream's events) by hand: through a `serde_json::Value`
-/// each cost a map built, written and freed. `part` is the `summary_index` or `content_index`
-/// key the event has; `logprobs` whether it carries an empty `logprobs`.
-#[allow(clippy::too_many_arguments)]
-fn delta_event(
-    out: &mut Vec<u8>,
-    seq: &mut u64,
-    kind: &str,
-    item_id: &str,
-    index: usize,
-    part: Option<&str>,
-    delta: &str,
-    logprobs: bool,
-) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\ndata: {\"type\":\"");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\",\"item_id\":");
-    let _ = serde_json::to_writer(&mut *out, item_id);
-    out.extend_from_slice(b",\"output_index\":");
-    out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
-    if let Some(part) = part {
-        out.extend_from_slice(b",\"");
-        out.extend_from_slice(part.as_bytes());
-        out.extend_from_slice(b"\":0");
-    }
-    out.extend_from_slice(b",\"delta\":");
-    let _ = serde_json::to_writer(&mut *out, delta);
-    if logprobs {
-        out.extend_from_slice(b",\"logprobs\":[]");
-    }
-    out.extend_from_slice(b",\"sequence_number\":");
-    out.extend_from_slice(itoa::Buffer::new().format(*seq).as_bytes());
-    *seq += 1;
-    out.extend_from_slice(b"}\n\n");
-}
-
-impl Events {
     /// The id of the next output item: `<prefix>_<response>_<index>`.
     fn item_id(&self, prefix: &str) -> String {
         format!("{prefix}_{}_{}", self.rid, self.output.len())
@@ -1002,8 +1008,7 @@ impl StreamEncoder for Events {
                 }
                 if let Some((index, item_id, Open::Reasoning { text })) = &mut self.open {
                     text.push_str(delta);
-                    let kind = "response.reasoning_summary_text.delta";
-                    delta_event(&mut out, &mut self.seq, kind, item_id, *index, Some("summary_index"), delta, false);
+                    delta_event(&mut out, &mut self.seq, Delta::Reasoning, item_id, *index, delta);
                 }
             }
             if let Some(delta) = c.content.as_deref().filter(|t| !t.is_empty()) {
@@ -1012,8 +1017,7 @@ impl StreamEncoder for Events {
                 }
                 if let Some((index, item_id, Open::Message { text })) = &mut self.open {
                     text.push_str(delta);
-                    let kind = "response.output_text.delta";
-                    delta_event(&mut out, &mut self.seq, kind, item_id, *index, Some("content_index"), delta, true);
+                    delta_event(&mut out, &mut self.seq, Delta::Text, item_id, *index, delta);
                 }
             }
             for t in &c.tool_calls {
@@ -1027,8 +1031,7 @@ impl StreamEncoder for Events {
                 if let Some((index, item_id, Open::Call { arguments, .. })) = &mut self.open {
                     if !t.arguments.is_empty() {
                         arguments.push_str(&t.arguments);
-                        let kind = "response.function_call_arguments.delta";
-                        delta_event(&mut out, &mut self.seq, kind, item_id, *index, None, &t.arguments, false);
+                        delta_event(&mut out, &mut self.seq, Delta::Arguments, item_id, *index, &t.arguments);
                     }
                 }
             }
