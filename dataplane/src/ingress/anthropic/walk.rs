@@ -123,15 +123,13 @@ fn system_block(s: &mut Skim<'_>, text: &str) -> Result<Text, SkimError> {
     }
     let (mut out, mut seen) = (None, 0u16);
     s.object(|k, escaped, s| {
-        let bit = match key_bytes(k, escaped).as_deref() {
-            Some(b"text") => 1,
-            Some(b"type") => 2,
-            Some(b"cache_control") => 4,
-            Some(b"citations") => 8,
-            _ => return Err(SkimError::declined()),
-        };
+        let bit = key_bytes(k, escaped).map_or(0, |k| bit(&k));
+        // Its type is any value (`TextBlockIn` names only its keys).
+        if bit & (const { mask(SYSTEM_KEYS) } | TYPE) == 0 {
+            return Err(SkimError::declined());
+        }
         once(&mut seen, bit)?;
-        if bit == 1 {
+        if bit == TEXT {
             out = Some(literal(text, string_at(s)?)?);
         } else {
             known(s, text)?;
@@ -250,7 +248,7 @@ enum Block {
     Thinking,
 }
 
-/// A block's keys, as bits (which may appear, and which did).
+/// A block's keys, as bits (which may appear, and which did); `bit` names them.
 const TYPE: u16 = 1;
 const TEXT: u16 = 1 << 1;
 const CACHE_CONTROL: u16 = 1 << 2;
@@ -266,6 +264,38 @@ const IS_ERROR: u16 = 1 << 11;
 const THINKING: u16 = 1 << 12;
 const SIGNATURE: u16 = 1 << 13;
 const DATA: u16 = 1 << 14;
+
+/// The bit of a key some block type the walk reads names; 0 for any other.
+const fn bit(key: &[u8]) -> u16 {
+    match key {
+        b"type" => TYPE,
+        b"text" => TEXT,
+        b"cache_control" => CACHE_CONTROL,
+        b"citations" => CITATIONS,
+        b"id" => ID,
+        b"name" => NAME,
+        b"input" => INPUT,
+        b"caller" => CALLER,
+        b"toolset_name" => TOOLSET_NAME,
+        b"tool_use_id" => TOOL_USE_ID,
+        b"content" => CONTENT,
+        b"is_error" => IS_ERROR,
+        b"thinking" => THINKING,
+        b"signature" => SIGNATURE,
+        b"data" => DATA,
+        _ => 0,
+    }
+}
+
+/// The bits of `keys` (at compile time: `const { mask(…) }`).
+const fn mask(keys: &[&str]) -> u16 {
+    let (mut m, mut i) = (0, 0);
+    while i < keys.len() {
+        m |= bit(keys[i].as_bytes());
+        i += 1;
+    }
+    m
+}
 
 /// What a block's keys hold: strings as their spans, `input` as the arguments it makes, a tool
 /// result's `content` as its text (read whatever the type; only `tool_result` may have them).
@@ -287,12 +317,10 @@ fn block(s: &mut Skim<'_>, text: &str) -> Result<Block, SkimError> {
     if kind.1 {
         return Err(SkimError::declined());
     }
-    // The variant's own keys and the ones it names to pass over (`BlockIn`, `block_keys`): another
-    // is handed over, and the whole decode's `unknown_block_keys` judges it.
+    // The variant's own keys and the ones it names to pass over (`block_keys`): another is
+    // handed over, and the whole decode's `unknown_block_keys` judges it.
     let (allowed, block) = match &text.as_bytes()[kind.0.start + 1..kind.0.end - 1] {
-        b"text" => {
-            (TEXT | CACHE_CONTROL | CITATIONS, Block::Text(literal(text, f.text.ok_or_else(SkimError::declined)?)?))
-        }
+        b"text" => (const { mask(TEXT_KEYS) }, Block::Text(literal(text, f.text.ok_or_else(SkimError::declined)?)?)),
         b"tool_use" => {
             // `input` as serde_json writes the value serde read (`null` when there is none).
             let arguments = f.arguments.unwrap_or_else(|| serde_json::Value::Null.to_string());
@@ -301,7 +329,7 @@ fn block(s: &mut Skim<'_>, text: &str) -> Result<Block, SkimError> {
                 kind: ToolKind::Function,
                 function: FunctionCall { name: decoded(text, f.name.ok_or_else(SkimError::declined)?)?, arguments },
             };
-            (ID | NAME | INPUT | CACHE_CONTROL | CALLER | TOOLSET_NAME, Block::Call(call))
+            (const { mask(TOOL_USE_KEYS) }, Block::Call(call))
         }
         b"tool_result" => {
             let id = decoded(text, f.tool_use_id.ok_or_else(SkimError::declined)?)?;
@@ -309,10 +337,10 @@ fn block(s: &mut Skim<'_>, text: &str) -> Result<Block, SkimError> {
             let result = if f.is_error { Text::from(format!("Error: {}", result.as_str())) } else { result };
             let m =
                 Message { content: Some(Content::Text(result)), tool_call_id: Some(id), ..Message::new(Role::Tool) };
-            (TOOL_USE_ID | CONTENT | IS_ERROR | CACHE_CONTROL | TOOLSET_NAME, Block::Result(m))
+            (const { mask(TOOL_RESULT_KEYS) }, Block::Result(m))
         }
-        b"thinking" => (THINKING | SIGNATURE, Block::Thinking),
-        b"redacted_thinking" => (DATA, Block::Thinking),
+        b"thinking" => (const { mask(THINKING_KEYS) }, Block::Thinking),
+        b"redacted_thinking" => (const { mask(REDACTED_THINKING_KEYS) }, Block::Thinking),
         _ => return Err(SkimError::declined()),
     };
     if seen & !(allowed | TYPE) != 0 {
@@ -328,25 +356,10 @@ fn fields(s: &mut Skim<'_>, text: &str) -> Result<(Fields, u16), SkimError> {
     }
     let (mut f, mut seen) = (Fields::default(), 0u16);
     s.object(|k, escaped, s| {
-        let key = key_bytes(k, escaped).ok_or_else(SkimError::declined)?;
-        let bit = match &*key {
-            b"type" => TYPE,
-            b"text" => TEXT,
-            b"cache_control" => CACHE_CONTROL,
-            b"citations" => CITATIONS,
-            b"id" => ID,
-            b"name" => NAME,
-            b"input" => INPUT,
-            b"caller" => CALLER,
-            b"toolset_name" => TOOLSET_NAME,
-            b"tool_use_id" => TOOL_USE_ID,
-            b"content" => CONTENT,
-            b"is_error" => IS_ERROR,
-            b"thinking" => THINKING,
-            b"signature" => SIGNATURE,
-            b"data" => DATA,
-            _ => return Err(SkimError::declined()),
-        };
+        let bit = key_bytes(k, escaped).map_or(0, |k| bit(&k));
+        if bit == 0 {
+            return Err(SkimError::declined());
+        }
         once(&mut seen, bit)?;
         match bit {
             TYPE => f.kind = Some(string_at(s)?),
@@ -399,17 +412,24 @@ fn result_text(s: &mut Skim<'_>, text: &str) -> Result<Text, SkimError> {
 }
 
 /// The keys each block type names besides `type` (`BlockIn`'s variants, `TextBlockIn`,
-/// `ImageSourceIn`'s): what strict mode lets through inside a block.
+/// `ImageSourceIn`'s): what strict mode lets through inside a block, and what the walk reads.
+const TEXT_KEYS: &[&str] = &["text", "cache_control", "citations"];
+const SYSTEM_KEYS: &[&str] = TEXT_KEYS;
+const TOOL_USE_KEYS: &[&str] = &["id", "name", "input", "cache_control", "caller", "toolset_name"];
+const TOOL_RESULT_KEYS: &[&str] = &["tool_use_id", "content", "is_error", "cache_control", "toolset_name"];
+const THINKING_KEYS: &[&str] = &["thinking", "signature"];
+const REDACTED_THINKING_KEYS: &[&str] = &["data"];
+
 fn block_keys(kind: &[u8]) -> Option<&'static [&'static str]> {
     Some(match kind {
-        b"text" => &["text", "cache_control", "citations"],
+        b"text" => TEXT_KEYS,
         b"image" => &["source", "cache_control", "transformations"],
         b"document" => &["source", "cache_control", "title", "context", "citations"],
-        b"tool_use" => &["id", "name", "input", "cache_control", "caller", "toolset_name"],
-        b"tool_result" => &["tool_use_id", "content", "is_error", "cache_control", "toolset_name"],
+        b"tool_use" => TOOL_USE_KEYS,
+        b"tool_result" => TOOL_RESULT_KEYS,
         b"tool_reference" => &["tool_name", "cache_control"],
-        b"thinking" => &["thinking", "signature"],
-        b"redacted_thinking" => &["data"],
+        b"thinking" => THINKING_KEYS,
+        b"redacted_thinking" => REDACTED_THINKING_KEYS,
         b"base64" => &["media_type", "data"],
         b"url" => &["url"],
         _ => return None,
@@ -490,7 +510,7 @@ fn block_object(
     })?;
     // A `system` block's type is any value (`TextBlockIn` names only its keys).
     let known: &[&str] = if system {
-        &["text", "cache_control", "citations"]
+        SYSTEM_KEYS
     } else {
         match kind.as_deref().map(str::as_bytes).and_then(block_keys) {
             Some(k) => k,
