@@ -194,10 +194,7 @@ impl ChatRequest {
     }
 
     pub fn has_images(&self) -> bool {
-        self.messages.iter().any(|m| match &m.content {
-            Some(Content::Parts(parts)) => parts.iter().any(|p| matches!(p, ContentPart::ImageUrl { .. })),
-            _ => false,
-        })
+        self.messages.iter().any(|m| m.content.as_ref().is_some_and(Content::has_images))
     }
 
     pub fn wants_json(&self) -> bool {
@@ -402,6 +399,10 @@ impl Message {
     }
 }
 
+/// Where an image a tool returned stood in its result's text, for an upstream whose tool results
+/// hold only text (OpenAI's, Gemini's): the image goes to the model right after the results.
+pub const TOOL_IMAGE_MARK: &str = "[image: attached after the tool results]";
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Content {
     Text(Text),
@@ -430,6 +431,41 @@ impl Content {
         match self {
             Self::Text(t) => !t.is_empty(),
             Self::Parts(parts) => parts.iter().any(|p| matches!(p, ContentPart::Text { text } if !text.is_empty())),
+        }
+    }
+
+    /// Whether any part is an image.
+    pub fn has_images(&self) -> bool {
+        self.images().next().is_some()
+    }
+
+    /// Its image parts, in order.
+    pub fn images(&self) -> impl Iterator<Item = &ImageUrl> {
+        let parts = match self {
+            Self::Text(_) => &[][..],
+            Self::Parts(parts) => parts.as_slice(),
+        };
+        parts.iter().filter_map(|p| match p {
+            ContentPart::ImageUrl { image_url } => Some(image_url),
+            ContentPart::Text { .. } => None,
+        })
+    }
+
+    /// A tool result's text for an upstream whose tool results hold only text: its parts a line
+    /// each, an image as `TOOL_IMAGE_MARK` (the encoder sends the image itself after the results).
+    pub fn text_marking_images(&self) -> Cow<'_, str> {
+        match self {
+            Self::Parts(parts) if self.has_images() => {
+                let lines: Vec<Cow<'_, str>> = parts
+                    .iter()
+                    .map(|p| match p {
+                        ContentPart::Text { text } => text.as_str(),
+                        ContentPart::ImageUrl { .. } => Cow::Borrowed(TOOL_IMAGE_MARK),
+                    })
+                    .collect();
+                Cow::Owned(lines.join("\n"))
+            }
+            _ => self.text(),
         }
     }
 

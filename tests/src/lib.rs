@@ -764,6 +764,19 @@ pub async fn post(url: &str, path: &str, body: &Value) -> reqwest::Response {
         .expect("request to gateway")
 }
 
+/// POSTs an Anthropic Messages body to `/v1/messages` as the Anthropic SDKs do (`x-api-key`,
+/// `anthropic-version`).
+pub async fn post_messages(url: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/v1/messages"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .json(body)
+        .send()
+        .await
+        .expect("request to gateway")
+}
+
 /// Reads a whole SSE response from the gateway as its `data:` payloads (the gateway always
 /// frames with `\n\n`, so this parser is deliberately simple and independent of ax's decoder).
 pub async fn sse_events(resp: reqwest::Response) -> Vec<String> {

@@ -700,26 +700,59 @@ fn document_text(source: &Value) -> Option<String> {
     }
 }
 
-/// Text of a tool result's content (a string, or blocks whose text is joined); the tools its
-/// `tool_reference` blocks load are added to `loaded`.
-fn result_text(c: Option<ContentIn>, loaded: &mut Vec<String>) -> String {
-    match c {
-        None => String::new(),
-        Some(ContentIn::Text(t)) => t,
-        Some(ContentIn::Blocks(blocks)) => blocks
+/// A tool result's content: its text (a string, or its text blocks joined by lines), or, when it
+/// holds images, its texts and images in order as parts. The tools its `tool_reference` blocks
+/// load are added to `loaded`; an `is_error` result's text starts `Error: `.
+fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>) -> Content {
+    let prefixed = |t: String| if is_error { format!("Error: {t}") } else { t };
+    let blocks = match c {
+        None => return Content::Text(prefixed(String::new()).into()),
+        Some(ContentIn::Text(t)) => return Content::Text(prefixed(t).into()),
+        Some(ContentIn::Blocks(blocks)) => blocks,
+    };
+    let loads = |tool_name: String, loaded: &mut Vec<String>| {
+        let line = format!("Tool loaded: {tool_name}");
+        loaded.push(tool_name);
+        line
+    };
+    if !blocks.iter().any(|b| matches!(b, BlockIn::Image { .. })) {
+        let texts: Vec<String> = blocks
             .into_iter()
             .filter_map(|b| match b {
                 BlockIn::Text { text, .. } => Some(text),
-                BlockIn::ToolReference { tool_name, .. } => {
-                    let line = format!("Tool loaded: {tool_name}");
-                    loaded.push(tool_name);
-                    Some(line)
-                }
+                BlockIn::ToolReference { tool_name, .. } => Some(loads(tool_name, loaded)),
+                // Documents and the rest only an Anthropic upstream reads (it gets the caller's bytes).
                 _ => None,
             })
-            .collect::<Vec<_>>()
-            .join("\n"),
+            .collect();
+        return Content::Text(prefixed(texts.join("\n")).into());
     }
+    let mut parts: Vec<ContentPart> = Vec::with_capacity(blocks.len() + 1);
+    for b in blocks {
+        match b {
+            BlockIn::Text { text, .. } => parts.push(ContentPart::Text { text: text.into() }),
+            BlockIn::ToolReference { tool_name, .. } => {
+                parts.push(ContentPart::Text { text: loads(tool_name, loaded).into() });
+            }
+            BlockIn::Image { source, .. } => parts.push(image_part(source)),
+            _ => {}
+        }
+    }
+    if is_error {
+        match parts.first_mut() {
+            Some(ContentPart::Text { text }) => *text = prefixed(text.as_str().into_owned()).into(),
+            _ => parts.insert(0, ContentPart::Text { text: "Error:".into() }),
+        }
+    }
+    Content::Parts(parts)
+}
+
+fn image_part(source: ImageSourceIn) -> ContentPart {
+    let url = match source {
+        ImageSourceIn::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+        ImageSourceIn::Url { url } => url,
+    };
+    ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } }
 }
 
 /// One Anthropic turn as canonical messages: a user turn's tool results become tool messages
@@ -743,13 +776,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
     for (j, b) in blocks.into_iter().enumerate() {
         match b {
             BlockIn::Text { text, .. } => parts.push(ContentPart::Text { text: text.into() }),
-            BlockIn::Image { source, .. } => {
-                let url = match source {
-                    ImageSourceIn::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
-                    ImageSourceIn::Url { url } => url,
-                };
-                parts.push(ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } });
-            }
+            BlockIn::Image { source, .. } => parts.push(image_part(source)),
             BlockIn::Document { source, .. } => match document_text(&source) {
                 Some(text) => parts.push(ContentPart::Text { text: text.into() }),
                 None => {
@@ -765,9 +792,11 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
                 function: FunctionCall { name, arguments: input.to_string() },
             }),
             BlockIn::ToolResult { tool_use_id, content, is_error, .. } => {
-                let text = result_text(content, loaded);
-                let text = if is_error { format!("Error: {text}") } else { text };
-                out.push(Message { tool_call_id: Some(tool_use_id), ..Message::text(Role::Tool, text) });
+                out.push(Message {
+                    tool_call_id: Some(tool_use_id),
+                    content: Some(result_content(content, is_error, loaded)),
+                    ..Message::new(Role::Tool)
+                });
             }
             // Reasoning of earlier turns only Anthropic verifies and reads back.
             BlockIn::Thinking { .. } | BlockIn::RedactedThinking { .. } => {}

@@ -514,8 +514,18 @@ fn input_by_value(input: &JsonText, out: &mut Vec<Message>) -> Result<(), AxErro
 enum Item {
     Message(Role, Content),
     Call(ToolCall),
-    Output { call_id: String, text: Text },
+    Output { call_id: String, output: Content },
     Reasoning,
+}
+
+/// A function call's output given as parts: its text, or, when it holds images, the parts (the
+/// images reach the model; see `Content::text_marking_images`).
+fn tool_output(parts: Content) -> Content {
+    if parts.has_images() {
+        parts
+    } else {
+        Content::Text(Text::from(parts.text().into_owned()))
+    }
 }
 
 /// One input item as canonical messages: a message; a function call (joining the assistant turn
@@ -528,11 +538,9 @@ fn apply(out: &mut Vec<Message>, item: Item) {
             Some(m) if m.role == Role::Assistant => m.tool_calls.get_or_insert_with(Vec::new).push(call),
             _ => out.push(Message { tool_calls: Some(vec![call]), ..Message::new(Role::Assistant) }),
         },
-        Item::Output { call_id, text } => out.push(Message {
-            tool_call_id: Some(call_id),
-            content: Some(Content::Text(text)),
-            ..Message::new(Role::Tool)
-        }),
+        Item::Output { call_id, output } => {
+            out.push(Message { tool_call_id: Some(call_id), content: Some(output), ..Message::new(Role::Tool) })
+        }
         Item::Reasoning => {}
     }
 }
@@ -580,9 +588,9 @@ fn read_item(mut item: Value, at: At<'_>) -> Result<Item, AxError> {
             Ok(Item::Call(call))
         }
         "function_call_output" => {
-            let text = match take(&mut item, "output") {
-                Value::String(s) => s,
-                parts @ Value::Array(_) => content(parts, &|| format!("{}.output", at()))?.text().into_owned(),
+            let output = match take(&mut item, "output") {
+                Value::String(s) => Content::Text(Text::from(s)),
+                parts @ Value::Array(_) => tool_output(content(parts, &|| format!("{}.output", at()))?),
                 _ => {
                     let at = at();
                     return Err(AxError::invalid_param(
@@ -591,7 +599,7 @@ fn read_item(mut item: Value, at: At<'_>) -> Result<Item, AxError> {
                     ));
                 }
             };
-            Ok(Item::Output { call_id: take_str(&mut item, "call_id", at)?, text: Text::from(text) })
+            Ok(Item::Output { call_id: take_str(&mut item, "call_id", at)?, output })
         }
         "reasoning" => Ok(Item::Reasoning),
         "item_reference" => Err(AxError::invalid_param(

@@ -114,16 +114,34 @@ impl AnthropicMessage<'_> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
-    Text { text: TextOut<'a> },
-    Image { source: ImageSource<'a> },
-    ToolUse { id: &'a str, name: &'a str, input: Value },
-    ToolResult { tool_use_id: &'a str, content: TextOut<'a> },
+    Text {
+        text: TextOut<'a>,
+    },
+    Image {
+        source: ImageSource<'a>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: TextOut<'a>,
+    },
+    /// A result that holds images: its texts and images as blocks.
+    #[serde(rename = "tool_result")]
+    ToolResultBlocks {
+        tool_use_id: &'a str,
+        content: Vec<Block<'a>>,
+    },
 }
 
 impl Block<'_> {
     fn copied(&self) -> usize {
         match self {
             Self::Text { text } | Self::ToolResult { content: text, .. } => copied(text),
+            Self::ToolResultBlocks { content, .. } => content.iter().map(Block::copied).sum(),
             Self::Image { .. } | Self::ToolUse { .. } => 0,
         }
     }
@@ -140,6 +158,18 @@ impl Block<'_> {
                 write_json(&mut out.buf, tool_use_id)?;
                 out.buf.extend_from_slice(b",\"content\":");
                 write_text(out, content)?;
+            }
+            Self::ToolResultBlocks { tool_use_id, content } => {
+                out.buf.extend_from_slice(b"{\"type\":\"tool_result\",\"tool_use_id\":");
+                write_json(&mut out.buf, tool_use_id)?;
+                out.buf.extend_from_slice(b",\"content\":[");
+                for (i, block) in content.iter().enumerate() {
+                    if i > 0 {
+                        out.buf.push(b',');
+                    }
+                    block.write(out)?;
+                }
+                out.buf.push(b']');
             }
             other => return write_json(&mut out.buf, other),
         }
@@ -245,8 +275,18 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
             }
             Role::Tool => {
                 let id = m.tool_call_id.as_deref().unwrap_or_default();
-                let content = m.content.as_ref().map_or(TextOut::Plain(Cow::Borrowed("")), Content::text_out);
-                ("user", vec![Block::ToolResult { tool_use_id: id, content }])
+                let block = match &m.content {
+                    Some(c) if c.has_images() => {
+                        let mut content = Vec::with_capacity(block_count(c));
+                        content_blocks(c, &mut content);
+                        Block::ToolResultBlocks { tool_use_id: id, content }
+                    }
+                    c => Block::ToolResult {
+                        tool_use_id: id,
+                        content: c.as_ref().map_or(TextOut::Plain(Cow::Borrowed("")), Content::text_out),
+                    },
+                };
+                ("user", vec![block])
             }
             Role::Assistant => {
                 let calls = m.tool_calls.as_ref().map_or(0, Vec::len);

@@ -15,8 +15,8 @@ use serde_json::Value;
 use super::{classify, error_body, estimate_tokens, status_of_error_type, synth_call_id, tool_arguments, Ctx, TextOut};
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest, EmbeddingsResponse,
-    FinishReason, FunctionCall, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice,
-    ToolKind, Usage,
+    FinishReason, FunctionCall, ImageUrl, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta,
+    ToolChoice, ToolKind, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -157,22 +157,27 @@ fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<()
             for p in parts {
                 match p {
                     ContentPart::Text { text } => out.push(GPart::Text(text.out())),
-                    ContentPart::ImageUrl { image_url } => match image_url.as_data() {
-                        Some((mime_type, data)) => out.push(GPart::InlineData { mime_type, data }),
-                        None if image_url.url.starts_with("gs://") || image_url.url.starts_with("https://") => out
-                            .push(GPart::FileData { mime_type: guess_mime(&image_url.url), file_uri: &image_url.url }),
-                        None => {
-                            return Err(AxError::invalid_param(
-                                format!("messages[{i}].content"),
-                                "Gemini takes images as data: URLs, gs:// or https:// URIs",
-                            ))
-                        }
-                    },
+                    ContentPart::ImageUrl { image_url } => out.push(image_part(image_url, i)?),
                 }
             }
         }
     }
     Ok(())
+}
+
+fn image_part(image_url: &ImageUrl, i: usize) -> Result<GPart<'_>, AxError> {
+    Ok(match image_url.as_data() {
+        Some((mime_type, data)) => GPart::InlineData { mime_type, data },
+        None if image_url.url.starts_with("gs://") || image_url.url.starts_with("https://") => {
+            GPart::FileData { mime_type: guess_mime(&image_url.url), file_uri: &image_url.url }
+        }
+        None => {
+            return Err(AxError::invalid_param(
+                format!("messages[{i}].content"),
+                "Gemini takes images as data: URLs, gs:// or https:// URIs",
+            ))
+        }
+    })
 }
 
 fn guess_mime(url: &str) -> &'static str {
@@ -230,18 +235,35 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                         format!("messages[{i}].tool_call_id '{id}' matches no earlier assistant tool call"),
                     )
                 })?;
-                let text = m.content.as_ref().map(|c| c.text().into_owned()).unwrap_or_default();
+                let text = m.content.as_ref().map(|c| c.text_marking_images().into_owned()).unwrap_or_default();
                 // functionResponse.response must be an object: a JSON object result is passed
                 // as is, anything else is wrapped.
                 let response = match serde_json::from_str::<Value>(&text) {
                     Ok(v @ Value::Object(_)) => v,
                     _ => serde_json::json!({ "content": text }),
                 };
-                ("user", vec![GPart::FunctionResponse { name, response }])
+                let mut p = vec![GPart::FunctionResponse { name, response }];
+                // The images it returned, in the same turn after the turn's function responses
+                // (the merge below keeps those first).
+                for image_url in m.content.iter().flat_map(Content::images) {
+                    p.push(image_part(image_url, i)?);
+                }
+                ("user", p)
             }
         };
         match contents.last_mut() {
-            Some(last) if last.role == role => last.parts.append(&mut parts),
+            Some(last) if last.role == role => {
+                // A function response joins the responses before it, ahead of the images they returned.
+                let responses = last.parts.iter().take_while(|p| matches!(p, GPart::FunctionResponse { .. })).count();
+                match parts.first() {
+                    Some(GPart::FunctionResponse { .. }) if responses < last.parts.len() => {
+                        let n = parts.iter().take_while(|p| matches!(p, GPart::FunctionResponse { .. })).count();
+                        last.parts.splice(responses..responses, parts.drain(..n));
+                        last.parts.append(&mut parts);
+                    }
+                    _ => last.parts.append(&mut parts),
+                }
+            }
             _ => contents.push(GContent { role, parts }),
         }
     }

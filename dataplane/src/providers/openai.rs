@@ -10,7 +10,7 @@ use super::{classify, copied, error_body, status_of_error_type, write_json, writ
 use crate::body::{Payload, PayloadWriter};
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest,
-    EmbeddingsResponse, FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Stop, StreamItem,
+    EmbeddingsResponse, FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Role, Stop, StreamItem,
     StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice, Usage,
 };
 use crate::error::AxError;
@@ -85,13 +85,19 @@ struct OpenAiRest<'a> {
 }
 
 /// One message as canonical `Message` serializes it, its texts written as `write_text` writes
-/// them (a caller's long literal a piece of the body of its own).
+/// them (a caller's long literal a piece of the body of its own). A tool message's images are
+/// not written: OpenAI's tool messages hold only text, so its text marks them
+/// (`Content::text_marking_images`) and `write_tool_images` sends them after the results.
 fn write_message(out: &mut PayloadWriter, m: &Message) -> Result<(), AxError> {
     out.buf.extend_from_slice(b"{\"role\":\"");
     out.buf.extend_from_slice(m.role.as_str().as_bytes());
     out.buf.push(b'"');
     match &m.content {
         None => {}
+        Some(c @ Content::Parts(_)) if m.role == Role::Tool && c.has_images() => {
+            out.buf.extend_from_slice(b",\"content\":");
+            write_json(&mut out.buf, c.text_marking_images().as_ref())?;
+        }
         Some(Content::Text(t)) => {
             out.buf.extend_from_slice(b",\"content\":");
             write_text(out, &t.out())?;
@@ -102,14 +108,7 @@ fn write_message(out: &mut PayloadWriter, m: &Message) -> Result<(), AxError> {
                 if i > 0 {
                     out.buf.push(b',');
                 }
-                match p {
-                    ContentPart::Text { text } => {
-                        out.buf.extend_from_slice(b"{\"type\":\"text\",\"text\":");
-                        write_text(out, &text.out())?;
-                        out.buf.push(b'}');
-                    }
-                    image => write_json(&mut out.buf, image)?,
-                }
+                write_part(out, p)?;
             }
             out.buf.push(b']');
         }
@@ -133,6 +132,41 @@ fn write_message(out: &mut PayloadWriter, m: &Message) -> Result<(), AxError> {
     Ok(())
 }
 
+fn write_part(out: &mut PayloadWriter, p: &ContentPart) -> Result<(), AxError> {
+    match p {
+        ContentPart::Text { text } => {
+            out.buf.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+            write_text(out, &text.out())?;
+            out.buf.push(b'}');
+            Ok(())
+        }
+        image => write_json(&mut out.buf, image),
+    }
+}
+
+/// The images a run of tool messages returned, as one user message after the run (OpenAI wants
+/// every tool result right after the call that asked for it, so they cannot go between them):
+/// each tool's images under a line naming its call, in order.
+fn write_tool_images(out: &mut PayloadWriter, results: &[&Message]) -> Result<(), AxError> {
+    out.buf.extend_from_slice(b"{\"role\":\"user\",\"content\":[");
+    for (i, m) in results.iter().enumerate() {
+        if i > 0 {
+            out.buf.push(b',');
+        }
+        let id = m.tool_call_id.as_deref().unwrap_or_default();
+        out.buf.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+        write_json(&mut out.buf, &format!("Images returned by tool call {id}:"))?;
+        out.buf.push(b'}');
+        for image_url in m.content.iter().flat_map(Content::images) {
+            out.buf.extend_from_slice(b",{\"type\":\"image_url\",\"image_url\":");
+            write_json(&mut out.buf, image_url)?;
+            out.buf.push(b'}');
+        }
+    }
+    out.buf.extend_from_slice(b"]}");
+    Ok(())
+}
+
 /// The request body: the head and the conversation by hand (through serde, each message's
 /// fields cost ~1k instructions, and a caller's literal a UTF-8 check and a copy), a caller's long
 /// literal sent as the slice of its body it is (a `Payload` in pieces); the other fields through
@@ -143,11 +177,25 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
     out.buf.extend_from_slice(b"{\"model\":");
     write_json(&mut out.buf, ctx.model)?;
     out.buf.extend_from_slice(b",\"messages\":[");
+    // Tool messages of the current run whose images wait for the run's end.
+    let mut with_images: Vec<&Message> = Vec::new();
     for (i, m) in r.messages.iter().enumerate() {
+        if m.role != Role::Tool && !with_images.is_empty() {
+            out.buf.push(b',');
+            write_tool_images(&mut out, &with_images)?;
+            with_images.clear();
+        }
         if i > 0 {
             out.buf.push(b',');
         }
         write_message(&mut out, m)?;
+        if m.role == Role::Tool && m.content.as_ref().is_some_and(Content::has_images) {
+            with_images.push(m);
+        }
+    }
+    if !with_images.is_empty() {
+        out.buf.push(b',');
+        write_tool_images(&mut out, &with_images)?;
     }
     out.buf.push(b']');
     let rest = OpenAiRest {

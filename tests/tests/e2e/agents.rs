@@ -16,6 +16,17 @@ use serde_json::{json, Value};
 /// What the file Claude Code is asked to read says.
 const SECRET: &str = "The secret word is MANGO-7.";
 
+/// A 4×4 red PNG Claude Code is asked to look at (its `Read` returns an image as a tool result),
+/// and its base64, as the upstream must receive it.
+const PIXEL_PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00,
+    0x04, 0x00, 0x00, 0x00, 0x04, 0x08, 0x02, 0x00, 0x00, 0x00, 0x26, 0x93, 0x09, 0x29, 0x00, 0x00, 0x00, 0x10, 0x49,
+    0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0x00, 0x47, 0x0c, 0xc4, 0x71, 0x00, 0xae, 0x93, 0x0f, 0xf1,
+    0xd0, 0x5f, 0x23, 0x9e, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+const PIXEL_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAAEElEQVR4nGP4z8AARwzEcQCukw/x0F8jngAAAABJRU5ErkJggg==";
+
 /// An agent CLI from `tests/agents/node_modules` (`.ci/run` installs them).
 fn agent_bin(name: &str) -> String {
     let path = format!("{}/agents/node_modules/.bin/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -27,9 +38,10 @@ fn agent_bin(name: &str) -> String {
 }
 
 /// The upstream's turn: a path ending in `notes.txt` in the caller's latest text asks for the
-/// agent's file tool (Claude Code's `Read`, Codex's `exec_command` with `cat`) when offered; a
-/// tool result is answered by quoting it; anything else (the agents' own side calls included)
-/// gets a greeting naming the upstream.
+/// agent's file tool (Claude Code's `Read`, Codex's `exec_command` with `cat`) when offered, one
+/// ending in `.png` for Claude Code's `Read`; a tool result is answered by quoting it (an image
+/// as `an image (<media type>)`); anything else (the agents' own side calls included) gets a
+/// greeting naming the upstream.
 fn turn(
     latest_text: &str,
     result: Option<&str>,
@@ -40,6 +52,10 @@ fn turn(
         return (format!("From {who}: the file reads \"{}\"", r.trim()), None);
     }
     let path = latest_text.split_whitespace().find(|w| w.ends_with("notes.txt"));
+    let image = latest_text.split_whitespace().find(|w| w.ends_with(".png"));
+    if let (Some(p), Some("Read")) = (image, tool) {
+        return (String::new(), Some(("Read", json!({ "file_path": p }).to_string())));
+    }
     match (path, tool) {
         (Some(p), Some("Read")) => (String::new(), Some(("Read", json!({ "file_path": p }).to_string()))),
         (Some(p), Some("exec_command")) => {
@@ -76,7 +92,10 @@ fn anthropic_upstream(r: &Recorded) -> Reply {
     let blocks = last["content"].as_array().cloned().unwrap_or_default();
     let result: Option<String> = blocks.iter().find(|b| b["type"] == "tool_result").map(|b| match &b["content"] {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        Value::Array(parts) => match parts.iter().find(|p| p["type"] == "image") {
+            Some(image) => format!("an image ({})", image["source"]["media_type"].as_str().unwrap_or_default()),
+            None => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        },
         _ => String::new(),
     });
     let latest: String = match &last["content"] {
@@ -95,9 +114,32 @@ fn anthropic_upstream(r: &Recorded) -> Reply {
     }
 }
 
+/// The `data:` URLs of the images in the user messages since the last assistant turn (where an
+/// OpenAI-protocol upstream gets the images a tool returned).
+fn images_since_assistant(body: &Value) -> Vec<&str> {
+    let messages = body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let since = messages.iter().rposition(|m| m["role"] == "assistant").map_or(0, |i| i + 1);
+    messages[since..]
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter_map(|p| p["image_url"]["url"].as_str())
+        .collect()
+}
+
 fn openai_upstream(r: &Recorded) -> Reply {
     let last = latest_turn(&r.body);
-    let result = (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or_default().to_owned());
+    let tool_result = || {
+        let messages = r.body["messages"].as_array().into_iter().flatten();
+        messages.rev().take_while(|m| m["role"] != "assistant").find(|m| m["role"] == "tool").cloned()
+    };
+    let result = match images_since_assistant(&r.body).first() {
+        Some(url) if tool_result().is_some() => {
+            let media = url.strip_prefix("data:").and_then(|u| u.split(';').next()).unwrap_or_default();
+            Some(format!("an image ({media})"))
+        }
+        _ => (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or_default().to_owned()),
+    };
     let latest: String = match &last["content"] {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(" "),
@@ -203,6 +245,7 @@ fn fresh_dirs(name: &str) -> (PathBuf, PathBuf, PathBuf) {
     std::fs::create_dir_all(&work).unwrap();
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(work.join("notes.txt"), format!("{SECRET}\n")).unwrap();
+    std::fs::write(work.join("pixel.png"), PIXEL_PNG).unwrap();
     (dir, work, home)
 }
 
@@ -216,10 +259,16 @@ async fn claude_code_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
     let url = bin.url.clone();
     let notes = work.join("notes.txt");
     let read_prompt = format!("Read the file {} and tell me the secret word.", notes.display());
+    let look_prompt = format!("Read the file {} and describe it.", work.join("pixel.png").display());
     let (w, h) = (work.clone(), home.clone());
     let results = tokio::task::spawn_blocking(move || {
-        ["agent-gpt", "agent-claude"]
-            .map(|alias| (claude(&url, alias, &w, &h, "Say hello."), claude(&url, alias, &w, &h, &read_prompt)))
+        ["agent-gpt", "agent-claude"].map(|alias| {
+            (
+                claude(&url, alias, &w, &h, "Say hello."),
+                claude(&url, alias, &w, &h, &read_prompt),
+                claude(&url, alias, &w, &h, &look_prompt),
+            )
+        })
     })
     .await
     .unwrap();
@@ -233,7 +282,10 @@ async fn claude_code_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         logs = bin.logs();
     }
-    for ((hello, read), who) in results.iter().zip(["OpenAI", "Anthropic"]) {
+    for ((hello, read, look), who) in results.iter().zip(["OpenAI", "Anthropic"]) {
+        assert_eq!(look["is_error"], false, "{look}\n{logs}");
+        let answer = look["result"].as_str().unwrap_or_default();
+        assert!(answer.contains("an image (image/png)"), "the {who} upstream saw the image Read returned: {look}");
         assert_eq!(hello["is_error"], false, "{hello}\n{logs}");
         assert_eq!(hello["result"], format!("Hello from the {who} upstream"), "{hello}");
         assert_eq!(read["is_error"], false, "{read}\n{logs}");
@@ -250,6 +302,23 @@ async fn claude_code_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
         })
     });
     assert!(oa_saw_result, "the OpenAI upstream got Read's result as a tool message");
+    // The image Read returned reached the OpenAI upstream, whose tool messages hold only text: a
+    // user message right after the results carries it, and the tool message says where it went.
+    let pixel = format!("data:image/png;base64,{PIXEL_BASE64}");
+    let oa_saw_image = oa.requests().iter().any(|r| {
+        let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+        messages.windows(2).any(|w| {
+            w[0]["role"] == "tool"
+                && w[0]["content"].as_str().is_some_and(|c| c.contains("[image: attached after the tool results]"))
+                && w[1]["role"] == "user"
+                && w[1]["content"][0]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(w[0]["tool_call_id"].as_str().unwrap()))
+                && w[1]["content"][1]["image_url"]["url"] == pixel.as_str()
+        })
+    });
+    assert!(oa_saw_image, "the OpenAI upstream got the image: {:#?}", oa.requests().last().map(|r| &r.body));
+    assert!(an.requests().iter().any(|r| String::from_utf8_lossy(&r.raw).contains(PIXEL_BASE64)));
     assert!(an
         .requests()
         .iter()

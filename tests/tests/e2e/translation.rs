@@ -1,7 +1,7 @@
 //! What each upstream receives: the request translated into its protocol, with its auth.
 
 use ax_tests::wire::{self};
-use ax_tests::{post, FakeUpstream, Gateway, Reply, UPSTREAM_KEY};
+use ax_tests::{post, post_messages, FakeUpstream, Gateway, Reply, UPSTREAM_KEY};
 use serde_json::{json, Value};
 
 use crate::config;
@@ -183,4 +183,102 @@ async fn azure_openai_url_and_key() {
     assert_eq!(r.query.as_deref(), Some("api-version=2024-10-21"));
     assert_eq!(r.header("api-key"), Some(UPSTREAM_KEY));
     assert!(r.header("authorization").is_none());
+}
+
+/// An Anthropic caller's turn whose tool results hold images (Claude Code's `Read` of a PNG, a
+/// screenshot tool): one result with a text and a base64 image, one with only an image URL.
+fn tool_images_turn() -> Value {
+    json!({
+        "model": "chat",
+        "max_tokens": 100,
+        "messages": [
+            { "role": "user", "content": "Look at both." },
+            { "role": "assistant", "content": [
+                { "type": "tool_use", "id": "t1", "name": "Read", "input": { "file_path": "a.png" } },
+                { "type": "tool_use", "id": "t2", "name": "shot", "input": {} } ] },
+            { "role": "user", "content": [
+                { "type": "tool_result", "tool_use_id": "t1", "content": [
+                    { "type": "text", "text": "a.png:" },
+                    { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo=" } } ] },
+                { "type": "tool_result", "tool_use_id": "t2", "is_error": true, "content": [
+                    { "type": "image", "source": { "type": "url", "url": "https://example.com/s.png" } } ] },
+                { "type": "text", "text": "Describe them." } ] }
+        ]
+    })
+}
+
+#[tokio::test]
+async fn images_a_tool_returned_reach_upstreams_of_other_protocols() {
+    let mark = "[image: attached after the tool results]";
+    // OpenAI's tool messages hold only text: the images follow the results in a user message.
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let gw = Gateway::start(&config("openai", &up.url(), "strict")).await;
+    let resp = post_messages(&gw.url, &tool_images_turn()).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let m = up.last().body["messages"].as_array().cloned().unwrap();
+    assert_eq!(m.len(), 6, "{m:#?}");
+    assert_eq!(m[2], json!({ "role": "tool", "content": format!("a.png:\n{mark}"), "tool_call_id": "t1" }));
+    assert_eq!(m[3], json!({ "role": "tool", "content": format!("Error:\n{mark}"), "tool_call_id": "t2" }));
+    assert_eq!(
+        m[4],
+        json!({ "role": "user", "content": [
+            { "type": "text", "text": "Images returned by tool call t1:" },
+            { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=" } },
+            { "type": "text", "text": "Images returned by tool call t2:" },
+            { "type": "image_url", "image_url": { "url": "https://example.com/s.png" } } ] })
+    );
+    assert_eq!(m[5], json!({ "role": "user", "content": "Describe them." }));
+
+    // Gemini: the images join the turn after its function responses.
+    let up = FakeUpstream::fixed(Reply::json(wire::gemini_response(Some("ok"), &[], "STOP", (1, 1, 0)))).await;
+    let gw = Gateway::start(&config("gemini", &up.url(), "strict")).await;
+    let resp = post_messages(&gw.url, &tool_images_turn()).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let c = up.last().body["contents"].as_array().cloned().unwrap();
+    assert_eq!(c.len(), 3, "{c:#?}");
+    assert_eq!(
+        c[2]["parts"],
+        json!([
+            { "functionResponse": { "name": "Read", "response": { "content": format!("a.png:\n{mark}") } } },
+            { "functionResponse": { "name": "shot", "response": { "content": format!("Error:\n{mark}") } } },
+            { "inlineData": { "mimeType": "image/png", "data": "iVBORw0KGgo=" } },
+            { "fileData": { "mimeType": "image/png", "fileUri": "https://example.com/s.png" } },
+            { "text": "Describe them." } ])
+    );
+
+    // A Responses caller's function output with an image (Codex's `view_image`), to OpenAI.
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let gw = Gateway::start(&config("openai", &up.url(), "strict")).await;
+    let body = json!({ "model": "chat", "store": false, "input": [
+        { "role": "user", "content": "Look." },
+        { "type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}" },
+        { "type": "function_call_output", "call_id": "c1", "output": [
+            { "type": "input_text", "text": "shown" },
+            { "type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=" } ] } ] });
+    let resp = post(&gw.url, "/v1/responses", &body).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let m = up.last().body["messages"].as_array().cloned().unwrap();
+    assert_eq!(m.len(), 4, "{m:#?}");
+    assert_eq!(m[2]["content"], format!("shown\n{mark}"));
+    assert_eq!(m[3]["content"][1]["image_url"]["url"], "data:image/png;base64,iVBORw0KGgo=");
+
+    // An OpenAI caller's tool message with an image part, to Anthropic: a tool_result's blocks.
+    let up =
+        FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)))).await;
+    let gw = Gateway::start(&config("anthropic", &up.url(), "strict")).await;
+    let body = json!({ "model": "chat", "messages": [
+        { "role": "user", "content": "Look." },
+        { "role": "assistant", "tool_calls": [{ "id": "c1", "type": "function", "function": { "name": "shot", "arguments": "{}" } }] },
+        { "role": "tool", "tool_call_id": "c1", "content": [
+            { "type": "text", "text": "shown" },
+            { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=" } } ] } ] });
+    let resp = post(&gw.url, "/v1/chat/completions", &body).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let m = up.last().body["messages"].as_array().cloned().unwrap();
+    assert_eq!(
+        m[2]["content"][0],
+        json!({ "type": "tool_result", "tool_use_id": "c1", "content": [
+            { "type": "text", "text": "shown" },
+            { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo=" } } ] })
+    );
 }

@@ -399,7 +399,8 @@ fn result_text(s: &mut Skim<'_>, text: &str) -> Result<Text, SkimError> {
         Some(b'[') => {
             let mut texts = Vec::new();
             s.array(|s| {
-                // Its other blocks are read (they must be valid) and left out, as `result_text` leaves them.
+                // Its other blocks are read (they must be valid) and left out, as `result_content` leaves
+                // them; an image declines (`block`), and the whole decode keeps it.
                 if let Block::Text(t) = block(s, text)? {
                     texts.push(t);
                 }

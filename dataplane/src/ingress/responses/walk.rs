@@ -125,12 +125,12 @@ fn item(s: &mut Skim<'_>, json: &Bytes, text: &str) -> Result<Item, SkimError> {
         "function_call_output" => {
             let span = f.output.ok_or_else(SkimError::declined)?;
             let output = match text.as_bytes()[span.range.start] {
-                b'"' => text_at(json, text, span)?,
-                b'[' => Text::from(parts(json, text, span.range)?.text().into_owned()),
+                b'"' => Content::Text(text_at(json, text, span)?),
+                b'[' => super::tool_output(parts(json, text, span.range)?),
                 _ => return Err(SkimError::declined()),
             };
             let call_id = string(&f.call_id)?.ok_or_else(SkimError::declined)?.into_owned();
-            Ok(Item::Output { call_id, text: output })
+            Ok(Item::Output { call_id, output })
         }
         "reasoning" => Ok(Item::Reasoning),
         _ => Err(SkimError::declined()),
