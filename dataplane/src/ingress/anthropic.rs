@@ -739,12 +739,18 @@ fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>
         }
     }
     if is_error {
-        match parts.first_mut() {
-            Some(ContentPart::Text { text }) => *text = prefixed(text.as_str().into_owned()).into(),
-            _ => parts.insert(0, ContentPart::Text { text: "Error:".into() }),
-        }
+        error_first(&mut parts);
     }
     Content::Parts(parts)
+}
+
+/// An `is_error` tool result's parts: its first text starts `Error: ` (one is put first when it
+/// starts with an image).
+fn error_first(parts: &mut Vec<ContentPart>) {
+    match parts.first_mut() {
+        Some(ContentPart::Text { text }) => *text = format!("Error: {}", text.as_str()).into(),
+        _ => parts.insert(0, ContentPart::Text { text: "Error:".into() }),
+    }
 }
 
 fn image_part(source: ImageSourceIn) -> ContentPart {

@@ -11,7 +11,7 @@
 //!
 //! The walk gives either exactly what the whole decode gives or `None`, and then the whole decode
 //! runs (its errors name the field at fault): on a key it does not know in a message or block, a
-//! duplicate, a block type it does not read (images, documents, tool references, server tools),
+//! duplicate, a block type it does not read (documents, tool references, server tools),
 //! an escaped type or role, a value of an unexpected type, a string serde would refuse, and on
 //! every error. The property tests below hold the two to the same request.
 //!
@@ -24,7 +24,7 @@ use std::ops::Range;
 use ax_protocol::config::ParamsMode;
 
 use super::MessagesRequest;
-use crate::canonical::{Content, ContentPart, FunctionCall, Message, Role, Text, ToolCall, ToolKind};
+use crate::canonical::{Content, ContentPart, FunctionCall, ImageUrl, Message, Role, Text, ToolCall, ToolKind};
 use crate::ingress::decode::{exact, Known};
 use crate::skim::{key_bytes, key_text, string_text, Skim, SkimError};
 
@@ -121,7 +121,7 @@ fn system_block(s: &mut Skim<'_>, text: &str) -> Result<Text, SkimError> {
     if s.next_byte() != Some(b'{') {
         return Err(SkimError::declined());
     }
-    let (mut out, mut seen) = (None, 0u16);
+    let (mut out, mut seen) = (None, 0u32);
     s.object(|k, escaped, s| {
         let bit = key_bytes(k, escaped).map_or(0, |k| bit(&k));
         // Its type is any value (`TextBlockIn` names only its keys).
@@ -149,7 +149,7 @@ fn joined(mut texts: Vec<Text>, sep: &str) -> Text {
 }
 
 /// Marks `bit` seen; a second time is a duplicate key, which serde refuses.
-fn once(seen: &mut u16, bit: u16) -> Result<(), SkimError> {
+fn once(seen: &mut u32, bit: u32) -> Result<(), SkimError> {
     if *seen & bit != 0 {
         return Err(SkimError::declined());
     }
@@ -176,7 +176,7 @@ fn turn(s: &mut Skim<'_>, text: &str, out: &mut Vec<Message>) -> Result<(), Skim
     if s.next_byte() != Some(b'{') {
         return Err(SkimError::declined());
     }
-    let (mut role, mut said, mut seen) = (None, None, 0u16);
+    let (mut role, mut said, mut seen) = (None, None, 0u32);
     s.object(|k, escaped, s| {
         match key_bytes(k, escaped).as_deref() {
             Some(b"role") => {
@@ -198,6 +198,10 @@ fn turn(s: &mut Skim<'_>, text: &str, out: &mut Vec<Message>) -> Result<(), Skim
                         s.array(|s| match block(s, text)? {
                             Block::Text(t) => {
                                 parts.push(ContentPart::Text { text: t });
+                                Ok(())
+                            }
+                            Block::Image(image) => {
+                                parts.push(image);
                                 Ok(())
                             }
                             Block::Call(c) => {
@@ -226,7 +230,7 @@ fn turn(s: &mut Skim<'_>, text: &str, out: &mut Vec<Message>) -> Result<(), Skim
             if !parts.is_empty() || !calls.is_empty() {
                 let content = match parts.len() {
                     0 => None,
-                    1 => match parts.pop() {
+                    1 if matches!(parts[0], ContentPart::Text { .. }) => match parts.pop() {
                         Some(ContentPart::Text { text }) => Some(Content::Text(text)),
                         _ => None,
                     },
@@ -242,6 +246,8 @@ fn turn(s: &mut Skim<'_>, text: &str, out: &mut Vec<Message>) -> Result<(), Skim
 /// A content block the walk reads.
 enum Block {
     Text(Text),
+    /// An image, as its part.
+    Image(ContentPart),
     Call(ToolCall),
     Result(Message),
     /// `thinking` and `redacted_thinking`: reasoning only Anthropic reads back.
@@ -249,24 +255,26 @@ enum Block {
 }
 
 /// A block's keys, as bits (which may appear, and which did); `bit` names them.
-const TYPE: u16 = 1;
-const TEXT: u16 = 1 << 1;
-const CACHE_CONTROL: u16 = 1 << 2;
-const CITATIONS: u16 = 1 << 3;
-const ID: u16 = 1 << 4;
-const NAME: u16 = 1 << 5;
-const INPUT: u16 = 1 << 6;
-const CALLER: u16 = 1 << 7;
-const TOOLSET_NAME: u16 = 1 << 8;
-const TOOL_USE_ID: u16 = 1 << 9;
-const CONTENT: u16 = 1 << 10;
-const IS_ERROR: u16 = 1 << 11;
-const THINKING: u16 = 1 << 12;
-const SIGNATURE: u16 = 1 << 13;
-const DATA: u16 = 1 << 14;
+const TYPE: u32 = 1;
+const TEXT: u32 = 1 << 1;
+const CACHE_CONTROL: u32 = 1 << 2;
+const CITATIONS: u32 = 1 << 3;
+const ID: u32 = 1 << 4;
+const NAME: u32 = 1 << 5;
+const INPUT: u32 = 1 << 6;
+const CALLER: u32 = 1 << 7;
+const TOOLSET_NAME: u32 = 1 << 8;
+const TOOL_USE_ID: u32 = 1 << 9;
+const CONTENT: u32 = 1 << 10;
+const IS_ERROR: u32 = 1 << 11;
+const THINKING: u32 = 1 << 12;
+const SIGNATURE: u32 = 1 << 13;
+const DATA: u32 = 1 << 14;
+const SOURCE: u32 = 1 << 15;
+const TRANSFORMATIONS: u32 = 1 << 16;
 
 /// The bit of a key some block type the walk reads names; 0 for any other.
-const fn bit(key: &[u8]) -> u16 {
+const fn bit(key: &[u8]) -> u32 {
     match key {
         b"type" => TYPE,
         b"text" => TEXT,
@@ -283,12 +291,14 @@ const fn bit(key: &[u8]) -> u16 {
         b"thinking" => THINKING,
         b"signature" => SIGNATURE,
         b"data" => DATA,
+        b"source" => SOURCE,
+        b"transformations" => TRANSFORMATIONS,
         _ => 0,
     }
 }
 
 /// The bits of `keys` (at compile time: `const { mask(…) }`).
-const fn mask(keys: &[&str]) -> u16 {
+const fn mask(keys: &[&str]) -> u32 {
     let (mut m, mut i) = (0, 0);
     while i < keys.len() {
         m |= bit(keys[i].as_bytes());
@@ -298,7 +308,8 @@ const fn mask(keys: &[&str]) -> u16 {
 }
 
 /// What a block's keys hold: strings as their spans, `input` as the arguments it makes, a tool
-/// result's `content` as its text (read whatever the type; only `tool_result` may have them).
+/// result's `content` as what the tool message holds, an image's `source` as its URL (read
+/// whatever the type; only the type that names the key may have it).
 #[derive(Default)]
 struct Fields {
     kind: Option<Str>,
@@ -307,8 +318,9 @@ struct Fields {
     name: Option<Str>,
     arguments: Option<String>,
     tool_use_id: Option<Str>,
-    result: Option<Text>,
+    result: Option<Content>,
     is_error: bool,
+    source: Option<ImageUrl>,
 }
 
 fn block(s: &mut Skim<'_>, text: &str) -> Result<Block, SkimError> {
@@ -333,11 +345,20 @@ fn block(s: &mut Skim<'_>, text: &str) -> Result<Block, SkimError> {
         }
         b"tool_result" => {
             let id = decoded(text, f.tool_use_id.ok_or_else(SkimError::declined)?)?;
-            let result = f.result.unwrap_or_else(|| Text::new(""));
-            let result = if f.is_error { Text::from(format!("Error: {}", result.as_str())) } else { result };
-            let m =
-                Message { content: Some(Content::Text(result)), tool_call_id: Some(id), ..Message::new(Role::Tool) };
+            let result = match f.result.unwrap_or_else(|| Content::Text(Text::new(""))) {
+                Content::Text(t) if f.is_error => Content::Text(Text::from(format!("Error: {}", t.as_str()))),
+                Content::Parts(mut parts) if f.is_error => {
+                    super::error_first(&mut parts);
+                    Content::Parts(parts)
+                }
+                result => result,
+            };
+            let m = Message { content: Some(result), tool_call_id: Some(id), ..Message::new(Role::Tool) };
             (const { mask(TOOL_RESULT_KEYS) }, Block::Result(m))
+        }
+        b"image" => {
+            let image_url = f.source.ok_or_else(SkimError::declined)?;
+            (const { mask(IMAGE_KEYS) }, Block::Image(ContentPart::ImageUrl { image_url }))
         }
         b"thinking" => (const { mask(THINKING_KEYS) }, Block::Thinking),
         b"redacted_thinking" => (const { mask(REDACTED_THINKING_KEYS) }, Block::Thinking),
@@ -350,11 +371,11 @@ fn block(s: &mut Skim<'_>, text: &str) -> Result<Block, SkimError> {
 }
 
 /// One pass over a block's keys: each at most once, each known, its value checked.
-fn fields(s: &mut Skim<'_>, text: &str) -> Result<(Fields, u16), SkimError> {
+fn fields(s: &mut Skim<'_>, text: &str) -> Result<(Fields, u32), SkimError> {
     if s.next_byte() != Some(b'{') {
         return Err(SkimError::declined());
     }
-    let (mut f, mut seen) = (Fields::default(), 0u16);
+    let (mut f, mut seen) = (Fields::default(), 0u32);
     s.object(|k, escaped, s| {
         let bit = key_bytes(k, escaped).map_or(0, |k| bit(&k));
         if bit == 0 {
@@ -372,7 +393,8 @@ fn fields(s: &mut Skim<'_>, text: &str) -> Result<(Fields, u16), SkimError> {
                 f.arguments =
                     Some(exact::<serde_json::Value>(&text[span]).ok_or_else(SkimError::declined)?.to_string());
             }
-            CONTENT => f.result = Some(result_text(s, text)?),
+            CONTENT => f.result = Some(result_content(s, text)?),
+            SOURCE => f.source = Some(image_source(s, text)?),
             IS_ERROR => {
                 let span = s.value()?;
                 f.is_error = match &text.as_bytes()[span] {
@@ -388,33 +410,85 @@ fn fields(s: &mut Skim<'_>, text: &str) -> Result<(Fields, u16), SkimError> {
     Ok((f, seen))
 }
 
-/// A tool result's text: a string as it is, text blocks joined by newlines (`null`: none).
-/// Tool references and images are left to the whole decode.
-fn result_text(s: &mut Skim<'_>, text: &str) -> Result<Text, SkimError> {
+/// A tool result's content as `result_content` makes it: a string as it is, text blocks joined by
+/// newlines (`null`: none); with images, its texts and images in order as parts. Tool references
+/// are left to the whole decode.
+fn result_content(s: &mut Skim<'_>, text: &str) -> Result<Content, SkimError> {
     if s.null() {
-        return Ok(Text::new(""));
+        return Ok(Content::Text(Text::new("")));
     }
     match s.next_byte() {
-        Some(b'"') => literal(text, s.checked_string()?),
+        Some(b'"') => Ok(Content::Text(literal(text, s.checked_string()?)?)),
         Some(b'[') => {
-            let mut texts = Vec::new();
+            let mut parts = Vec::new();
             s.array(|s| {
-                // Its other blocks are read (they must be valid) and left out, as `result_content` leaves
-                // them; an image declines (`block`), and the whole decode keeps it.
-                if let Block::Text(t) = block(s, text)? {
-                    texts.push(t);
+                // Its other blocks are read (they must be valid) and left out, as `result_content`
+                // leaves them.
+                match block(s, text)? {
+                    Block::Text(t) => parts.push(ContentPart::Text { text: t }),
+                    Block::Image(image) => parts.push(image),
+                    Block::Call(_) | Block::Result(_) | Block::Thinking => {}
                 }
                 Ok(())
             })?;
-            Ok(if texts.is_empty() { Text::new("") } else { joined(texts, "\n") })
+            if parts.iter().any(|p| matches!(p, ContentPart::ImageUrl { .. })) {
+                return Ok(Content::Parts(parts));
+            }
+            let texts: Vec<Text> = parts
+                .into_iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(text),
+                    ContentPart::ImageUrl { .. } => None,
+                })
+                .collect();
+            Ok(Content::Text(if texts.is_empty() { Text::new("") } else { joined(texts, "\n") }))
         }
         _ => Err(SkimError::declined()),
     }
 }
 
+/// An image block's `source` (`ImageSourceIn`) as the URL the whole decode makes of it: base64
+/// data as a `data:` URL. A key of neither variant's, a duplicate, or an escaped type declines.
+fn image_source(s: &mut Skim<'_>, text: &str) -> Result<ImageUrl, SkimError> {
+    if s.next_byte() != Some(b'{') {
+        return Err(SkimError::declined());
+    }
+    let (mut kind, mut media_type, mut data, mut url) = (None, None, None, None);
+    s.object(|k, escaped, s| {
+        let slot = match key_bytes(k, escaped).as_deref() {
+            Some(b"type") => &mut kind,
+            Some(b"media_type") => &mut media_type,
+            Some(b"data") => &mut data,
+            Some(b"url") => &mut url,
+            _ => return Err(SkimError::declined()),
+        };
+        if slot.is_some() {
+            return Err(SkimError::declined());
+        }
+        *slot = Some(string_at(s)?);
+        Ok(())
+    })?;
+    let unescaped = |(span, escaped): Str| string_text(&text[span], escaped).ok_or_else(SkimError::declined);
+    let url = match (kind, media_type, data, url) {
+        (Some((k, false)), Some(media_type), Some(data), None) if &text[k.clone()] == "\"base64\"" => {
+            let (media_type, data) = (unescaped(media_type)?, unescaped(data)?);
+            let mut url = String::with_capacity(13 + media_type.len() + data.len());
+            url.push_str("data:");
+            url.push_str(&media_type);
+            url.push_str(";base64,");
+            url.push_str(&data);
+            url
+        }
+        (Some((k, false)), None, None, Some(url)) if &text[k.clone()] == "\"url\"" => unescaped(url)?.into_owned(),
+        _ => return Err(SkimError::declined()),
+    };
+    Ok(ImageUrl { url, detail: None })
+}
+
 /// The keys each block type names besides `type` (`BlockIn`'s variants, `TextBlockIn`,
 /// `ImageSourceIn`'s): what strict mode lets through inside a block, and what the walk reads.
 const TEXT_KEYS: &[&str] = &["text", "cache_control", "citations"];
+const IMAGE_KEYS: &[&str] = &["source", "cache_control", "transformations"];
 const SYSTEM_KEYS: &[&str] = TEXT_KEYS;
 const TOOL_USE_KEYS: &[&str] = &["id", "name", "input", "cache_control", "caller", "toolset_name"];
 const TOOL_RESULT_KEYS: &[&str] = &["tool_use_id", "content", "is_error", "cache_control", "toolset_name"];
@@ -424,7 +498,7 @@ const REDACTED_THINKING_KEYS: &[&str] = &["data"];
 fn block_keys(kind: &[u8]) -> Option<&'static [&'static str]> {
     Some(match kind {
         b"text" => TEXT_KEYS,
-        b"image" => &["source", "cache_control", "transformations"],
+        b"image" => IMAGE_KEYS,
         b"document" => &["source", "cache_control", "title", "context", "citations"],
         b"tool_use" => TOOL_USE_KEYS,
         b"tool_result" => TOOL_RESULT_KEYS,
@@ -569,11 +643,27 @@ mod tests {
               {"type":"tool_use","id":"tu_1","name":"Read","input":{"path":"a.txt","n": 1.50,"deep":[true,null]}}]},
             {"role":"user","content":[{"type":"tool_result","tool_use_id":"tu_1","content":[{"type":"text","text":"line 1"},{"type":"text","text":"line 2"}]},
               {"type":"tool_result","tool_use_id":"tu_2","content":"boom","is_error":true},{"type":"text","text":"go on","cache_control":{"type":"ephemeral"}}]},
-            {"role":"assistant","content":"ok"}],
+            {"role":"assistant","content":"ok"},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"tu_3","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO\/w=="}}],"is_error":true},
+              {"type":"tool_result","tool_use_id":"tu_4","content":[{"type":"text","text":"shot:"},{"type":"image","source":{"url":"https://x/s.png","type":"url"},"cache_control":{"type":"ephemeral"}}]},
+              {"type":"image","source":{"type":"url","url":"https://x/t.png"}}]}],
             "tools":[{"name":"Read","input_schema":{"type":"object"}}],"thinking":{"type":"enabled","budget_tokens":1024},"metadata":{"user_id":"u"}}"#;
         let walked = walked(body, ParamsMode::Strict).expect("walked");
         assert!(walked.is_ok(), "{walked:?}");
         assert_eq!(walked, whole(body, ParamsMode::Strict));
+        // The images, in the tool results that returned them and in the turn.
+        let (req, _) = walked.unwrap();
+        let m = req["messages"].as_array().unwrap();
+        assert_eq!(
+            m[m.len() - 3]["content"],
+            serde_json::json!([{ "type": "text", "text": "Error:" },
+                { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBO/w==" } }])
+        );
+        assert_eq!(m[m.len() - 2]["content"][1]["image_url"]["url"], "https://x/s.png");
+        assert_eq!(
+            m[m.len() - 1]["content"],
+            serde_json::json!([{ "type": "image_url", "image_url": { "url": "https://x/t.png" } }])
+        );
     }
 
     #[test]
@@ -587,7 +677,8 @@ mod tests {
             r#"{"model":"m","max_tokens":1,"messages":[{"content":"a"}]}"#,
             r#"{"model":"m","max_tokens":1,"messages":[],"messages":[]}"#,
             r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":5}]}"#,
-            r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"u"}}]}]}"#,
+            r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"u","media_type":"m"}}]}]}"#,
+            r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"f"}}]}]}"#,
             r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"a","id":"x"}]}]}"#,
             r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"tool_reference","tool_name":"x"}]}]}]}"#,
             r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","is_error":null}]}]}"#,
@@ -758,8 +849,28 @@ mod tests {
             vec![r#""type":"thinking""#.to_owned(), format!(r#""thinking":{t}"#), format!(r#""signature":{s}"#)]
         });
         let redacted = Just(vec![r#""type":"redacted_thinking""#.to_owned(), r#""data":"xyz""#.to_owned()]);
+        let source = prop_oneof![
+            8 => (arb_string(bad), arb_string(bad)).prop_map(|(m, d)| {
+                vec![r#""type":"base64""#.to_owned(), format!(r#""media_type":{m}"#), format!(r#""data":{d}"#)]
+            }),
+            8 => arb_string(bad).prop_map(|u| vec![r#""type":"url""#.to_owned(), format!(r#""url":{u}"#)]),
+            bad => Just(vec![r#""type":"url""#.to_owned(), r#""url":"u""#.to_owned(), r#""media_type":"m""#.to_owned()]),
+            bad => Just(vec![r#""type":"b\u0061se64""#.to_owned(), r#""media_type":"m""#.to_owned(), r#""data":"d""#.to_owned()]),
+            bad => Just(vec![r#""type":"base64""#.to_owned(), r#""data":"d""#.to_owned()]),
+            bad => Just(vec![r#""type":"url""#.to_owned(), r#""url":"u""#.to_owned(), r#""url":"v""#.to_owned()]),
+            bad => Just(vec![r#""type":"file""#.to_owned(), r#""file_id":"f""#.to_owned()]),
+        ]
+        .prop_shuffle()
+        .prop_map(|m| format!("{{{}}}", m.join(",")));
+        let image = (source, proptest::option::of(arb_known(bad)), proptest::option::of(arb_known(bad))).prop_map(
+            |(source, cache, transformations)| {
+                let mut m = vec![r#""type":"image""#.to_owned(), format!(r#""source":{source}"#)];
+                m.extend(cache.map(|c| format!(r#""cache_control":{c}"#)));
+                m.extend(transformations.map(|t| format!(r#""transformations":{t}"#)));
+                m
+            },
+        );
         let other = prop_oneof![
-            Just(vec![r#""type":"image""#.to_owned(), r#""source":{"type":"url","url":"https://x/a.png"}"#.to_owned()]),
             Just(vec![r#""type":"tool_reference""#.to_owned(), r#""tool_name":"t""#.to_owned()]),
             Just(vec![r#""type":"t\u0065xt""#.to_owned(), r#""text":"a""#.to_owned()]),
             Just(vec![r#""text":"no type""#.to_owned()]),
@@ -770,6 +881,7 @@ mod tests {
             16 => text.boxed(),
             8 => tool_use.boxed(),
             8 => tool_result.boxed(),
+            6 => image.boxed(),
             4 => thinking.boxed(),
             2 => redacted.boxed(),
             bad => other.boxed(),
