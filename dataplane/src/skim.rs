@@ -269,6 +269,11 @@ impl<'a> Skim<'a> {
     }
 }
 
+/// Whether a string's bytes go into JSON as they are: no quote, backslash or control character.
+pub fn plain(b: &[u8]) -> bool {
+    memchr::memchr2(b'"', b'\\', b).is_none() && least(b) >= 0x20
+}
+
 /// The least byte of `b`. By whole 32-byte chunks, the last one overlapping the one before: one
 /// vector `min` per chunk (AVX2 in release builds), where a plain fold over the slice left up to
 /// 127 bytes to a loop of one byte at a time.

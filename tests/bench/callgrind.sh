@@ -15,6 +15,8 @@
 # anthropic-version; with AX_CG_ALIAS=chat-an, forwarded to the Anthropic upstream), and
 # AX_CG_API=responses as a Responses caller (POST /v1/responses, the messages as `input`: translated
 # for the OpenAI upstream, and kept in the process's response store, as `store` is by default);
+# AX_CG_IMAGE=<KB> (with AX_CG_API=messages) ends the conversation with a tool call whose result
+# is a text and a base64 image of that size (Claude Code's `Read` of a screenshot);
 # AX_CG_KEEP=<dir> keeps the dumps; AX_CG_DEBUG=1 shows the warm-up answers; AX_CG_GOVERN=local
 # (or redis) sends as a tenant with rate limits and a day budget, governed in the process (or
 # fleet-wide through the Redis at 127.0.0.1:6379, with leases).
@@ -55,9 +57,9 @@ cat > "$WORK/ax.yaml" <<EOF
 $SERVER
 upstreams:
   - { name: up, provider: openai, base_url: "http://$MOCK/v1", api_key: sk-bench,
-      models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming], price_per_mtok: { input: 1, output: 2 } }] }
+      models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming, vision], price_per_mtok: { input: 1, output: 2 } }] }
   - { name: an, provider: anthropic, base_url: "http://$MOCK", api_key: sk-bench,
-      models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming], price_per_mtok: { input: 1, output: 2 } }] }
+      models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming, vision], price_per_mtok: { input: 1, output: 2 } }] }
 routes:
   - { alias: chat, candidates: [{ upstream: up, model: m }] }
   - { alias: chat-an, candidates: [{ upstream: an, model: m }] }
@@ -70,10 +72,17 @@ tenants:
 EOF
 [ -n "$GOVERN" ] && KEY="$KEY-gov"
 body() { # $1 = stream (true|false)
-  python3 - "$1" "$MESSAGES" "$ALIAS" "$API" <<'PY'
+  python3 - "$1" "$MESSAGES" "$ALIAS" "$API" "${AX_CG_IMAGE:-0}" <<'PY'
 import json, sys
 text = "The quick brown fox jumps over the lazy dog while the agent reads the repository. " * 10
 msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i in range(int(sys.argv[2]))]
+if int(sys.argv[5]) > 0 and sys.argv[4] == "messages":
+    if msgs and msgs[-1]["role"] == "assistant":
+        msgs.append({"role": "user", "content": text})
+    image = {"type": "base64", "media_type": "image/png", "data": "iVBO" * (int(sys.argv[5]) * 256)}
+    msgs.append({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "shot.png"}}]})
+    msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+        {"type": "text", "text": "shot.png"}, {"type": "image", "source": image}]}]})
 if sys.argv[4] == "responses":
     print(json.dumps({"model": sys.argv[3], "max_output_tokens": 100, "stream": sys.argv[1] == "true", "input": msgs}))
 else:
@@ -131,6 +140,7 @@ for bin in "${BINS[@]}"; do
     [ "$ALIAS" != chat ] && case="$case, $ALIAS"
     [ "$API" != chat ] && case="$case, /v1/$API"
     [ -n "$GOVERN" ] && case="$case, governed ($GOVERN)"
+    [ -n "${AX_CG_IMAGE:-}" ] && case="$case, a ${AX_CG_IMAGE} KB image"
     echo "| $bin | $case | $n | $(( total / n )) |"
   done
 done

@@ -14,7 +14,8 @@ use serde_json::Value;
 use bytes::Bytes;
 
 use super::{
-    classify, copied, error_body, status_of_error_type, tool_arguments, write_json, write_text, Ctx, IsError, TextOut,
+    classify, copied, error_body, status_of_error_type, tool_arguments, write_json, write_str, write_text, Ctx,
+    IsError, TextOut,
 };
 use crate::body::{Payload, PayloadWriter};
 use crate::canonical::{
@@ -142,7 +143,9 @@ impl Block<'_> {
         match self {
             Self::Text { text } | Self::ToolResult { content: text, .. } => copied(text),
             Self::ToolResultBlocks { content, .. } => content.iter().map(Block::copied).sum(),
-            Self::Image { .. } | Self::ToolUse { .. } => 0,
+            Self::Image { source: ImageSource::Base64 { media_type, data } } => media_type.len() + data.len() + 64,
+            Self::Image { source: ImageSource::Url { url } } => url.len() + 32,
+            Self::ToolUse { .. } => 0,
         }
     }
 
@@ -158,6 +161,23 @@ impl Block<'_> {
                 write_json(&mut out.buf, tool_use_id)?;
                 out.buf.extend_from_slice(b",\"content\":");
                 write_text(out, content)?;
+            }
+            Self::Image { source } => {
+                // By hand: an image's base64 is often hundreds of KB (`write_str`).
+                out.buf.extend_from_slice(b"{\"type\":\"image\",\"source\":");
+                match source {
+                    ImageSource::Base64 { media_type, data } => {
+                        out.buf.extend_from_slice(b"{\"type\":\"base64\",\"media_type\":");
+                        write_str(&mut out.buf, media_type)?;
+                        out.buf.extend_from_slice(b",\"data\":");
+                        write_str(&mut out.buf, data)?;
+                    }
+                    ImageSource::Url { url } => {
+                        out.buf.extend_from_slice(b"{\"type\":\"url\",\"url\":");
+                        write_str(&mut out.buf, url)?;
+                    }
+                }
+                out.buf.push(b'}');
             }
             Self::ToolResultBlocks { tool_use_id, content } => {
                 out.buf.extend_from_slice(b"{\"type\":\"tool_result\",\"tool_use_id\":");

@@ -6,12 +6,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, copied, error_body, status_of_error_type, write_json, write_text, Ctx, IsError};
+use super::{classify, copied, error_body, status_of_error_type, write_json, write_str, write_text, Ctx, IsError};
 use crate::body::{Payload, PayloadWriter};
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest,
-    EmbeddingsResponse, FinishReason, Message, RawEvent, ReasoningEffort, ResponseFormat, Role, Stop, StreamItem,
-    StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice, Usage,
+    EmbeddingsResponse, FinishReason, ImageUrl, Message, RawEvent, ReasoningEffort, ResponseFormat, Role, Stop,
+    StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice, Usage,
 };
 use crate::error::AxError;
 use crate::sse::SseEvent;
@@ -140,8 +140,25 @@ fn write_part(out: &mut PayloadWriter, p: &ContentPart) -> Result<(), AxError> {
             out.buf.push(b'}');
             Ok(())
         }
-        image => write_json(&mut out.buf, image),
+        ContentPart::ImageUrl { image_url } => {
+            out.buf.extend_from_slice(b"{\"type\":\"image_url\",\"image_url\":");
+            write_image_url(&mut out.buf, image_url)?;
+            out.buf.push(b'}');
+            Ok(())
+        }
     }
+}
+
+/// `{"url":…,"detail":…}`, the URL (a `data:` URL of base64, mostly) through `write_str`.
+fn write_image_url(out: &mut Vec<u8>, image_url: &ImageUrl) -> Result<(), AxError> {
+    out.extend_from_slice(b"{\"url\":");
+    write_str(out, &image_url.url)?;
+    if let Some(detail) = &image_url.detail {
+        out.extend_from_slice(b",\"detail\":");
+        write_json(out, detail)?;
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// The images a run of tool messages returned, as one user message after the run (OpenAI wants
@@ -159,7 +176,7 @@ fn write_tool_images(out: &mut PayloadWriter, results: &[&Message]) -> Result<()
         out.buf.push(b'}');
         for image_url in m.content.iter().flat_map(Content::images) {
             out.buf.extend_from_slice(b",{\"type\":\"image_url\",\"image_url\":");
-            write_json(&mut out.buf, image_url)?;
+            write_image_url(&mut out.buf, image_url)?;
             out.buf.push(b'}');
         }
     }

@@ -356,7 +356,8 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
         "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
         "messages":[{"role":"system","content":"one\n"},{"role":"system","content":"two \"2\""},
             {"role":"user","content":[{"type":"text","text":"hi"},
-            {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}"#;
+            {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},
+            {"type":"image_url","image_url":{"url":"https://x/\"q\\\u0001.png"}}]}]}"#;
     let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, reasoning: false };
     let v: serde_json::Value = serde_json::from_slice(&encode_chat(ctx, &req).unwrap().to_vec()).unwrap();
@@ -365,7 +366,8 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
         json!({ "model": "up", "max_tokens": 100, "system": "one\n\n\ntwo \"2\"", "temperature": 0.5, "stop_sequences": ["END"], "stream": true,
             "tools": [{ "name": "f", "input_schema": { "type": "object" } }], "metadata": { "user_id": "u1" },
             "messages": [{ "role": "user", "content": [{ "type": "text", "text": "hi" },
-                { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "AAAA" } }] }] })
+                { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "AAAA" } },
+                { "type": "image", "source": { "type": "url", "url": "https://x/\"q\\\u{1}.png" } }] }] })
     );
 }
 
@@ -427,7 +429,8 @@ fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_a
         "messages": [
             {"role": "system", "content": long},
             {"role": "user", "name": "ann", "content": [{"type": "text", "text": long},
-                {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "low"}}]},
+                {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "low"}},
+                {"type": "image_url", "image_url": {"url": "https://x/q\"\\\u{1}.png"}}]},
             {"role": "assistant", "content": null, "refusal": "no",
                 "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "short \"one\""}]});
