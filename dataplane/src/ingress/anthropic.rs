@@ -721,7 +721,8 @@ fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>
             .filter_map(|b| match b {
                 BlockIn::Text { text, .. } => Some(text),
                 BlockIn::ToolReference { tool_name, .. } => Some(loads(tool_name, loaded)),
-                // Documents and the rest only an Anthropic upstream reads (it gets the caller's bytes).
+                BlockIn::Document { source, .. } => Some(result_document(&source)),
+                // What else a result may hold, only an Anthropic upstream reads (it gets the caller's bytes).
                 _ => None,
             })
             .collect();
@@ -735,6 +736,7 @@ fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>
                 parts.push(ContentPart::Text { text: loads(tool_name, loaded).into() });
             }
             BlockIn::Image { source, .. } => parts.push(image_part(source)),
+            BlockIn::Document { source, .. } => parts.push(ContentPart::Text { text: result_document(&source).into() }),
             _ => {}
         }
     }
@@ -751,6 +753,16 @@ fn error_first(parts: &mut Vec<ContentPart>) {
         Some(ContentPart::Text { text }) => *text = format!("Error: {}", text.as_str()).into(),
         _ => parts.insert(0, ContentPart::Text { text: "Error:".into() }),
     }
+}
+
+/// A document a tool returned (Claude Code's `Read` of a PDF), as text: a text document's text;
+/// for a PDF or a file, which only Anthropic reads, a line saying it was left out, so the model
+/// knows it did not see it (an error here would fail every later turn of the conversation).
+fn result_document(source: &Value) -> String {
+    document_text(source).unwrap_or_else(|| {
+        let kind = source["media_type"].as_str().or(source["type"].as_str()).unwrap_or("file");
+        format!("[document ({kind}) left out: only an Anthropic upstream reads PDF and file documents]")
+    })
 }
 
 fn image_part(source: ImageSourceIn) -> ContentPart {

@@ -228,6 +228,23 @@ async fn images_a_tool_returned_reach_upstreams_of_other_protocols() {
             { "type": "image_url", "image_url": { "url": "https://example.com/s.png" } } ] })
     );
     assert_eq!(m[5], json!({ "role": "user", "content": "Describe them." }));
+    // A PDF a tool returned (Claude Code's `Read` of one) only Anthropic reads: the result says
+    // it was left out, rather than losing it silently; a text document is its text.
+    let mut turn = tool_images_turn();
+    turn["messages"][2]["content"] = json!([
+        { "type": "tool_result", "tool_use_id": "t1", "content": [
+            { "type": "text", "text": "PDF file read: a.pdf" },
+            { "type": "document", "source": { "type": "base64", "media_type": "application/pdf", "data": "JVBERi0=" } } ] },
+        { "type": "tool_result", "tool_use_id": "t2", "content": [
+            { "type": "document", "source": { "type": "text", "media_type": "text/plain", "data": "plain words" } } ] } ]);
+    let resp = post_messages(&gw.url, &turn).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let m = up.last().body["messages"].as_array().cloned().unwrap();
+    assert_eq!(
+        m[2]["content"],
+        "PDF file read: a.pdf\n[document (application/pdf) left out: only an Anthropic upstream reads PDF and file documents]"
+    );
+    assert_eq!(m[3]["content"], "plain words");
 
     // Gemini: the images join the turn after its function responses.
     let up = FakeUpstream::fixed(Reply::json(wire::gemini_response(Some("ok"), &[], "STOP", (1, 1, 0)))).await;
