@@ -4,7 +4,7 @@
 //! `thinking_delta` events). An OpenAI caller's `reasoning_effort` reaches Anthropic as extended
 //! thinking, and Anthropic's thinking comes back as `reasoning_content`.
 
-use ax_tests::{key_digest, post, sse_events, FakeUpstream, Gateway, Reply, KEY};
+use ax_tests::{key_digest, post, post_messages as messages, sse_events, FakeUpstream, Gateway, Reply, KEY};
 use serde_json::{json, Value};
 
 /// `think` (a model with the `reasoning` capability) and `plain` (without) on one upstream.
@@ -23,17 +23,6 @@ tenants:
         key_digest(KEY)
     ))
     .await
-}
-
-async fn messages(url: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("{url}/v1/messages"))
-        .header("x-api-key", KEY)
-        .header("anthropic-version", "2023-06-01")
-        .json(body)
-        .send()
-        .await
-        .unwrap()
 }
 
 fn ask(model: &str, thinking: Value, stream: bool) -> Value {

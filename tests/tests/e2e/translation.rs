@@ -207,15 +207,27 @@ fn tool_images_turn() -> Value {
     })
 }
 
+/// The body an upstream speaking `provider` received for `body` POSTed to `path` (`/v1/messages`
+/// as the Anthropic SDKs send it), which ax answered with 200.
+async fn upstream_got(provider: &str, path: &str, body: &Value) -> Value {
+    let reply = match provider {
+        "openai" => wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)),
+        "gemini" => wire::gemini_response(Some("ok"), &[], "STOP", (1, 1, 0)),
+        _ => wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)),
+    };
+    let up = FakeUpstream::fixed(Reply::json(reply)).await;
+    let gw = Gateway::start(&config(provider, &up.url(), "strict")).await;
+    let resp =
+        if path == "/v1/messages" { post_messages(&gw.url, body).await } else { post(&gw.url, path, body).await };
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    up.last().body
+}
+
 #[tokio::test]
 async fn images_a_tool_returned_reach_upstreams_of_other_protocols() {
     let mark = "[image: attached after the tool results]";
     // OpenAI's tool messages hold only text: the images follow the results in a user message.
-    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
-    let gw = Gateway::start(&config("openai", &up.url(), "strict")).await;
-    let resp = post_messages(&gw.url, &tool_images_turn()).await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-    let m = up.last().body["messages"].as_array().cloned().unwrap();
+    let m = upstream_got("openai", "/v1/messages", &tool_images_turn()).await["messages"].as_array().cloned().unwrap();
     assert_eq!(m.len(), 6, "{m:#?}");
     assert_eq!(m[2], json!({ "role": "tool", "content": format!("a.png:\n{mark}"), "tool_call_id": "t1" }));
     assert_eq!(m[3], json!({ "role": "tool", "content": format!("Error:\n{mark}"), "tool_call_id": "t2" }));
@@ -237,9 +249,7 @@ async fn images_a_tool_returned_reach_upstreams_of_other_protocols() {
             { "type": "document", "source": { "type": "base64", "media_type": "application/pdf", "data": "JVBERi0=" } } ] },
         { "type": "tool_result", "tool_use_id": "t2", "content": [
             { "type": "document", "source": { "type": "text", "media_type": "text/plain", "data": "plain words" } } ] } ]);
-    let resp = post_messages(&gw.url, &turn).await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-    let m = up.last().body["messages"].as_array().cloned().unwrap();
+    let m = upstream_got("openai", "/v1/messages", &turn).await["messages"].as_array().cloned().unwrap();
     assert_eq!(
         m[2]["content"],
         "PDF file read: a.pdf\n[document (application/pdf) left out: only an Anthropic upstream reads PDF and file documents]"
@@ -247,11 +257,7 @@ async fn images_a_tool_returned_reach_upstreams_of_other_protocols() {
     assert_eq!(m[3]["content"], "plain words");
 
     // Gemini: the images join the turn after its function responses.
-    let up = FakeUpstream::fixed(Reply::json(wire::gemini_response(Some("ok"), &[], "STOP", (1, 1, 0)))).await;
-    let gw = Gateway::start(&config("gemini", &up.url(), "strict")).await;
-    let resp = post_messages(&gw.url, &tool_images_turn()).await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-    let c = up.last().body["contents"].as_array().cloned().unwrap();
+    let c = upstream_got("gemini", "/v1/messages", &tool_images_turn()).await["contents"].as_array().cloned().unwrap();
     assert_eq!(c.len(), 3, "{c:#?}");
     assert_eq!(
         c[2]["parts"],
@@ -264,34 +270,25 @@ async fn images_a_tool_returned_reach_upstreams_of_other_protocols() {
     );
 
     // A Responses caller's function output with an image (Codex's `view_image`), to OpenAI.
-    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
-    let gw = Gateway::start(&config("openai", &up.url(), "strict")).await;
     let body = json!({ "model": "chat", "store": false, "input": [
         { "role": "user", "content": "Look." },
         { "type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}" },
         { "type": "function_call_output", "call_id": "c1", "output": [
             { "type": "input_text", "text": "shown" },
             { "type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=" } ] } ] });
-    let resp = post(&gw.url, "/v1/responses", &body).await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-    let m = up.last().body["messages"].as_array().cloned().unwrap();
+    let m = upstream_got("openai", "/v1/responses", &body).await["messages"].as_array().cloned().unwrap();
     assert_eq!(m.len(), 4, "{m:#?}");
     assert_eq!(m[2]["content"], format!("shown\n{mark}"));
     assert_eq!(m[3]["content"][1]["image_url"]["url"], "data:image/png;base64,iVBORw0KGgo=");
 
     // An OpenAI caller's tool message with an image part, to Anthropic: a tool_result's blocks.
-    let up =
-        FakeUpstream::fixed(Reply::json(wire::anthropic_response(Some("ok"), &[], "end_turn", (1, 1, 0, 0)))).await;
-    let gw = Gateway::start(&config("anthropic", &up.url(), "strict")).await;
     let body = json!({ "model": "chat", "messages": [
         { "role": "user", "content": "Look." },
         { "role": "assistant", "tool_calls": [{ "id": "c1", "type": "function", "function": { "name": "shot", "arguments": "{}" } }] },
         { "role": "tool", "tool_call_id": "c1", "content": [
             { "type": "text", "text": "shown" },
             { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=" } } ] } ] });
-    let resp = post(&gw.url, "/v1/chat/completions", &body).await;
-    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-    let m = up.last().body["messages"].as_array().cloned().unwrap();
+    let m = upstream_got("anthropic", "/v1/chat/completions", &body).await["messages"].as_array().cloned().unwrap();
     assert_eq!(
         m[2]["content"][0],
         json!({ "type": "tool_result", "tool_use_id": "c1", "content": [
