@@ -176,6 +176,12 @@ impl<'a> Skim<'a> {
         Ok(start..self.i)
     }
 
+    /// Skips any value at the cursor; its JSON text.
+    pub fn value_bytes(&mut self) -> Result<&'a [u8], SkimError> {
+        let span = self.value()?;
+        Ok(&self.b[span])
+    }
+
     /// Skips the value of the member whose key `object` handed over, and appends the member as
     /// written (`,` then the key, quotes included, through its value) to `out`: a walk's copy of
     /// the members it leaves to serde.

@@ -90,11 +90,13 @@ fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(),
                 s.value()?;
                 return Ok(());
             }
-            let mut image = false;
+            let (mut image, mut search) = (false, false);
             s.object(|k, esc, s| {
                 match key_bytes(k, esc).as_deref() {
                     Some(b"text" | b"thinking" | b"input") => read.text += s.value()?.len(),
                     Some(b"content") => skim_content(s, read)?,
+                    // A search result's `source` is where its text came from, not an image.
+                    Some(b"type") => search = s.value_bytes()? == b"\"search_result\"",
                     Some(b"source") => {
                         image = true;
                         s.value()?;
@@ -105,7 +107,7 @@ fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(),
                 }
                 Ok(())
             })?;
-            read.images += u64::from(image);
+            read.images += u64::from(image && !search);
             Ok(())
         })?,
         _ => {
@@ -491,6 +493,17 @@ enum BlockIn {
         #[serde(default, rename = "toolset_name")]
         _toolset_name: Option<Known>,
     },
+    /// A result of the caller's own search (retrieval with citations): text blocks and where
+    /// they came from.
+    SearchResult {
+        source: String,
+        title: String,
+        content: Vec<TextBlockIn>,
+        #[serde(default, rename = "cache_control")]
+        _cache_control: Option<Known>,
+        #[serde(default, rename = "citations")]
+        _citations: Option<Known>,
+    },
     /// Inside a tool result: loads the deferred tool it names (tool search).
     ToolReference {
         tool_name: String,
@@ -722,6 +735,7 @@ fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>
                 BlockIn::Text { text, .. } => Some(text),
                 BlockIn::ToolReference { tool_name, .. } => Some(loads(tool_name, loaded)),
                 BlockIn::Document { source, .. } => Some(result_document(&source)),
+                BlockIn::SearchResult { source, title, content, .. } => Some(search_result(&source, &title, content)),
                 // What else a result may hold, only an Anthropic upstream reads (it gets the caller's bytes).
                 _ => None,
             })
@@ -737,6 +751,9 @@ fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>
             }
             BlockIn::Image { source, .. } => parts.push(image_part(source)),
             BlockIn::Document { source, .. } => parts.push(ContentPart::Text { text: result_document(&source).into() }),
+            BlockIn::SearchResult { source, title, content, .. } => {
+                parts.push(ContentPart::Text { text: search_result(&source, &title, content).into() });
+            }
             _ => {}
         }
     }
@@ -763,6 +780,13 @@ fn result_document(source: &Value) -> String {
         let kind = source["media_type"].as_str().or(source["type"].as_str()).unwrap_or("file");
         format!("[document ({kind}) left out: only an Anthropic upstream reads PDF and file documents]")
     })
+}
+
+/// A search result as text for an upstream without search results: its title and source, then
+/// its texts (the citations only Anthropic makes are lost).
+fn search_result(source: &str, title: &str, content: Vec<TextBlockIn>) -> String {
+    let texts: Vec<String> = content.into_iter().map(|b| b.text).collect();
+    format!("Search result: {title}\nSource: {source}\n{}", texts.join("\n"))
 }
 
 fn image_part(source: ImageSourceIn) -> ContentPart {
@@ -809,6 +833,9 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
                 kind: ToolKind::Function,
                 function: FunctionCall { name, arguments: input.to_string() },
             }),
+            BlockIn::SearchResult { source, title, content, .. } => {
+                parts.push(ContentPart::Text { text: search_result(&source, &title, content).into() });
+            }
             BlockIn::ToolResult { tool_use_id, content, is_error, .. } => {
                 out.push(Message {
                     tool_call_id: Some(tool_use_id),

@@ -503,6 +503,7 @@ fn block_keys(kind: &[u8]) -> Option<&'static [&'static str]> {
         b"tool_use" => TOOL_USE_KEYS,
         b"tool_result" => TOOL_RESULT_KEYS,
         b"tool_reference" => &["tool_name", "cache_control"],
+        b"search_result" => &["source", "title", "content", "citations", "cache_control"],
         b"thinking" => THINKING_KEYS,
         b"redacted_thinking" => REDACTED_THINKING_KEYS,
         b"base64" => &["media_type", "data"],
@@ -751,6 +752,25 @@ mod tests {
         );
         assert!(walk_keys(&body).is_empty(), "{:?}", walk_keys(&body));
         decoded(&body, ParamsMode::Strict).unwrap();
+    }
+
+    #[test]
+    fn a_search_result_is_its_texts_with_where_they_came_from_and_no_image() {
+        let result = r#"{"type":"search_result","source":"https://docs/x","title":"X","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"citations":{"enabled":true},"cache_control":null}"#;
+        let body = format!(
+            r#"{{"model":"m","max_tokens":1,"messages":[{{"role":"assistant","content":[{{"type":"tool_use","id":"t","name":"f","input":{{}}}}]}},
+            {{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","content":[{result}]}},{result}]}}]}}"#
+        );
+        let req = decoded(&body, ParamsMode::Strict).unwrap();
+        let text = "Search result: X\nSource: https://docs/x\na\nb";
+        assert_eq!(req["messages"][1]["content"], text);
+        assert_eq!(req["messages"][2]["content"], text);
+        assert!(walk_keys(&body).is_empty());
+        let stray = body.replacen(r#""title":"X""#, r#""title":"X","tilte":"Y""#, 1);
+        assert!(decoded(&stray, ParamsMode::Strict).unwrap_err().contains("messages.1.content.0.content.0.tilte"));
+        // Its `source` is no image: the request needs no vision.
+        let skim = super::super::skim_messages(bytes::Bytes::from(body), &|_| true).unwrap();
+        assert!(matches!(skim, crate::canonical::Skim::Forward(ref raw) if !raw.needs_vision));
     }
 
     fn walk_keys(body: &str) -> Vec<String> {
