@@ -723,40 +723,31 @@ fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>
         Some(ContentIn::Text(t)) => return Content::Text(prefixed(t).into()),
         Some(ContentIn::Blocks(blocks)) => blocks,
     };
-    let loads = |tool_name: String, loaded: &mut Vec<String>| {
-        let line = format!("Tool loaded: {tool_name}");
-        loaded.push(tool_name);
-        line
-    };
-    if !blocks.iter().any(|b| matches!(b, BlockIn::Image { .. })) {
-        let texts: Vec<String> = blocks
-            .into_iter()
-            .filter_map(|b| match b {
-                BlockIn::Text { text, .. } => Some(text),
-                BlockIn::ToolReference { tool_name, .. } => Some(loads(tool_name, loaded)),
-                BlockIn::Document { source, .. } => Some(result_document(&source)),
-                BlockIn::SearchResult { source, title, content, .. } => Some(search_result(&source, &title, content)),
-                // What else a result may hold, only an Anthropic upstream reads (it gets the caller's bytes).
-                _ => None,
-            })
-            .collect();
+    // Each block it keeps, in order: a text (`Ok`) or an image (`Err`).
+    let pieces: Vec<Result<String, ContentPart>> = blocks
+        .into_iter()
+        .filter_map(|b| match b {
+            BlockIn::Text { text, .. } => Some(Ok(text)),
+            BlockIn::ToolReference { tool_name, .. } => {
+                let line = format!("Tool loaded: {tool_name}");
+                loaded.push(tool_name);
+                Some(Ok(line))
+            }
+            BlockIn::Document { source, .. } => Some(Ok(result_document(&source))),
+            BlockIn::SearchResult { source, title, content, .. } => Some(Ok(search_result(&source, &title, content))),
+            BlockIn::Image { source, .. } => Some(Err(image_part(source))),
+            // What else a result may hold, only an Anthropic upstream reads (it gets the caller's bytes).
+            _ => None,
+        })
+        .collect();
+    if pieces.iter().all(Result::is_ok) {
+        let texts: Vec<String> = pieces.into_iter().flatten().collect();
         return Content::Text(prefixed(texts.join("\n")).into());
     }
-    let mut parts: Vec<ContentPart> = Vec::with_capacity(blocks.len() + 1);
-    for b in blocks {
-        match b {
-            BlockIn::Text { text, .. } => parts.push(ContentPart::Text { text: text.into() }),
-            BlockIn::ToolReference { tool_name, .. } => {
-                parts.push(ContentPart::Text { text: loads(tool_name, loaded).into() });
-            }
-            BlockIn::Image { source, .. } => parts.push(image_part(source)),
-            BlockIn::Document { source, .. } => parts.push(ContentPart::Text { text: result_document(&source).into() }),
-            BlockIn::SearchResult { source, title, content, .. } => {
-                parts.push(ContentPart::Text { text: search_result(&source, &title, content).into() });
-            }
-            _ => {}
-        }
-    }
+    let mut parts: Vec<ContentPart> = pieces
+        .into_iter()
+        .map(|p| p.map_or_else(|image| image, |text| ContentPart::Text { text: text.into() }))
+        .collect();
     if is_error {
         error_first(&mut parts);
     }

@@ -198,7 +198,15 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
     let mut contents: Vec<GContent<'_>> = Vec::with_capacity(r.messages.len());
     // tool_call_id → function name, from the assistant messages seen so far.
     let mut call_names: HashMap<&str, &str> = HashMap::new();
+    // The images the current run of tool results returned: they join its turn after all of its
+    // function responses.
+    let mut images: Vec<GPart<'_>> = Vec::new();
     for (i, m) in r.messages.iter().enumerate() {
+        if m.role != Role::Tool {
+            if let Some(last) = contents.last_mut() {
+                last.parts.append(&mut images);
+            }
+        }
         let (role, mut parts) = match m.role {
             Role::System | Role::Developer => {
                 if let Some(c) = &m.content {
@@ -242,30 +250,19 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                     Ok(v @ Value::Object(_)) => v,
                     _ => serde_json::json!({ "content": text }),
                 };
-                let mut p = vec![GPart::FunctionResponse { name, response }];
-                // The images it returned, in the same turn after the turn's function responses
-                // (the merge below keeps those first).
                 for image_url in m.content.iter().flat_map(Content::images) {
-                    p.push(image_part(image_url, i)?);
+                    images.push(image_part(image_url, i)?);
                 }
-                ("user", p)
+                ("user", vec![GPart::FunctionResponse { name, response }])
             }
         };
         match contents.last_mut() {
-            Some(last) if last.role == role => {
-                // A function response joins the responses before it, ahead of the images they returned.
-                let responses = last.parts.iter().take_while(|p| matches!(p, GPart::FunctionResponse { .. })).count();
-                match parts.first() {
-                    Some(GPart::FunctionResponse { .. }) if responses < last.parts.len() => {
-                        let n = parts.iter().take_while(|p| matches!(p, GPart::FunctionResponse { .. })).count();
-                        last.parts.splice(responses..responses, parts.drain(..n));
-                        last.parts.append(&mut parts);
-                    }
-                    _ => last.parts.append(&mut parts),
-                }
-            }
+            Some(last) if last.role == role => last.parts.append(&mut parts),
             _ => contents.push(GContent { role, parts }),
         }
+    }
+    if let Some(last) = contents.last_mut() {
+        last.parts.append(&mut images);
     }
     if contents.is_empty() {
         return Err(AxError::invalid_param("messages", "Gemini needs at least one user or assistant message"));
