@@ -84,6 +84,10 @@ pub enum AxError {
     UpstreamTimeout,
     #[error("the upstream sent a response the gateway cannot read")]
     UpstreamInvalidResponse,
+    /// A call of a `strict` tool whose arguments do not match the tool's schema, from an upstream
+    /// without a strict mode of its own (`upstream::strict`).
+    #[error("the upstream's call of the strict tool '{tool}' does not match the tool's parameters schema")]
+    UpstreamToolArguments { tool: String },
     #[error("the upstream stream ended before the reply was complete")]
     UpstreamStreamTruncated,
     /// The answer (or one stream event) was over the upstream's `max_response_bytes`
@@ -137,6 +141,7 @@ impl AxError {
             | Self::UpstreamNotFound
             | Self::UpstreamConnect
             | Self::UpstreamInvalidResponse
+            | Self::UpstreamToolArguments { .. }
             | Self::UpstreamStreamTruncated
             | Self::UpstreamResponseTooLarge(_) => StatusCode::BAD_GATEWAY,
             Self::UpstreamUnavailable(_)
@@ -183,6 +188,7 @@ impl AxError {
             | Self::UpstreamIdleTimeout
             | Self::UpstreamTimeout
             | Self::UpstreamInvalidResponse
+            | Self::UpstreamToolArguments { .. }
             | Self::UpstreamStreamTruncated
             | Self::UpstreamResponseTooLarge(_)
             | Self::UpstreamUnavailable(_)
@@ -226,6 +232,7 @@ impl AxError {
             Self::UpstreamIdleTimeout => "upstream_idle_timeout",
             Self::UpstreamTimeout => "upstream_timeout",
             Self::UpstreamInvalidResponse => "upstream_invalid_response",
+            Self::UpstreamToolArguments { .. } => "upstream_invalid_tool_call",
             Self::UpstreamStreamTruncated => "upstream_stream_truncated",
             Self::UpstreamResponseTooLarge(_) => "upstream_response_too_large",
             Self::ResponseNotFound { .. } => "response_not_found",
@@ -260,6 +267,7 @@ impl AxError {
                 | Self::UpstreamIdleTimeout
                 | Self::UpstreamTimeout
                 | Self::UpstreamInvalidResponse
+                | Self::UpstreamToolArguments { .. }
                 | Self::UpstreamStreamTruncated
                 | Self::UpstreamResponseTooLarge(_)
         )

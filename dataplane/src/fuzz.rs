@@ -189,7 +189,7 @@ fn translate(req: &crate::canonical::ChatRequest) {
     }
     let _ = crate::routing::plan::chat_needs(req, 4096);
     for up in snapshot().map_or(&[][..], |s| &s.upstreams) {
-        let ctx = Ctx { kind: up.kind, model: &up.models[0].name, max_tokens: 4096, reasoning: true };
+        let ctx = Ctx { kind: up.kind, model: &up.models[0].name, max_tokens: 4096, output_cap: None, reasoning: true };
         let _ = providers::encode_chat(ctx, req);
     }
 }
@@ -199,7 +199,7 @@ pub fn embeddings_request(data: &[u8]) {
     let Ok(req) = crate::ingress::openai::decode_embeddings(data, ParamsMode::Strict) else { return };
     let _ = crate::routing::plan::embeddings_needs(&req);
     for up in snapshot().map_or(&[][..], |s| &s.upstreams).iter().filter(|u| u.kind != ProviderKind::Anthropic) {
-        let ctx = Ctx { kind: up.kind, model: &up.models[0].name, max_tokens: 4096, reasoning: true };
+        let ctx = Ctx { kind: up.kind, model: &up.models[0].name, max_tokens: 4096, output_cap: None, reasoning: true };
         let _ = providers::encode_embeddings(ctx, &req);
     }
 }

@@ -26,6 +26,8 @@ pub struct Ctx<'a> {
     /// `max_tokens` for providers that require one when the request sets none: the model's
     /// output cap, else the server's default.
     pub max_tokens: u32,
+    /// The model's output cap (`max_output_tokens`), when the configuration gives one.
+    pub output_cap: Option<u32>,
     /// The model takes a reasoning control (its `reasoning` capability).
     pub reasoning: bool,
 }
@@ -37,6 +39,15 @@ pub fn supports(kind: ProviderKind, param: &str) -> bool {
         ProviderKind::Openai | ProviderKind::AzureOpenai | ProviderKind::Mock => true,
         ProviderKind::Anthropic => anthropic::SUPPORTED.contains(&param),
         ProviderKind::Gemini => gemini::SUPPORTED.contains(&param),
+    }
+}
+
+/// Whether `kind` constrains a `strict` tool's calls itself (OpenAI's strict mode, Anthropic's
+/// strict tool use); for the others ax checks the calls (`upstream::strict`).
+pub fn keeps_strict_tools(kind: ProviderKind) -> bool {
+    match kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai | ProviderKind::Anthropic | ProviderKind::Mock => true,
+        ProviderKind::Gemini => false,
     }
 }
 
@@ -146,8 +157,12 @@ impl StreamDecoder {
         }
     }
 
-    /// One whole upstream event. `None` for events that carry nothing (pings, block stops).
+    /// One whole upstream event. `None` for events that carry nothing (pings, block stops, and
+    /// an event with empty data, which some servers and proxies send as a keep-alive).
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+        if ev.data.bytes().all(|b| b.is_ascii_whitespace()) {
+            return Ok(None);
+        }
         match self {
             Self::OpenAi(s) => s.on_event(ev),
             Self::OpenAiForward(s) => s.on_event(ev),

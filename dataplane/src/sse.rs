@@ -171,6 +171,29 @@ pub fn data_event(json: &[u8]) -> Bytes {
 
 pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
 
+/// An upstream's event framed again for the caller, as it came: its `event:` name when it has
+/// one, then its data as one `data:` line per line (the decoder joined several `data:` lines with
+/// `\n`; written as one line, the newline would end the field and a spec-following client would
+/// read a truncated payload), then the blank line. The `id:` and `retry:` fields are not
+/// forwarded: they serve a reconnecting `EventSource`, and a stream through ax cannot be resumed.
+pub fn forward_event(event: Option<&str>, data: &str) -> Bytes {
+    let name = event.unwrap_or_default();
+    let lines = memchr::memchr_iter(b'\n', data.as_bytes()).count() + 1;
+    let mut b = BytesMut::with_capacity(data.len() + name.len() + 6 * lines + 10);
+    if !name.is_empty() {
+        b.put_slice(b"event: ");
+        b.put_slice(name.as_bytes());
+        b.put_u8(b'\n');
+    }
+    for line in data.split('\n') {
+        b.put_slice(b"data: ");
+        b.put_slice(line.as_bytes());
+        b.put_u8(b'\n');
+    }
+    b.put_u8(b'\n');
+    b.freeze()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +259,23 @@ mod tests {
             d.push(b"data: 0123456789012345678901234567890123456789\n");
         }
         assert_eq!(d.next_event(), Err(SseError::TooLarge(1024)));
+    }
+
+    /// What `forward_event` writes decodes to the event it was given: data of several lines
+    /// (pretty-printed JSON), an empty line inside it, a name or none.
+    #[test]
+    fn a_forwarded_event_decodes_to_the_same_event() {
+        for (event, data) in [
+            (None, "{\"id\": \"chatcmpl-x\",\n\"object\": \"chat.completion.chunk\"}"),
+            (Some("message_start"), "{\n\n  \"type\": \"message_start\"\n}"),
+            (None, ""),
+            (Some("ping"), "{}"),
+        ] {
+            let wire = forward_event(event, data);
+            let evs = decode_all(&[&wire]).unwrap();
+            assert_eq!(evs, vec![SseEvent { event: event.map(str::to_owned), data: data.to_owned() }], "{wire:?}");
+        }
+        assert_eq!(&forward_event(None, "a\nb")[..], b"data: a\ndata: b\n\n");
     }
 
     #[test]

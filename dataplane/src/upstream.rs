@@ -7,3 +7,4 @@
 
 pub mod call;
 pub mod mock;
+pub mod strict;

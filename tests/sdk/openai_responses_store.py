@@ -66,6 +66,13 @@ for stream in (False, True):
     not_found(lambda: a.responses.retrieve(first.id))
     not_found(lambda: a.responses.create(model="conv", previous_response_id=second.id, input="more?"))
 
+# A message sent with a string content is listed with typed parts, as OpenAI lists it: the SDK's
+# types expect a list (iterating a string would yield its characters).
+r = a.responses.create(model="conv", input=[{"role": "user", "content": "Weather in Rome?"}], tools=TOOLS)
+items = list(b.responses.input_items.list(r.id))
+assert [(i.type, i.role, i.status) for i in items] == [("message", "user", "completed")], items
+assert [(p.type, p.text) for p in items[0].content] == [("input_text", "Weather in Rome?")], items[0]
+
 # store=False keeps nothing.
 r = a.responses.create(model="conv", input="hi", store=False)
 assert r.store is False, r

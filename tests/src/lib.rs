@@ -26,6 +26,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::Value;
 
+pub mod corpus;
 pub mod cp;
 pub mod wire;
 

@@ -32,8 +32,6 @@ const PROBE: Duration = Duration::from_millis(250);
 const PROBE_UP: Duration = Duration::from_secs(1);
 /// A subject's hash outlives its last write by this much (the window and a margin).
 const TTL_MS: u64 = 125_000;
-/// A budget's period counter outlives its last draw by this much (a month and a margin).
-const PERIOD_TTL_MS: u64 = 40 * 86_400_000;
 
 /// Lua shared by `ADMIT` and `LEASE_WINDOW`. `window` moves a subject's hash to second `now`:
 /// seconds more than 60 old leave the sum; returns the oldest second counted and the sum.
@@ -613,12 +611,12 @@ impl Draw for Fleet {
     async fn draw(&self, lease: &Lease, want: u64, least: u64, limit: u64, back: i64) -> Option<Drawn> {
         let (mut inv, ttl) = match lease.shape() {
             Shape::Window => (self.lease_window.prepare_invoke(), TTL_MS),
-            Shape::Period => (self.lease_period.prepare_invoke(), PERIOD_TTL_MS),
+            Shape::Period { ttl_ms } => (self.lease_period.prepare_invoke(), ttl_ms),
         };
         let key;
         let key = match lease.shape() {
             Shape::Window => lease.key(),
-            Shape::Period => {
+            Shape::Period { .. } => {
                 key = format!("{}:{}", lease.key(), lease.mark());
                 key.as_str()
             }

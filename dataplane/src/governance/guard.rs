@@ -319,7 +319,8 @@ async fn reserve(fleet: Option<&Arc<Fleet>>, snap: &Snapshot, b: &Budget, cost: 
             }
         }
         if !b.exact {
-            let lease = shared.lease_of(&b.state.lease, || b.stem.clone(), Shape::Period);
+            let ttl_ms = u64::try_from(b.ttl().as_millis()).unwrap_or(u64::MAX);
+            let lease = shared.lease_of(&b.state.lease, || b.stem.clone(), Shape::Period { ttl_ms });
             lease.enter_period(period);
             let took = if shared.is_down() { Took::Unavailable } else { lease.take(shared, cost, b.limit).await };
             let hold = |lease| BudgetHold::Lease { fleet: shared.clone(), lease, period, amount: cost };

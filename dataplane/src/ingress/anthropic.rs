@@ -8,7 +8,7 @@
 //! become system messages; `tool_use` blocks become tool calls and `tool_result` blocks tool
 //! messages (their text, `is_error` kept as a prefix); `tool_choice` `auto`/`any`/`tool`/`none`
 //! map to OpenAI's, `disable_parallel_tool_use` to `parallel_tool_calls: false`; temperature
-//! 0..1 is OpenAI's 0..2 halved (the canonical scale is OpenAI's). Fields only Anthropic acts on
+//! as given (the same quantity in every API; only the allowed range differs). Fields only Anthropic acts on
 //! (`cache_control`, `thinking`, `context_management`, `output_config`, `container`,
 //! `mcp_servers`, `service_tier`, beta fields) reach an Anthropic upstream as written and are
 //! left out for the others; server tools (`web_search`, `code_execution`…) only Anthropic runs.
@@ -611,6 +611,10 @@ fn canonical(r: MessagesRequest, for_counting: bool, walked: Option<walk::Walked
     if r.top_k.is_some() {
         tracing::info!("top_k left out: the serving upstream does not speak Anthropic's protocol");
     }
+    // Anthropic's own range, as an Anthropic upstream would judge it (the canonical one is 0..2).
+    if r.temperature.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
+        return Err(AxError::invalid_param("temperature", "'temperature' must be between 0 and 1"));
+    }
     let (reasoning_effort, thinking_budget) = r.reasoning()?;
     let response_format = r.response_format()?;
     let mut loaded = Vec::new();
@@ -683,8 +687,8 @@ fn canonical(r: MessagesRequest, for_counting: bool, walked: Option<walk::Walked
     let req = ChatRequest {
         model: r.model,
         messages,
-        // Anthropic's 0..1 onto the canonical (OpenAI's) 0..2; an Anthropic upstream halves it back.
-        temperature: r.temperature.map(|t| t * 2.0),
+        // As given: every API's temperature divides the same logits; only the range differs.
+        temperature: r.temperature,
         top_p: r.top_p,
         max_tokens,
         stop: r.stop_sequences.filter(|s| !s.is_empty()).map(Stop),

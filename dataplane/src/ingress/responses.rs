@@ -753,12 +753,16 @@ impl ListQuery {
 }
 
 /// Every item a stored response was made from, oldest first: the earlier turns' input and output
-/// items, then its own input. Items sent without an id are given one by their place.
+/// items, then its own input, as OpenAI lists them (`listed`). Items sent without an id are given
+/// one by their place.
 fn context_items(chain: &[Link]) -> Vec<Value> {
     let mut out = Vec::new();
     for (n, l) in chain.iter().enumerate() {
         let stem = item_stem(&l.id);
         for (k, mut item) in link_input(l).unwrap_or_default().into_iter().enumerate() {
+            if item.get("type").is_none() {
+                item["type"] = Value::from("message");
+            }
             if item.get("id").is_none() {
                 let prefix = match item["type"].as_str() {
                     Some("function_call_output") => "fco",
@@ -766,18 +770,37 @@ fn context_items(chain: &[Link]) -> Vec<Value> {
                     Some("reasoning") => "rs",
                     _ => "msg",
                 };
-                if item.get("type").is_none() {
-                    item["type"] = Value::from("message");
-                }
                 item["id"] = Value::from(format!("{prefix}_{stem}_in{k}"));
             }
-            out.push(item);
+            out.push(listed(item));
         }
         if n + 1 < chain.len() {
             out.extend(link_output(l).unwrap_or_default());
         }
     }
     out
+}
+
+/// An input item as OpenAI lists it: a message's `content` is a list of typed parts (a caller may
+/// have sent a string: the SDKs' types expect the list, and iterating a string yields its
+/// characters), `output_text` for the assistant's and `input_text` for the others', and a
+/// message has a `status`.
+fn listed(mut item: Value) -> Value {
+    if item["type"] != "message" {
+        return item;
+    }
+    if let Some(text) = item.get_mut("content").filter(|c| c.is_string()).map(Value::take) {
+        let part = if item["role"] == "assistant" {
+            json!({ "type": "output_text", "text": text, "annotations": [] })
+        } else {
+            json!({ "type": "input_text", "text": text })
+        };
+        item["content"] = json!([part]);
+    }
+    if item.get("status").is_none() {
+        item["status"] = Value::from("completed");
+    }
+    item
 }
 
 /// The `list` of a stored response's input items.

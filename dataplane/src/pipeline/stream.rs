@@ -288,11 +288,11 @@ impl<E: StreamEncoder> EgressStream<E> {
         let mut tail = tail;
         // Into the tail's last JSON event, else into the held-back one.
         if let Some(f) = self.ax_facts() {
-            if let Some(at) = last_object(&tail) {
-                tail = with_facts(&tail, at, &f);
+            if let Some(t) = with_facts(&tail, &f) {
+                tail = t;
             } else if let Some(h) = held.as_mut() {
-                if let Some(at) = last_object(h) {
-                    *h = with_facts(h, at, &f);
+                if let Some(with) = with_facts(h, &f) {
+                    *h = with;
                 }
             }
         }
@@ -359,24 +359,53 @@ impl<E: StreamEncoder> EgressStream<E> {
     }
 }
 
-/// Where the last event of `events` whose data is one JSON object closes: the index of its `}`.
-fn last_object(events: &[u8]) -> Option<usize> {
-    let start = memchr::memmem::rfind(events, b"data: {")?;
-    let line_end = memchr::memchr(b'\n', &events[start..]).map_or(events.len(), |i| start + i);
-    let line = &events[start..line_end];
-    let close = line.iter().rposition(|&b| !matches!(b, b'\r' | b' ' | b'\t'))?;
-    (line[close] == b'}').then_some(start + close)
-}
-
-/// `events` with `,"ax":<facts>` written before the `}` at `at`.
-fn with_facts(events: &[u8], at: usize, facts: &[u8]) -> Bytes {
+/// `events` with `"ax":<facts>` written into the last event whose data is one JSON object, as
+/// its last member; `None` when no event's data is an object. An event's data may span several
+/// `data:` lines (a forwarded event keeps the upstream's lines): its object opens on the first
+/// and closes on the last, and the member goes before that close.
+fn with_facts(events: &[u8], facts: &[u8]) -> Option<Bytes> {
+    let mut found = None;
+    // The spans of the current event's `data:` values.
+    let mut data: smallvec::SmallVec<[(usize, usize); 4]> = smallvec::SmallVec::new();
+    let mut at = 0;
+    loop {
+        let end = memchr::memchr(b'\n', &events[at..]).map_or(events.len(), |i| at + i);
+        let line_end = if end > at && events[end - 1] == b'\r' { end - 1 } else { end };
+        let line = &events[at..line_end];
+        if line.is_empty() {
+            found = object_close(events, &data).or(found);
+            data.clear();
+        } else if let Some(v) = line.strip_prefix(b"data:") {
+            let skip = usize::from(v.first() == Some(&b' '));
+            data.push((at + 5 + skip, line_end));
+        }
+        if end >= events.len() {
+            found = object_close(events, &data).or(found);
+            break;
+        }
+        at = end + 1;
+    }
+    let (close, empty) = found?;
     let mut out = Vec::with_capacity(events.len() + facts.len() + 6);
-    out.extend_from_slice(&events[..at]);
-    let empty = events[..at].iter().rev().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    out.extend_from_slice(&events[..close]);
     out.extend_from_slice(if empty { b"\"ax\":" } else { b",\"ax\":" });
     out.extend_from_slice(facts);
-    out.extend_from_slice(&events[at..]);
-    Bytes::from(out)
+    out.extend_from_slice(&events[close..]);
+    Some(Bytes::from(out))
+}
+
+/// Where the object an event's data holds closes (the index of its `}` in `events`), and whether
+/// it has no member; `None` when the data is not an object.
+fn object_close(events: &[u8], data: &[(usize, usize)]) -> Option<(usize, bool)> {
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let bytes = || data.iter().flat_map(|&(s, e)| (s..e).map(|i| (i, events[i])));
+    let (open, first) = bytes().find(|(_, b)| !ws(b))?;
+    let (close, last) = bytes().rev().find(|(_, b)| !ws(b))?;
+    if first != b'{' || last != b'}' || open == close {
+        return None;
+    }
+    let empty = bytes().all(|(i, b)| i <= open || i >= close || ws(&b));
+    Some((close, empty))
 }
 
 impl<E> Drop for EgressStream<E> {
@@ -396,5 +425,38 @@ impl<E> Drop for EgressStream<E> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_facts;
+
+    fn facts(events: &str) -> Option<String> {
+        with_facts(events.as_bytes(), br#"{"n":1}"#).map(|b| String::from_utf8(b.to_vec()).unwrap())
+    }
+
+    /// The facts go into the last event whose data is an object, as its last member, wherever its
+    /// data's lines split it; events whose data is not an object are passed over.
+    #[test]
+    fn the_facts_go_into_the_last_object_whatever_its_lines() {
+        assert_eq!(facts("data: {\"a\":1}\n\n").unwrap(), "data: {\"a\":1,\"ax\":{\"n\":1}}\n\n");
+        assert_eq!(
+            facts("data: {\"a\":1}\n\ndata: [DONE]\n\n").unwrap(),
+            "data: {\"a\":1,\"ax\":{\"n\":1}}\n\ndata: [DONE]\n\n"
+        );
+        assert_eq!(
+            facts("event: message_stop\ndata: {\"type\":\n data: \"message_stop\"\ndata: }  \n\n").unwrap(),
+            "event: message_stop\ndata: {\"type\":\n data: \"message_stop\"\ndata: ,\"ax\":{\"n\":1}}  \n\n"
+        );
+        assert_eq!(facts("data: {\ndata:   }\n\n").unwrap(), "data: {\ndata:   \"ax\":{\"n\":1}}\n\n");
+        assert_eq!(facts("data: {}").unwrap(), "data: {\"ax\":{\"n\":1}}");
+        assert_eq!(
+            facts("data: {\"a\":1}\n\ndata: [1]\n\n").unwrap(),
+            "data: {\"a\":1,\"ax\":{\"n\":1}}\n\ndata: [1]\n\n"
+        );
+        assert_eq!(facts("data: [DONE]\n\n"), None);
+        assert_eq!(facts(": comment {}\n\n"), None);
+        assert_eq!(facts("data: {\ndata: \"a\": 1\n\n"), None);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Request: system and developer messages are hoisted into `system`; tool results become
 //! `tool_result` blocks in a user turn; consecutive same-role turns are merged (the API requires
-//! alternation); `max_tokens` is always sent; temperature 0..2 is scaled onto 0..1.
+//! alternation); `max_tokens` is always sent; temperature as given, clamped into Anthropic's 0..1.
 //! Stream: content-block indexes count text and tool_use blocks together, while OpenAI's
 //! `tool_calls[].index` counts tool calls only, so the decoder keeps that mapping.
 
@@ -71,19 +71,40 @@ struct Thinking {
     budget_tokens: u32,
 }
 
-/// Extended thinking for a request with a reasoning control, to a model that takes one: its
-/// budget (at least Anthropic's 1,024, below `max_tokens`). Not when the conversation already
-/// holds tool calls: Anthropic wants each earlier turn's signed thinking block back, which a
-/// caller of another protocol never had; nor with a forced tool choice, which Anthropic refuses
-/// with thinking.
-fn thinking(ctx: &Ctx<'_>, r: &ChatRequest, max_tokens: u32) -> Option<Thinking> {
+/// `max_tokens`, and extended thinking for a request with a reasoning control to a model that
+/// takes one (a budget of at least Anthropic's 1,024, below `max_tokens`, which counts it).
+///
+/// An effort (OpenAI's `reasoning_effort`, whose output cap is the answer's) keeps the answer its
+/// room: `max_tokens` is the budget plus the caller's cap (else the default), within the model's
+/// cap; where that cap binds, the answer keeps up to half of it and the budget the rest. A budget
+/// the caller named (an Anthropic caller's `budget_tokens`) already counts inside its own
+/// `max_tokens`, as Anthropic's does, and is sent so.
+///
+/// No thinking when the conversation already holds tool calls (Anthropic wants each earlier
+/// turn's signed thinking block back, which a caller of another protocol never had), nor with a
+/// forced tool choice, which Anthropic refuses with thinking.
+fn thinking(ctx: &Ctx<'_>, r: &ChatRequest) -> (u32, Option<Thinking>) {
     const MIN: u32 = 1_024;
+    let answer = r.max_output().unwrap_or(ctx.max_tokens);
     let forced = matches!(r.tool_choice, Some(ToolChoice::Required | ToolChoice::Function(_)));
     if !ctx.reasoning || forced || r.messages.iter().any(|m| m.tool_calls.as_ref().is_some_and(|c| !c.is_empty())) {
-        return None;
+        return (answer, None);
     }
-    let budget = ReasoningEffort::budget_of(r)?.min(max_tokens.saturating_sub(1));
-    (budget >= MIN).then_some(Thinking { kind: "enabled", budget_tokens: budget })
+    let Some(wanted) = ReasoningEffort::budget_of(r) else { return (answer, None) };
+    let (max_tokens, budget) = match r.thinking_budget {
+        Some(own) => (answer, own.min(answer.saturating_sub(1))),
+        None => {
+            let cap = ctx.output_cap.unwrap_or(u32::MAX);
+            match wanted.checked_add(answer).filter(|total| *total <= cap) {
+                Some(total) => (total, wanted),
+                None => (cap, wanted.min(cap - answer.min(cap / 2))),
+            }
+        }
+    };
+    if budget < MIN {
+        return (answer, None);
+    }
+    (max_tokens, Some(Thinking { kind: "enabled", budget_tokens: budget }))
 }
 
 #[derive(Serialize)]
@@ -361,8 +382,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
         v
     });
 
-    let max_tokens = r.max_output().unwrap_or(ctx.max_tokens);
-    let thinking = thinking(&ctx, r, max_tokens);
+    let (max_tokens, thinking) = thinking(&ctx, r);
     // Anthropic refuses a temperature or a narrowed top_p with thinking on.
     let sampling = thinking.is_none();
     // The head and the conversation by hand (serde's per-field cost was ~1k instructions a
@@ -388,8 +408,9 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
     }
     out.buf.push(b']');
     let rest = AnthropicRest {
-        // OpenAI's range is 0..2, Anthropic's 0..1: scaled linearly (documented).
-        temperature: r.temperature.map(|t| t / 2.0).filter(|_| sampling),
+        // Temperature is the same quantity in every API (it divides the logits); Anthropic's
+        // range stops at 1, so a hotter request gets Anthropic's hottest.
+        temperature: r.temperature.map(|t| t.min(1.0)).filter(|_| sampling),
         top_p: r.top_p.filter(|_| sampling),
         stop_sequences: r.stop.as_ref().map(|s| s.0.as_slice()),
         stream: r.stream,
@@ -831,17 +852,8 @@ impl ForwardState {
             }
             _ => {}
         }
-        let name = ev.event.as_deref().unwrap_or_default();
-        let mut bytes = bytes::BytesMut::with_capacity(ev.data.len() + name.len() + 16);
-        if !name.is_empty() {
-            bytes.extend_from_slice(b"event: ");
-            bytes.extend_from_slice(name.as_bytes());
-            bytes.extend_from_slice(b"\n");
-        }
-        bytes.extend_from_slice(b"data: ");
-        bytes.extend_from_slice(ev.data.as_bytes());
-        bytes.extend_from_slice(b"\n\n");
-        let item = RawEvent { bytes: bytes.freeze(), usage: Some(self.usage.canonical()), deltas, usage_only: false };
+        let bytes = crate::sse::forward_event(ev.event.as_deref(), &ev.data);
+        let item = RawEvent { bytes, usage: Some(self.usage.canonical()), deltas, usage_only: false };
         if g.kind == "message_stop" {
             self.finished = true;
         }

@@ -29,6 +29,8 @@ pub const SUPPORTED: &[&str] = &[
     "n",
     "tools",
     "tool_choice",
+    // Honoured by ax: the calls are checked against the schema (`upstream::strict`).
+    "tools.function.strict",
     "response_format",
     "response_format.json_schema",
     "seed",
@@ -93,7 +95,7 @@ struct GFunction<'a> {
     parameters: Option<&'a Value>,
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct GenerationConfig<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,7 +127,7 @@ struct GenerationConfig<'a> {
     thinking_config: Option<ThinkingConfig>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct ThinkingConfig {
     thinking_budget: u32,
@@ -134,19 +136,11 @@ struct ThinkingConfig {
 }
 
 impl GenerationConfig<'_> {
+    /// Nothing set: compared with the default as a whole, so that a field added later can never
+    /// be left out of the check (`thinkingConfig` was, and a request whose only setting was a
+    /// reasoning effort reached Gemini without it).
     fn is_empty(&self) -> bool {
-        self.temperature.is_none()
-            && self.top_p.is_none()
-            && self.max_output_tokens.is_none()
-            && self.stop_sequences.is_none()
-            && self.candidate_count.is_none()
-            && self.seed.is_none()
-            && self.presence_penalty.is_none()
-            && self.frequency_penalty.is_none()
-            && self.response_mime_type.is_none()
-            && self.response_json_schema.is_none()
-            && self.response_logprobs.is_none()
-            && self.logprobs.is_none()
+        *self == Self::default()
     }
 }
 

@@ -710,12 +710,8 @@ impl ForwardState {
             self.inner.facts.finish_reasons.push(finish_reason(f));
         }
         let deltas = c.choices.iter().filter(|ch| ch.delta.as_ref().is_some_and(DeltaGlance::carries)).count();
-        let mut bytes = bytes::BytesMut::with_capacity(data.len() + 8);
-        bytes.extend_from_slice(b"data: ");
-        bytes.extend_from_slice(data.as_bytes());
-        bytes.extend_from_slice(b"\n\n");
         Ok(Some(StreamItem::Raw(RawEvent {
-            bytes: bytes.freeze(),
+            bytes: crate::sse::forward_event(ev.event.as_deref(), &ev.data),
             usage_only: c.choices.is_empty(),
             usage: c.usage.map(Usage::from),
             deltas: u32::try_from(deltas).unwrap_or(u32::MAX),
@@ -878,17 +874,8 @@ impl ResponsesForwardState {
             | "response.refusal.delta" => deltas = 1,
             _ => {}
         }
-        let name = ev.event.as_deref().unwrap_or_default();
-        let mut bytes = bytes::BytesMut::with_capacity(data.len() + name.len() + 16);
-        if !name.is_empty() {
-            bytes.extend_from_slice(b"event: ");
-            bytes.extend_from_slice(name.as_bytes());
-            bytes.extend_from_slice(b"\n");
-        }
-        bytes.extend_from_slice(b"data: ");
-        bytes.extend_from_slice(data.as_bytes());
-        bytes.extend_from_slice(b"\n\n");
-        Ok(Some(StreamItem::Raw(RawEvent { bytes: bytes.freeze(), usage_only: false, usage, deltas })))
+        let bytes = crate::sse::forward_event(ev.event.as_deref(), &ev.data);
+        Ok(Some(StreamItem::Raw(RawEvent { bytes, usage_only: false, usage, deltas })))
     }
 
     pub fn finished(&self) -> bool {

@@ -321,7 +321,7 @@ fn a_callers_text_goes_upstream_as_written() {
         {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
         {"role":"tool","tool_call_id":"c1","content":"{\"ok\":true}"}]}"#;
     let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
-    let ctx = |kind| Ctx { kind, model: "up", max_tokens: 100, reasoning: false };
+    let ctx = |kind| Ctx { kind, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let anthropic = String::from_utf8(encode_chat(ctx(ProviderKind::Anthropic), &req).unwrap().to_vec()).unwrap();
     // The user's literal is copied, escapes and all; the system texts are joined in escaped form.
     assert!(anthropic.contains(r#""text":"caf\u00e9 \ud83d\ude00\\n""#), "{anthropic}");
@@ -352,18 +352,18 @@ fn a_callers_text_goes_upstream_as_written() {
 
 #[test]
 fn anthropic_fields_after_the_conversation_are_spliced_in() {
-    let body = r#"{"model":"m","stream":true,"temperature":1.0,"stop":["END"],"user":"u1",
+    let body = r#"{"model":"m","stream":true,"temperature":1.5,"stop":["END"],"user":"u1",
         "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
         "messages":[{"role":"system","content":"one\n"},{"role":"system","content":"two \"2\""},
             {"role":"user","content":[{"type":"text","text":"hi"},
             {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},
             {"type":"image_url","image_url":{"url":"https://x/\"q\\\u0001.png"}}]}]}"#;
     let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
-    let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, reasoning: false };
+    let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let v: serde_json::Value = serde_json::from_slice(&encode_chat(ctx, &req).unwrap().to_vec()).unwrap();
     assert_eq!(
         v,
-        json!({ "model": "up", "max_tokens": 100, "system": "one\n\n\ntwo \"2\"", "temperature": 0.5, "stop_sequences": ["END"], "stream": true,
+        json!({ "model": "up", "max_tokens": 100, "system": "one\n\n\ntwo \"2\"", "temperature": 1.0, "stop_sequences": ["END"], "stream": true,
             "tools": [{ "name": "f", "input_schema": { "type": "object" } }], "metadata": { "user_id": "u1" },
             "messages": [{ "role": "user", "content": [{ "type": "text", "text": "hi" },
                 { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "AAAA" } },
@@ -395,7 +395,7 @@ fn long_texts_go_to_anthropic_as_slices_of_the_callers_body() {
     );
     let decode = |b: &[u8]| crate::ingress::openai::decode_chat(b, ax_protocol::config::ParamsMode::Strict);
     let req = crate::canonical::decoding(&body, decode).unwrap();
-    let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, reasoning: false };
+    let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let payload = encode_chat(ctx, &req).unwrap();
     let crate::body::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the texts were copied") };
     let in_body = |p: &bytes::Bytes| within(&body, p);
@@ -437,7 +437,7 @@ fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_a
     let body = bytes::Bytes::from(caller.to_string());
     let decode = |b: &[u8]| crate::ingress::openai::decode_chat(b, ax_protocol::config::ParamsMode::Lenient);
     let req = crate::canonical::decoding(&body, decode).unwrap();
-    let ctx = Ctx { kind: ProviderKind::Openai, model: "up", max_tokens: 100, reasoning: false };
+    let ctx = Ctx { kind: ProviderKind::Openai, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let payload = encode_chat(ctx, &req).unwrap();
     let crate::body::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the long texts were copied") };
     let in_body = |p: &bytes::Bytes| within(&body, p);

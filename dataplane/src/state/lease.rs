@@ -57,8 +57,9 @@ pub trait Draw: Send + Sync + 'static {
 pub enum Shape {
     /// A per-minute limit: one-second buckets in a hash, as `fleet`'s exact path.
     Window,
-    /// A budget: one counter per period (the key ends in the period).
-    Period,
+    /// A budget: one counter per period (the key ends in the period), which Redis drops this many
+    /// milliseconds after its last draw (the period and a margin: `Budget::ttl`).
+    Period { ttl_ms: u64 },
 }
 
 /// The outcome of taking quota from a lease.
@@ -433,7 +434,7 @@ mod tests {
     }
 
     fn lease() -> Arc<Lease> {
-        Arc::new(Lease::new("k".into(), Shape::Period))
+        Arc::new(Lease::new("k".into(), Shape::Period { ttl_ms: 1_000 }))
     }
 
     #[tokio::test]

@@ -105,17 +105,30 @@ pub async fn chat(
         kind: up.kind,
         model: &model.name,
         max_tokens: model.max_output_tokens.unwrap_or(default_max_tokens),
+        output_cap: model.max_output_tokens,
         reasoning: model.caps.has(Capability::Reasoning),
     };
+    let strict = super::strict::StrictTools::for_request(up.kind, req)?;
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
     let resp = send(client, up, url.as_ref(), body, &[], hop, deadlines).await?;
     if req.stream {
-        return stream_of(up, resp, deadlines, StreamDecoder::new(up.kind)).await;
+        return match stream_of(up, resp, deadlines, StreamDecoder::new(up.kind)).await? {
+            ChatOutcome::Stream(mut us) => {
+                us.strict = strict.map(Box::new);
+                Ok(ChatOutcome::Stream(us))
+            }
+            other => Ok(other),
+        };
     }
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
     match providers::decode_chat(up.kind, &bytes) {
-        Ok(r) => Ok(ChatOutcome::Full(r)),
+        Ok(r) => {
+            if let Some(s) = &strict {
+                s.check_answer(&r)?;
+            }
+            Ok(ChatOutcome::Full(r))
+        }
         Err(e) => {
             log_upstream_error(up, 200, &bytes, &e);
             Err(e)
@@ -238,7 +251,7 @@ pub async fn embeddings(
         Backend::Http(client) => client,
         Backend::Mock(_) => return mock::embeddings(model, req),
     };
-    let ctx = Ctx { kind: up.kind, model: &model.name, max_tokens: 0, reasoning: false };
+    let ctx = Ctx { kind: up.kind, model: &model.name, max_tokens: 0, output_cap: None, reasoning: false };
     let body = providers::encode_embeddings(ctx, req)?;
     let resp = send(client, up, model.embed_url.as_ref(), body.into(), &[], hop, deadlines).await?;
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
@@ -375,6 +388,8 @@ pub struct UpstreamStream {
     facts: AnswerFacts,
     /// The answer so far, for a request whose span carries its content.
     recording: Option<Box<Recording>>,
+    /// The check of strict tools' calls, for an upstream without a strict mode of its own.
+    strict: Option<Box<super::strict::StrictTools>>,
 }
 
 /// A stream's answer put back together for the request's span (`record_content`).
@@ -439,7 +454,7 @@ enum HttpState {
 
 impl UpstreamStream {
     fn new(source: Source, deadlines: Deadlines) -> Self {
-        Self { source, deadlines, timers: None, facts: AnswerFacts::default(), recording: None }
+        Self { source, deadlines, timers: None, facts: AnswerFacts::default(), recording: None, strict: None }
     }
 
     /// Keeps the answer as it streams, for the request's span (a tenant that records content);
@@ -473,7 +488,7 @@ impl UpstreamStream {
     pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
         let deadlines = self.deadlines;
         let now = Instant::now();
-        let Self { source, timers, facts, recording, .. } = self;
+        let Self { source, timers, facts, recording, strict, .. } = self;
         let t = timers.get_or_insert_with(|| Timers {
             deadline: Box::pin(sleep_until(deadlines.deadline)),
             idle: Box::pin(sleep_until(now + deadlines.idle)),
@@ -483,7 +498,15 @@ impl UpstreamStream {
         loop {
             tokio::select! {
                 biased;
-                item = Self::next_item(source, facts, recording) => return item,
+                item = Self::next_item(source, facts, recording) => {
+                    if let (Some(s), Some(Ok(StreamItem::Chunk(c)))) = (strict.as_mut(), &item) {
+                        if let Err(e) = s.check_chunk(c) {
+                            end(source, facts);
+                            return Some(Err(e));
+                        }
+                    }
+                    return item;
+                }
                 () = t.deadline.as_mut() => {
                     end(source, facts);
                     return Some(Err(AxError::UpstreamTimeout));

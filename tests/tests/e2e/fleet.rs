@@ -534,3 +534,46 @@ tenants:
     drop(bin);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A budget's counter in Redis lives as long as its period and a margin after its last write:
+/// 3, 10 and 40 days for a day, week and month budget (`docs/budgets.md`). Every period's key
+/// lived 40 days, thirteen times the keys a fleet of day budgets needs.
+#[tokio::test]
+async fn a_budgets_redis_key_expires_with_its_period() {
+    let redis = RedisServer::start();
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 5, 0)))).await;
+    let gw = ax_tests::Gateway::start(&format!(
+        r#"
+server: {{ redis_url: "{}" }}
+upstreams:
+  - {{ name: up, provider: openai, base_url: "{}",
+      models: [{{ name: m, context_window: 8000, capabilities: [chat], price_per_mtok: {{ input: 1.0, output: 2.0 }} }}] }}
+routes:
+  - {{ alias: chat, candidates: [{{ upstream: up, model: m }}] }}
+tenants:
+  - {{ id: t, budgets: [{{ window: day, usd: 10 }}, {{ window: week, usd: 50 }}, {{ window: month, usd: 100 }}],
+      keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        redis.url(),
+        up.url(),
+        key_digest(KEY)
+    ))
+    .await;
+    // The connection to Redis is made in the background.
+    let body = json!({ "model": "chat", "max_tokens": 5, "messages": [{ "role": "user", "content": "hi" }] });
+    let started = Instant::now();
+    let day = |window: &str| redis.cli(&["KEYS", &format!("ax:budget:t:{window}:*")]);
+    while day("month").is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no budget key reached Redis");
+        let r = ax_tests::post(&gw.url, "/v1/chat/completions", &body).await;
+        assert_eq!(r.status(), 200);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (window, days) in [("day", 3), ("week", 10), ("month", 40)] {
+        let key = day(window);
+        let key = key.lines().next().unwrap();
+        let ttl: u64 = redis.cli(&["PTTL", key]).parse().unwrap();
+        let full = days * 86_400_000;
+        assert!(ttl <= full && ttl > full - 60_000, "{key} expires in {ttl} ms, not {days} days");
+    }
+}

@@ -5,6 +5,7 @@
 mod agents;
 mod conformance;
 mod controlplane;
+mod corpus;
 mod failover;
 mod faults;
 mod fleet;

@@ -7,15 +7,17 @@
 use ax_tests::{key_digest, post, post_messages as messages, sse_events, FakeUpstream, Gateway, Reply, KEY};
 use serde_json::{json, Value};
 
-/// `think` (a model with the `reasoning` capability) and `plain` (without) on one upstream.
+/// `think` (a model with the `reasoning` capability), `plain` (without) and `capped` (reasoning,
+/// an output cap of 8,192) on one upstream.
 async fn gateway(provider: &str, up: &FakeUpstream) -> Gateway {
     let base = if provider == "openai" { format!("{}/v1", up.url()) } else { up.url() };
     let caps = "capabilities: [chat, tools, streaming, json";
     Gateway::start(&format!(
         r#"upstreams:
-  - {{ name: up, provider: {provider}, base_url: "{base}", api_key: sk-up, models: [{{ name: thinker, context_window: 100000, {caps}, reasoning] }}, {{ name: plain-model, context_window: 100000, {caps}] }}] }}
+  - {{ name: up, provider: {provider}, base_url: "{base}", api_key: sk-up, models: [{{ name: thinker, context_window: 100000, {caps}, reasoning] }}, {{ name: plain-model, context_window: 100000, {caps}] }}, {{ name: capped, context_window: 100000, max_output_tokens: 8192, {caps}, reasoning] }}] }}
 routes:
   - {{ alias: think, candidates: [{{ upstream: up, model: thinker }}] }}
+  - {{ alias: capped, candidates: [{{ upstream: up, model: capped }}] }}
   - {{ alias: plain, candidates: [{{ upstream: up, model: plain-model }}] }}
 tenants:
   - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
@@ -195,7 +197,7 @@ async fn an_openai_callers_reasoning_effort_reaches_anthropic_as_extended_thinki
     assert_eq!(resp.status(), 200);
     let sent = up.last().body;
     assert!(sent.get("thinking").is_none(), "{sent}");
-    assert_eq!(sent["temperature"], 0.1);
+    assert_eq!(sent["temperature"], 0.2);
 
     // A stream from a chat caller carries `reasoning_content` deltas.
     let stream = FakeUpstream::fixed(Reply::sse(concat!(
@@ -223,4 +225,57 @@ async fn an_openai_callers_reasoning_effort_reaches_anthropic_as_extended_thinki
         .collect();
     assert_eq!(reasoning, "Rayleigh.");
     assert_eq!(ax_tests::assemble(&events).text, "Blue.");
+}
+
+/// An OpenAI caller's `reasoning_effort` alone (no other setting) reaches Gemini as a thinking
+/// budget: it was left out when it was the only generation setting.
+#[tokio::test]
+async fn an_openai_callers_effort_alone_reaches_gemini() {
+    let up = FakeUpstream::fixed(Reply::json(json!({
+        "candidates": [{ "index": 0, "finishReason": "STOP", "content": { "role": "model", "parts": [{ "text": "Blue." }] } }],
+        "usageMetadata": { "promptTokenCount": 12, "candidatesTokenCount": 2 } })))
+    .await;
+    let gw = gateway("gemini", &up).await;
+    for (effort, budget) in [("low", 2048), ("high", 24576), ("none", 0)] {
+        let ask = json!({ "model": "think", "reasoning_effort": effort,
+            "messages": [{ "role": "user", "content": "Why is the sky blue?" }] });
+        assert_eq!(post(&gw.url, "/v1/chat/completions", &ask).await.status(), 200);
+        let sent = up.last().body;
+        assert_eq!(
+            sent["generationConfig"]["thinkingConfig"],
+            json!({ "thinkingBudget": budget, "includeThoughts": budget > 0 }),
+            "{sent}"
+        );
+    }
+}
+
+/// Anthropic's `max_tokens` counts the thinking: an effort with no output cap of the caller's
+/// keeps the answer its room (the budget plus the default cap, 4,096), a caller's cap is the
+/// answer's, and a model's own cap binds, the answer keeping up to half of it. Before, `high`
+/// with no cap sent `max_tokens: 4096, budget_tokens: 4095`: one token for the answer.
+#[tokio::test]
+async fn an_effort_leaves_the_answer_room_below_anthropics_max_tokens() {
+    let up = FakeUpstream::fixed(Reply::json(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "thinker", "stop_reason": "end_turn",
+        "content": [{ "type": "text", "text": "Blue." }], "usage": { "input_tokens": 12, "output_tokens": 3 } })))
+    .await;
+    let gw = gateway("anthropic", &up).await;
+    let cases = [
+        ("think", "high", None, 24_576 + 4_096, 24_576),
+        ("think", "low", Some(1_000), 2_048 + 1_000, 2_048),
+        ("capped", "high", None, 8_192, 4_096),
+        ("capped", "low", Some(1_000), 3_048, 2_048),
+        ("capped", "high", Some(6_000), 8_192, 4_096),
+    ];
+    for (alias, effort, cap, max_tokens, budget) in cases {
+        let mut ask = json!({ "model": alias, "reasoning_effort": effort,
+            "messages": [{ "role": "user", "content": "Why is the sky blue?" }] });
+        if let Some(c) = cap {
+            ask["max_completion_tokens"] = json!(c);
+        }
+        assert_eq!(post(&gw.url, "/v1/chat/completions", &ask).await.status(), 200);
+        let sent = up.last().body;
+        assert_eq!(sent["max_tokens"], max_tokens, "{alias} {effort} {cap:?}: {sent}");
+        assert_eq!(sent["thinking"], json!({ "type": "enabled", "budget_tokens": budget }), "{sent}");
+    }
 }

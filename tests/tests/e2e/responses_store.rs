@@ -353,3 +353,49 @@ async fn a_tool_round_trip_continues_from_the_stored_call_without_redis() {
         create(&other.url, KEY, &json!({ "model": "chat", "previous_response_id": second["id"], "input": "x" })).await;
     assert_eq!(status, 404);
 }
+
+/// Input items are listed as OpenAI lists them, whatever shape the caller sent: a message's
+/// `content` a list of typed parts (`input_text`; `output_text` for the assistant's), each message
+/// with a `status`. A string content was listed as the string, so an SDK iterating
+/// `item.content` got its characters.
+#[tokio::test]
+async fn input_items_list_a_messages_content_as_typed_parts() {
+    let oa = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("Ciao."), &[], "stop", (9, 2, 0)))).await;
+    let model = "{ name: real, context_window: 100000, capabilities: [chat, tools, streaming] }";
+    let upstreams =
+        format!("  - {{ name: oa, provider: openai, base_url: \"{}/v1\", api_key: k, models: [{model}] }}", oa.url());
+    let gw =
+        Gateway::start(&config("", &upstreams, "{ alias: chat, candidates: [{ upstream: oa, model: real }] }")).await;
+    let input = json!([
+        { "role": "developer", "content": "Be brief." },
+        { "role": "user", "content": "Say hello." },
+        { "type": "message", "role": "assistant", "content": "Hello!" },
+        { "role": "user", "content": [{ "type": "input_text", "text": "In Italian." }] }
+    ]);
+    let (status, r, text) = create(&gw.url, KEY, &json!({ "model": "chat", "input": input })).await;
+    assert_eq!(status, 200, "{text}");
+    let url = format!("{}/v1/responses/{}/input_items?order=asc", gw.url, r["id"].as_str().unwrap());
+    let (status, items, text) = call(reqwest::Method::GET, &url, KEY, None).await;
+    assert_eq!(status, 200, "{text}");
+    let listed: Vec<(&str, &str, &str)> = items["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            assert_eq!((i["type"].as_str(), i["status"].as_str()), (Some("message"), Some("completed")), "{i}");
+            assert!(i["id"].as_str().is_some_and(|id| id.starts_with("msg_")), "{i}");
+            let part = &i["content"].as_array().unwrap_or_else(|| panic!("content is not a list: {i}"))[0];
+            (i["role"].as_str().unwrap(), part["type"].as_str().unwrap(), part["text"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("developer", "input_text", "Be brief."),
+            ("user", "input_text", "Say hello."),
+            ("assistant", "output_text", "Hello!"),
+            ("user", "input_text", "In Italian."),
+        ]
+    );
+    assert_eq!(items["data"][2]["content"][0]["annotations"], json!([]));
+}

@@ -332,7 +332,7 @@ tenants:
 /// The `openai` SDK's Responses API (`client.responses.create` / `.stream`, function tools with
 /// their outputs sent back as items) through the binary to an Anthropic, an OpenAI-compatible and
 /// a Gemini upstream, all translated; then the OpenAI Agents SDK runs a tool agent (strict tools,
-/// its default) against the Anthropic one.
+/// its default) against the Anthropic and the Gemini one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_responses_api_against_every_upstream_kind() {
     let claude = FakeUpstream::start(anthropic_agent).await;
@@ -368,12 +368,13 @@ tenants:
         run_script(&bin, "openai_responses.py", vec![("AX_BASE_URL", format!("{url}/v1")), ("AX_KEY", KEY.to_owned())])
             .await;
     assert!(stdout.contains("responses sdk: all checks passed"), "{stdout}");
-    // The OpenAI Agents SDK (its Responses model) runs a tool agent through the same binary.
-    // Its tools are strict: Anthropic takes strict tool use, Gemini cannot promise it.
+    // The OpenAI Agents SDK (its Responses model) runs a tool agent through the same binary, at
+    // the default `params: strict`. Its tools are strict: Anthropic takes strict tool use, and on
+    // Gemini, which has no strict mode, ax checks each call against the tool's schema.
     let stdout = run_script(
         &bin,
         "agents_sdk.py",
-        vec![("AX_BASE_URL", format!("{url}/v1")), ("AX_KEY", KEY.to_owned()), ("AX_ALIASES", "claude".to_owned())],
+        vec![("AX_BASE_URL", format!("{url}/v1")), ("AX_KEY", KEY.to_owned()), ("AX_ALIASES", "claude,gem".to_owned())],
     )
     .await;
     assert!(stdout.contains("agents sdk: all checks passed"), "{stdout}");

@@ -1,7 +1,7 @@
 //! What each upstream receives: the request translated into its protocol, with its auth.
 
 use ax_tests::wire::{self};
-use ax_tests::{post, post_messages, FakeUpstream, Gateway, Reply, UPSTREAM_KEY};
+use ax_tests::{key_digest, post, post_messages, FakeUpstream, Gateway, Reply, KEY, UPSTREAM_KEY};
 use serde_json::{json, Value};
 
 use crate::config;
@@ -53,7 +53,7 @@ async fn anthropic_request_translation() {
     assert_eq!(b["model"], "real-model");
     assert_eq!(b["system"], "You are terse.\n\nAnswer in French.", "system and developer hoisted");
     assert_eq!(b["max_tokens"], 300);
-    assert_eq!(b["temperature"], 0.6, "0..2 scaled onto 0..1");
+    assert_eq!(b["temperature"], 1.0, "as given, clamped into Anthropic's 0..1");
     assert_eq!(b["stop_sequences"], json!(["END"]));
     assert_eq!(b["metadata"]["user_id"], "user-7");
     assert_eq!(b["tool_choice"], json!({ "type": "any" }));
@@ -223,6 +223,36 @@ async fn upstream_got(provider: &str, path: &str, body: &Value) -> Value {
     up.last().body
 }
 
+/// Temperature is the same quantity in every API (the logits are divided by it): a caller's value
+/// reaches every upstream as given, clamped only into the target's range (Anthropic's stops at 1).
+#[tokio::test]
+async fn temperature_reaches_every_upstream_as_given() {
+    let messages = |t: f64| json!({ "model": "chat", "max_tokens": 10, "temperature": t, "messages": [{ "role": "user", "content": "hi" }] });
+    let chat = |t: f64| json!({ "model": "chat", "temperature": t, "messages": [{ "role": "user", "content": "hi" }] });
+    let responses = |t: f64| json!({ "model": "chat", "temperature": t, "input": "hi" });
+    for t in [0.0, 0.5, 1.0] {
+        assert_eq!(upstream_got("openai", "/v1/messages", &messages(t)).await["temperature"], t);
+        assert_eq!(upstream_got("gemini", "/v1/messages", &messages(t)).await["generationConfig"]["temperature"], t);
+        assert_eq!(upstream_got("anthropic", "/v1/chat/completions", &chat(t)).await["temperature"], t);
+        assert_eq!(upstream_got("anthropic", "/v1/responses", &responses(t)).await["temperature"], t);
+    }
+    // Past Anthropic's range: its hottest; Gemini's range is OpenAI's.
+    assert_eq!(upstream_got("anthropic", "/v1/chat/completions", &chat(1.5)).await["temperature"], 1.0);
+    assert_eq!(
+        upstream_got("gemini", "/v1/chat/completions", &chat(1.5)).await["generationConfig"]["temperature"],
+        1.5
+    );
+    // An Anthropic caller's value past Anthropic's range is refused, as Anthropic would.
+    let up = FakeUpstream::fixed(Reply::json(wire::openai_response(Some("ok"), &[], "stop", (1, 1, 0)))).await;
+    let gw = Gateway::start(&config("openai", &up.url(), "strict")).await;
+    let resp = post_messages(&gw.url, &messages(1.5)).await;
+    assert_eq!(resp.status(), 400);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("temperature"), "{e}");
+    assert_eq!(up.hits(), 0);
+}
+
 #[tokio::test]
 async fn images_a_tool_returned_reach_upstreams_of_other_protocols() {
     let mark = "[image: attached after the tool results]";
@@ -295,4 +325,85 @@ async fn images_a_tool_returned_reach_upstreams_of_other_protocols() {
             { "type": "text", "text": "shown" },
             { "type": "image", "source": { "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo=" } } ] })
     );
+}
+
+/// `strict: true` on a tool is honoured on Gemini, which has no strict mode: each call of a strict
+/// tool is checked against its schema; a call that does not match fails over to the next
+/// candidate, and with none left is a 502 `upstream_invalid_tool_call` (whole answers and
+/// streams). A tool that is not strict is not checked. Before, `strict` on a Gemini route was a
+/// 400 in strict mode (the Agents SDK's every tool) and dropped in lenient mode.
+#[tokio::test]
+async fn strict_tools_are_checked_on_gemini_and_a_bad_call_fails_over() {
+    // A stream that says something first ("say"), when the caller's message asks for it.
+    let call = |args: &'static str| {
+        move |r: &ax_tests::Recorded| {
+            if r.path.ends_with(":streamGenerateContent") {
+                let say: &[&str] = if r.raw.windows(3).any(|w| w == b"say") { &["Let me check."] } else { &[] };
+                Reply::sse(&wire::gemini_stream(say, &[("get_weather", args)], "STOP", (5, 5, 0), Default::default()))
+            } else {
+                Reply::json(wire::gemini_response(None, &[("get_weather", args)], "STOP", (5, 5, 0)))
+            }
+        }
+    };
+    let bad = FakeUpstream::start(call(r#"{"town":"Paris"}"#)).await;
+    let good = FakeUpstream::start(call(r#"{"city":"Paris"}"#)).await;
+    let caps = "capabilities: [chat, tools, streaming]";
+    let gw = Gateway::start(&format!(
+        r#"server: {{ params: strict }}
+upstreams:
+  - {{ name: bad, provider: gemini, base_url: "{}", api_key: k, models: [{{ name: g, context_window: 100000, {caps} }}] }}
+  - {{ name: good, provider: gemini, base_url: "{}", api_key: k, models: [{{ name: g, context_window: 100000, {caps} }}] }}
+routes:
+  - {{ alias: chat, strategy: priority, candidates: [{{ upstream: bad, model: g, priority: 0 }}, {{ upstream: good, model: g, priority: 1 }}] }}
+  - {{ alias: only-bad, candidates: [{{ upstream: bad, model: g }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+        bad.url(),
+        good.url(),
+        key_digest(KEY)
+    ))
+    .await;
+    let ask = |alias: &str, strict: bool, stream: bool| {
+        json!({ "model": alias, "stream": stream, "messages": [{ "role": "user", "content": "Weather in Paris?" }],
+            "tools": [{ "type": "function", "function": { "name": "get_weather", "strict": strict,
+                "parameters": { "type": "object", "properties": { "city": { "type": "string" } },
+                    "required": ["city"], "additionalProperties": false } } }] })
+    };
+    // The bad call fails over; the good one is served.
+    for stream in [false, true] {
+        let resp = post(&gw.url, "/v1/chat/completions", &ask("chat", true, stream)).await;
+        assert_eq!(resp.status(), 200, "stream {stream}");
+        assert_eq!(resp.headers()["x-ax-upstream"], "good");
+        assert_eq!(resp.headers()["x-ax-attempts"], "2");
+        let args = if stream {
+            ax_tests::assemble(&ax_tests::sse_events(resp).await).tool_calls[0].2.clone()
+        } else {
+            let r: Value = resp.json().await.unwrap();
+            r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({ "city": "Paris" }));
+    }
+    // With nothing left: a clear error, before the stream's first byte as for a whole answer.
+    for stream in [false, true] {
+        let resp = post(&gw.url, "/v1/chat/completions", &ask("only-bad", true, stream)).await;
+        assert_eq!(resp.status(), 502, "stream {stream}");
+        let e: Value = resp.json().await.unwrap();
+        assert_eq!(e["error"]["code"], "upstream_invalid_tool_call", "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("get_weather"), "{e}");
+    }
+    // Text already sent: the stream ends with the error event instead of the call.
+    let mut req = ask("only-bad", true, true);
+    req["messages"][0]["content"] = json!("Weather in Paris? (say something first)");
+    let resp = post(&gw.url, "/v1/chat/completions", &req).await;
+    assert_eq!(resp.status(), 200);
+    let got = ax_tests::assemble(&ax_tests::sse_events(resp).await);
+    assert_eq!(got.text, "Let me check.");
+    assert!(got.tool_calls.is_empty(), "{got:?}");
+    assert_eq!(got.error.unwrap()["code"], "upstream_invalid_tool_call");
+    // Not strict: not checked, the call goes to the caller as the model wrote it.
+    let resp = post(&gw.url, "/v1/chat/completions", &ask("only-bad", false, false)).await;
+    assert_eq!(resp.status(), 200);
+    // The schema never reached Gemini as a strict flag it does not know.
+    assert!(bad.last().body["tools"][0]["functionDeclarations"][0].get("strict").is_none());
 }
