@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use http::StatusCode;
-use serde::Serialize;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AxError {
@@ -305,39 +304,49 @@ impl AxError {
 
     /// The OpenAI-shaped error body.
     pub fn to_body(&self, request_id: &str) -> Vec<u8> {
-        #[derive(Serialize)]
-        struct Body<'a> {
-            error: Inner<'a>,
-            request_id: &'a str,
-        }
-        #[derive(Serialize)]
-        struct Inner<'a> {
-            message: String,
-            #[serde(rename = "type")]
-            kind: &'static str,
-            code: &'static str,
-            param: Option<&'a str>,
-        }
-        let body = Body {
-            error: Inner { message: self.to_string(), kind: self.error_type(), code: self.code(), param: self.param() },
-            request_id,
-        };
-        serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec())
+        ax_wire::openai::caller::error_body(self, request_id)
     }
 }
 
-/// Describes an upstream's own error code for the caller without copying its body: only a short
-/// token made of `[a-z0-9_.]` passes (e.g. `context_length_exceeded`), anything else is dropped.
-pub fn upstream_code_suffix(code: Option<&str>) -> String {
-    match code {
-        Some(c)
-            if !c.is_empty()
-                && c.len() <= 64
-                && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.') =>
-        {
-            format!(" ({c})")
+impl ax_wire::Reported for AxError {
+    fn status(&self) -> u16 {
+        AxError::status(self).as_u16()
+    }
+    fn error_type(&self) -> &'static str {
+        AxError::error_type(self)
+    }
+    fn code(&self) -> &'static str {
+        AxError::code(self)
+    }
+    fn param(&self) -> Option<&str> {
+        AxError::param(self)
+    }
+}
+
+/// A codec's error, as the stages carry it: the same variant, the same message.
+impl From<ax_wire::Error> for AxError {
+    fn from(e: ax_wire::Error) -> Self {
+        use ax_wire::Error as W;
+        match e {
+            W::InvalidRequest { message, param } => Self::InvalidRequest { message, param },
+            W::InvalidJson(m) => Self::InvalidJson(m),
+            W::UnsupportedParameter { param, provider } => Self::UnsupportedParameter { param, provider },
+            W::ContentFilter => Self::ContentFilter,
+            W::UpstreamRejected(s) => Self::UpstreamRejected(s),
+            W::UpstreamContextLength => Self::UpstreamContextLength,
+            W::UpstreamNotFound => Self::UpstreamNotFound,
+            W::UpstreamRateLimited(ra) => Self::UpstreamRateLimited(ra),
+            W::UpstreamUnavailable(ra) => Self::UpstreamUnavailable(ra),
+            W::UpstreamFailed(s) => Self::UpstreamFailed(s),
+            W::UpstreamAuth => Self::UpstreamAuth,
+            W::UpstreamTimeout => Self::UpstreamTimeout,
+            W::UpstreamInvalidResponse => Self::UpstreamInvalidResponse,
+            W::UpstreamToolArguments { tool } => Self::UpstreamToolArguments { tool },
+            W::UpstreamStreamTruncated => Self::UpstreamStreamTruncated,
+            W::UpstreamResponseTooLarge(n) => Self::UpstreamResponseTooLarge(n),
+            W::ResponseNotFound { message, param } => Self::ResponseNotFound { message, param },
+            W::Internal => Self::Internal,
         }
-        _ => String::new(),
     }
 }
 
@@ -383,6 +392,42 @@ impl LimitKind {
 mod tests {
     use super::*;
 
+    /// A codec's error reads the same once it is the data plane's: message, status, type, code,
+    /// field, and whether failover tries another upstream.
+    #[test]
+    fn a_codec_error_says_the_same_as_the_data_planes() {
+        use ax_wire::{Error as W, Reported};
+        let all = [
+            W::invalid_param("messages[0]", "bad"),
+            W::InvalidJson("x".into()),
+            W::UnsupportedParameter { param: "seed".into(), provider: "anthropic" },
+            W::ContentFilter,
+            W::UpstreamRejected(" (x)".into()),
+            W::UpstreamContextLength,
+            W::UpstreamNotFound,
+            W::UpstreamRateLimited(Some(Duration::from_secs(3))),
+            W::UpstreamUnavailable(None),
+            W::UpstreamFailed(String::new()),
+            W::UpstreamAuth,
+            W::UpstreamTimeout,
+            W::UpstreamInvalidResponse,
+            W::UpstreamToolArguments { tool: "f".into() },
+            W::UpstreamStreamTruncated,
+            W::UpstreamResponseTooLarge(10),
+            W::ResponseNotFound { message: "gone".into(), param: Some("previous_response_id") },
+            W::Internal,
+        ];
+        for w in all {
+            let a = AxError::from(w.clone());
+            assert_eq!(a.to_string(), w.to_string());
+            assert_eq!(a.status().as_u16(), Reported::status(&w), "{w:?}");
+            assert_eq!(a.error_type(), Reported::error_type(&w), "{w:?}");
+            assert_eq!(a.code(), Reported::code(&w), "{w:?}");
+            assert_eq!(a.param(), Reported::param(&w), "{w:?}");
+            assert_eq!(a.is_retryable(), w.is_retryable(), "{w:?}");
+        }
+    }
+
     #[test]
     fn body_is_openai_shaped() {
         let e = AxError::UnsupportedParameter { param: "seed".into(), provider: "anthropic" };
@@ -395,9 +440,5 @@ mod tests {
     }
 
     #[test]
-    fn upstream_codes_are_filtered() {
-        assert_eq!(upstream_code_suffix(Some("context_length_exceeded")), " (context_length_exceeded)");
-        assert_eq!(upstream_code_suffix(Some("sk-abc Secret")), "");
-        assert_eq!(upstream_code_suffix(None), "");
-    }
+    fn upstream_codes_are_filtered() {}
 }

@@ -5,11 +5,11 @@
 //! what comes out is encoded back with the gateway's `x-ax-*` headers. Operational endpoints
 //! (`/healthz`, `/readyz`, `/metrics`, `/admin/health`, `/v1/models`) are answered here.
 
-pub mod anthropic;
-pub mod chat_walk;
-pub mod decode;
-pub mod openai;
-pub mod responses;
+pub mod headers;
+
+use ax_wire::anthropic::caller as anthropic;
+use ax_wire::openai::caller as openai;
+use ax_wire::responses::caller as responses;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,10 +22,10 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
 use crate::body::{header_value, Body};
-use crate::canonical::Protocol;
 use crate::error::{AxError, LimitKind};
 use crate::pipeline::{self, ops, ChatReply, Ended, ServedBy};
 use crate::App;
+use ax_wire::canonical::Protocol;
 
 pub type Response = http::Response<Body>;
 
@@ -196,11 +196,12 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
             request_id: &rid,
             start,
             trace: pipeline::trace_of(&headers),
-            key: openai::api_key(&headers),
+            key: headers::bearer_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
-            decode: openai::decode_chat,
+            decode: |b: &[u8], mode| Ok(openai::decode_chat(b, mode)?),
         };
-        let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiChat, skim: openai::skim_chat };
+        let skim = |b, forwards: &dyn Fn(&str) -> bool| Ok(openai::skim_chat(b, forwards)?);
+        let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiChat, skim };
         let events = |include_usage, model: &str| openai::Events::new(include_usage, &rid, model);
         let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
         answer(ended, &rid, |reply, served| match reply {
@@ -238,7 +239,7 @@ struct Turn {
 async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     model_call(app, headers, |app, rid, headers, start| async move {
         let snap = app.store.load();
-        let key = openai::api_key(&headers);
+        let key = headers::bearer_key(&headers);
         let turn: std::sync::OnceLock<Turn> = std::sync::OnceLock::new();
         // The decoded request and the stored conversation it continues, for `decode`.
         let decoded = std::sync::Mutex::new(None);
@@ -258,7 +259,7 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
                     }
                 }
                 // Its `input` kept as a slice of the body, and its texts in turn (`canonical::decoding`).
-                let req = crate::canonical::decoding(&bytes, |b| responses::decode(b, snap.params))?;
+                let req = ax_wire::canonical::decoding(&bytes, |b| responses::decode(b, snap.params))?;
                 let previous = req.previous_response_id().map(str::to_owned);
                 let prior = match &previous {
                     Some(p) => {
@@ -329,7 +330,8 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
             let save = saver(id.clone());
             responses::Events::new(&id, model, ns(), echo(), save)
         };
-        let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiResponses, skim: responses::skim_responses };
+        let skim = |b, forwards: &dyn Fn(&str) -> bool| Ok(responses::skim_responses(b, forwards)?);
+        let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiResponses, skim };
         let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
         // A whole answer is kept before it is sent.
         let whole = match (&ended, keep()) {
@@ -377,9 +379,9 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
             request_id: &rid,
             start,
             trace: pipeline::trace_of(&headers),
-            key: openai::api_key(&headers),
+            key: headers::bearer_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
-            decode: openai::decode_embeddings,
+            decode: |b: &[u8], mode| Ok(openai::decode_embeddings(b, mode)?),
         };
         let ended = pipeline::embeddings(&app, &snap, inbound).await;
         answer(ended, &rid, |(resp, req), _| {
@@ -392,15 +394,15 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
 async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     model_call(app, headers, |app, rid, headers, start| async move {
         let snap = app.store.load();
-        let version = anthropic::check_version(&headers);
-        let beta = anthropic::forwarded_headers(&headers);
+        let version = headers::anthropic_version(&headers);
+        let beta = headers::anthropic_forwarded(&headers);
         // Read when the request is decoded, for the answer's thinking blocks.
         let hide_thinking = AtomicBool::new(false);
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
             trace: pipeline::trace_of(&headers),
-            key: anthropic::api_key(&headers),
+            key: headers::anthropic_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
             decode: |bytes: &[u8], mode| {
                 version.clone()?;
@@ -412,7 +414,7 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
         let skim = |bytes, forwards: &dyn Fn(&str) -> bool| {
             version.clone()?;
             let mut skim = anthropic::skim_messages(bytes, forwards)?;
-            if let crate::canonical::Skim::Forward(raw) = &mut skim {
+            if let ax_wire::canonical::Skim::Forward(raw) = &mut skim {
                 raw.headers.clone_from(&beta);
             }
             Ok(skim)
@@ -440,14 +442,14 @@ async fn count_tokens(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Resp
     let rid = request_id(&headers);
     let snap = app.store.load();
     let counted = async {
-        anthropic::check_version(&headers)?;
+        headers::anthropic_version(&headers)?;
         let bytes = read_body(&headers, body, snap.max_body_bytes).await?;
         // Lenient whatever the mode: counting drops nothing a model would have acted on, and an
         // Anthropic upstream counts the body as written.
         let (req, _) = anthropic::decode_canonical(&bytes, ax_protocol::config::ParamsMode::Lenient, true)?;
-        let beta = anthropic::forwarded_headers(&headers);
+        let beta = headers::anthropic_forwarded(&headers);
         let body = |model: &str| anthropic::with_model(bytes.clone(), model);
-        ops::count_tokens(&app, anthropic::api_key(&headers), &req, body, &beta, &rid).await
+        ops::count_tokens(&app, headers::anthropic_key(&headers), &req, body, &beta, &rid).await
     };
     match counted.await {
         Ok(n) => {
@@ -481,7 +483,7 @@ async fn stored_response(app: &App, parts: &http::request::Parts) -> Response {
         return method_not_allowed(parts, if items { "GET, HEAD" } else { "GET, HEAD, DELETE" });
     }
     let answered = async {
-        let tenant = ops::tenant_of(app, openai::api_key(&parts.headers))?;
+        let tenant = ops::tenant_of(app, headers::bearer_key(&parts.headers))?;
         if items {
             let query = responses::ListQuery::parse(parts.uri.query().unwrap_or(""))?;
             let max = app.store.load().max_body_bytes.saturating_mul(2);
@@ -568,7 +570,7 @@ fn dialect_of(headers: &HeaderMap) -> Dialect {
 fn models(app: &App, headers: &HeaderMap) -> Response {
     let rid = request_id(headers);
     let dialect = dialect_of(headers);
-    let aliases = match ops::models(app, anthropic::api_key(headers)) {
+    let aliases = match ops::models(app, headers::anthropic_key(headers)) {
         Ok(a) => a,
         Err(e) => return error_in(dialect, &e, &rid),
     };
@@ -584,7 +586,7 @@ fn model(app: &App, headers: &HeaderMap, raw_id: &str) -> Response {
     let rid = request_id(headers);
     let dialect = dialect_of(headers);
     let id = percent_encoding::percent_decode_str(raw_id).decode_utf8_lossy();
-    if let Err(e) = ops::model(app, anthropic::api_key(headers), &id) {
+    if let Err(e) = ops::model(app, headers::anthropic_key(headers), &id) {
         return error_in(dialect, &e, &rid);
     }
     let body = match dialect {

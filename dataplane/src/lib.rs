@@ -21,7 +21,6 @@
 //!    `body` and `worker`, used by all of them.
 
 pub mod body;
-pub mod canonical;
 pub mod config;
 pub mod control;
 pub mod error;
@@ -31,11 +30,8 @@ pub mod governance;
 pub mod ingress;
 pub mod metering;
 pub mod pipeline;
-pub mod providers;
 pub mod response_store;
 pub mod routing;
-pub mod skim;
-pub mod sse;
 pub mod state;
 pub mod trace;
 pub mod transport;

@@ -28,9 +28,6 @@ use ax_protocol::config::ParamsMode;
 use ax_protocol::usage::UNKNOWN_ALIAS;
 use bytes::Bytes;
 
-use crate::canonical::{
-    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, Skim, Usage,
-};
 use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant, Upstream};
 use crate::error::{AxError, Outcome};
 use crate::governance::guard::{self, Demand, Reservations};
@@ -40,6 +37,9 @@ use crate::routing::plan;
 use crate::trace::{Hop, TraceContext, Traceparent};
 use crate::upstream::call::{self, ChatOutcome};
 use crate::App;
+use ax_wire::canonical::{
+    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, Skim, Usage,
+};
 use stream::{EgressStream, StreamEncoder};
 
 /// How a call ended, for ingress to answer.
@@ -96,7 +96,7 @@ impl<'s> From<&Served<'s>> for ServedBy<'s> {
 /// stream the caller reads as it comes.
 pub enum ChatReply<E> {
     Full(ChatResponse),
-    Forward { body: Bytes, usage: Option<Usage>, facts: crate::canonical::AnswerFacts },
+    Forward { body: Bytes, usage: Option<Usage>, facts: ax_wire::canonical::AnswerFacts },
     Stream(Box<EgressStream<E>>),
 }
 
@@ -243,7 +243,7 @@ fn route_of<'s>(snap: &'s Snapshot, caller: &Caller<'_>, alias: &str) -> Result<
 /// does not know unless it passes them through.
 fn for_provider<'r>(req: &'r ChatRequest, params: &[&'static str], up: &Upstream) -> Cow<'r, ChatRequest> {
     let kind = up.kind;
-    let dropped: Vec<&str> = params.iter().copied().filter(|p| !crate::providers::supports(kind, p)).collect();
+    let dropped: Vec<&str> = params.iter().copied().filter(|p| !ax_wire::upstream::supports(kind, p)).collect();
     let foreign = req.extra.iter().any(|(n, _)| !up.passthrough.allows(n));
     if dropped.is_empty() && !foreign {
         return Cow::Borrowed(req);
@@ -370,7 +370,7 @@ fn canonical<D>(decode: &D, bytes: &Bytes, mode: ParamsMode) -> Result<ChatReque
 where
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
 {
-    let req = crate::canonical::decoding(bytes, |b| decode(b, mode))?;
+    let req = ax_wire::canonical::decoding(bytes, |b| decode(b, mode))?;
     req.validate()?;
     Ok(req)
 }
@@ -387,10 +387,11 @@ fn decoded_request<'s, D>(
 where
     D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
 {
-    let mut req = crate::canonical::decoding(bytes, |b| decode(b, snap.params)).map_err(Rejection::of(caller, None))?;
+    let mut req =
+        ax_wire::canonical::decoding(bytes, |b| decode(b, snap.params)).map_err(Rejection::of(caller, None))?;
     let route = route_of(snap, caller, &req.model)?;
     let alias = Some(route.alias.as_str());
-    req.validate().map_err(Rejection::of(caller, alias))?;
+    req.validate().map_err(AxError::from).map_err(Rejection::of(caller, alias))?;
     if !req.extra.is_empty() {
         unknown_fields(snap, route, &mut req).map_err(Rejection::of(caller, alias))?;
     }
@@ -443,7 +444,7 @@ where
     // A snapshot in which no route forwards the caller's protocol decodes at once.
     let forwarding = forwarding.filter(|f| snap.forwarded.has(f.protocol));
     let protocol = forwarding.as_ref().map(|f| f.protocol);
-    let speaks = |protocols: crate::canonical::Protocols| protocol.is_some_and(|p| protocols.has(p));
+    let speaks = |protocols: ax_wire::canonical::Protocols| protocol.is_some_and(|p| protocols.has(p));
     let (req, route) = match forwarding {
         Some(f) => {
             let forwards = |alias: &str| snap.routes.get(alias).is_some_and(|r| speaks(r.protocols));
@@ -590,7 +591,7 @@ where
                 ledger.meter.usage(u);
             }
             if ledger.meter.traced() {
-                ledger.meter.answered(crate::canonical::AnswerFacts::of(&r));
+                ledger.meter.answered(ax_wire::canonical::AnswerFacts::of(&r));
                 ledger.meter.completion(&r);
             }
             cost = ledger.meter.cost_micro_usd();
@@ -689,7 +690,7 @@ where
         resp.model.clone_from(&served_by.model.name);
     }
     ledger.meter.served_by(served(&served_by));
-    ledger.meter.usage(&crate::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
+    ledger.meter.usage(&ax_wire::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
     let cost = ledger.meter.cost_micro_usd();
     ledger.finish(200, None);
     // Embeddings answers carry no budget headers (the record says whether a budget downgraded it).

@@ -60,14 +60,7 @@ const CONV_LEN: usize = 16;
 const OWN_LEN: usize = 32;
 const PREFIX: &str = "resp_";
 
-/// One stored response: the input items of its turn (the request's `input` as sent: a string or an
-/// array of items) and its response object.
-#[derive(Clone, Debug)]
-pub struct Link {
-    pub id: String,
-    pub input: Bytes,
-    pub response: Bytes,
-}
+pub use ax_wire::responses::Link;
 
 /// A response to keep.
 pub struct NewResponse {

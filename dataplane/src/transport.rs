@@ -37,8 +37,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::body::Payload;
 use crate::trace::{AttemptIo, Hop};
+use ax_wire::json::Payload;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::ServerName;

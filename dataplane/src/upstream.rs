@@ -7,4 +7,3 @@
 
 pub mod call;
 pub mod mock;
-pub mod strict;

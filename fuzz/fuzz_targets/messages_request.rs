@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| ax_dataplane::fuzz::messages_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ax_wire::fuzz::messages_request(data));

@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| ax_dataplane::fuzz::upstream_stream(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ax_wire::fuzz::upstream_stream(data));

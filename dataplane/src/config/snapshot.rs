@@ -74,7 +74,7 @@ pub struct Snapshot {
     pub response_store: ax_protocol::config::ResponseStoreSpec,
     /// The protocols some route forwards (`Route::protocols`): without one, callers of a protocol
     /// are decoded at once (no skim first).
-    pub forwarded: crate::canonical::Protocols,
+    pub forwarded: ax_wire::canonical::Protocols,
 }
 
 #[derive(Debug)]
@@ -99,7 +99,7 @@ pub struct Upstream {
     pub passthrough: ax_protocol::config::Passthrough,
     /// The protocols its callers can be forwarded in (OpenAI Chat Completions for every
     /// OpenAI-compatible server, Responses for those that offer it, Anthropic Messages).
-    pub speaks: crate::canonical::Protocols,
+    pub speaks: ax_wire::canonical::Protocols,
     /// What the pooled client was built from; an unchanged upstream keeps its client (and its
     /// warm connections) across reloads.
     client_fingerprint: [u8; 32],
@@ -184,7 +184,7 @@ pub struct Route {
     pub limiter: Limiter,
     /// The protocols every candidate of this alias and of its fallback aliases speaks: callers
     /// of one of them are served from their own bytes.
-    pub protocols: crate::canonical::Protocols,
+    pub protocols: ax_wire::canonical::Protocols,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -375,20 +375,20 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
             max_prompt_tokens: r.max_prompt_tokens,
             long_context_alias: r.long_context_alias.clone(),
             limiter: limiter(&r.limits, prev_limiter),
-            protocols: crate::canonical::Protocols::NONE,
+            protocols: ax_wire::canonical::Protocols::NONE,
         };
         routes.insert(r.alias.clone(), route);
     }
     // Each alias's own protocol first, then shared with its fallbacks' (failover walks the
     // fallbacks' candidates too, one level deep).
-    let own: HashMap<String, crate::canonical::Protocols> = routes
+    let own: HashMap<String, ax_wire::canonical::Protocols> = routes
         .iter()
         .map(|(alias, r)| {
             let speaks = r
                 .candidates
                 .iter()
                 .filter(|c| c.weight > 0)
-                .fold(crate::canonical::Protocols::ALL, |all, c| all.and(upstreams[c.upstream].speaks));
+                .fold(ax_wire::canonical::Protocols::ALL, |all, c| all.and(upstreams[c.upstream].speaks));
             (alias.clone(), speaks)
         })
         .collect();
@@ -479,7 +479,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
     }
 
     Ok(Snapshot {
-        forwarded: routes.values().fold(crate::canonical::Protocols::NONE, |all, r| all.or(r.protocols)),
+        forwarded: routes.values().fold(ax_wire::canonical::Protocols::NONE, |all, r| all.or(r.protocols)),
         redis: valid.redis_url.map(|url| RedisTarget {
             url,
             cluster: spec.server.redis_cluster,
@@ -592,7 +592,7 @@ fn compile_upstream(
         max_event_bytes: v.max_event_bytes,
         passthrough: u.passthrough.clone(),
         speaks: {
-            use crate::canonical::{Protocol, Protocols};
+            use ax_wire::canonical::{Protocol, Protocols};
             match u.provider {
                 ProviderKind::Openai if u.offers_responses() => {
                     Protocols::NONE.with(Protocol::OpenAiChat).with(Protocol::OpenAiResponses)

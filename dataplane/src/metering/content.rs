@@ -14,7 +14,7 @@
 
 use serde_json::{json, Value};
 
-use crate::canonical::{ChatRequest, ChatResponse, Choice, Content, ContentPart, FinishReason, Message};
+use ax_wire::canonical::{ChatRequest, ChatResponse, Choice, Content, ContentPart, FinishReason, Message};
 
 /// The most one content attribute holds, in bytes of JSON.
 pub const MAX_BYTES: usize = 256 * 1024;
@@ -166,19 +166,19 @@ fn choice(c: &Choice) -> Value {
 /// canonical answer, for its content.
 pub fn forwarded_answer(
     kind: ax_protocol::config::ProviderKind,
-    protocol: crate::canonical::Protocol,
+    protocol: ax_wire::canonical::Protocol,
     body: &[u8],
 ) -> Option<ChatResponse> {
     match protocol {
-        crate::canonical::Protocol::OpenAiResponses => crate::providers::openai::responses_content(body),
-        _ => crate::providers::decode_chat(kind, body).ok(),
+        ax_wire::canonical::Protocol::OpenAiResponses => ax_wire::responses::upstream::responses_content(body),
+        _ => ax_wire::upstream::decode_chat(kind, body).ok(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::canonical::{Chunk, ChunkChoice, ToolCallDelta, Transcript};
+    use ax_wire::canonical::{Chunk, ChunkChoice, ToolCallDelta, Transcript};
 
     #[test]
     fn messages_take_the_conventions_shape() {
@@ -265,7 +265,7 @@ mod tests {
                 { "type": "reasoning", "summary": [{ "type": "summary_text", "text": "think" }] },
                 { "type": "message", "content": [{ "type": "output_text", "text": "Hi" }] }
             ] } });
-        let r = crate::providers::openai::responses_content(body.to_string().as_bytes()).unwrap();
+        let r = ax_wire::responses::upstream::responses_content(body.to_string().as_bytes()).unwrap();
         assert_eq!(r.id, "resp_1");
         let c = &r.choices[0];
         assert_eq!((c.content.as_deref(), c.reasoning.as_deref()), (Some("Hi"), Some("think")));

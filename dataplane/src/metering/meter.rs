@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use ax_protocol::usage::{attempt_id, AttemptRecord, UsageRecord};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::canonical::Usage;
 use crate::error::AxError;
+use ax_wire::canonical::Usage;
 
 /// Installs the process-wide Prometheus recorder once and returns its handle.
 pub fn prometheus() -> Option<PrometheusHandle> {
@@ -253,7 +253,7 @@ struct Traced {
     max_tokens: Option<u32>,
     temperature: Option<f64>,
     /// The answer's id and finish reasons.
-    answer: crate::canonical::AnswerFacts,
+    answer: ax_wire::canonical::AnswerFacts,
     /// The prompt and completion, for a tenant that records them.
     content: Option<Box<super::content::Recorded>>,
 }
@@ -360,7 +360,7 @@ impl Meter {
 
     /// The request's span is to carry its prompt and completion (a sampled request of a tenant
     /// that records them), starting with the request's messages.
-    pub fn record_content(&mut self, req: &crate::canonical::ChatRequest) {
+    pub fn record_content(&mut self, req: &ax_wire::canonical::ChatRequest) {
         if let Some(t) = &mut self.trace {
             let mut c = super::content::Recorded::default();
             c.input(req);
@@ -374,7 +374,7 @@ impl Meter {
     }
 
     /// The completion, for a request whose span carries its content.
-    pub fn completion(&mut self, r: &crate::canonical::ChatResponse) {
+    pub fn completion(&mut self, r: &ax_wire::canonical::ChatResponse) {
         if let Some(c) = self.trace.as_mut().and_then(|t| t.content.as_mut()) {
             c.output(r);
         }
@@ -386,7 +386,7 @@ impl Meter {
     }
 
     /// The answer's id and finish reasons, for the request's span.
-    pub fn answered(&mut self, facts: crate::canonical::AnswerFacts) {
+    pub fn answered(&mut self, facts: ax_wire::canonical::AnswerFacts) {
         if let Some(t) = &mut self.trace {
             t.answer = facts;
         }

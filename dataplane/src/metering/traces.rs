@@ -370,7 +370,7 @@ pub struct SpanFacts<'a> {
     /// How long the request took (its span's length).
     pub elapsed: Duration,
     /// The answer's id and finish reasons (`gen_ai.response.*`).
-    pub answer: &'a crate::canonical::AnswerFacts,
+    pub answer: &'a ax_wire::canonical::AnswerFacts,
     /// The prompt and completion, for a tenant that records them.
     pub content: Option<&'a super::content::Recorded>,
 }
@@ -527,7 +527,7 @@ fn spans(
             a(b, key!("gen_ai.response.id"), Value::Str(id));
         }
         if !f.answer.finish_reasons.is_empty() {
-            let reasons = f.answer.finish_reasons.iter().map(crate::canonical::FinishReason::name);
+            let reasons = f.answer.finish_reasons.iter().map(ax_wire::canonical::FinishReason::name);
             otlp::strings(b, 9, key!("gen_ai.response.finish_reasons"), reasons);
         }
     };
@@ -772,9 +772,9 @@ mod tests {
             ],
             ..UsageRecord::default()
         };
-        let answer = crate::canonical::AnswerFacts {
+        let answer = ax_wire::canonical::AnswerFacts {
             id: Some("chatcmpl-1".into()),
-            finish_reasons: [crate::canonical::FinishReason::Stop].into(),
+            finish_reasons: [ax_wire::canonical::FinishReason::Stop].into(),
         };
         let facts = SpanFacts {
             operation: "chat",

@@ -39,7 +39,7 @@ pub enum TokenCount {
 pub async fn count_tokens(
     app: &App,
     key: Option<&str>,
-    req: &crate::canonical::ChatRequest,
+    req: &ax_wire::canonical::ChatRequest,
     body: impl FnOnce(&str) -> Vec<bytes::Bytes>,
     headers: &[(http::HeaderName, http::HeaderValue)],
     request_id: &str,

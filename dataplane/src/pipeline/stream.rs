@@ -21,33 +21,12 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use crate::body::Body;
-use crate::canonical::{Chunk, ChunkChoice, RawEvent, StreamItem, Usage};
 use crate::error::{AxError, Outcome};
 use crate::pipeline::Ledger;
 use crate::routing::failover::AttemptHealth;
 use crate::upstream::call::UpstreamStream;
-
-/// How a wire protocol writes a stream for its callers.
-pub trait StreamEncoder: Send + 'static {
-    /// The opening event(s), before the first content, for `n` choices.
-    fn start(&mut self, n: u32) -> Bytes;
-    /// One event of content or tool-call deltas.
-    fn chunk(&mut self, choices: &[ChunkChoice]) -> Bytes;
-    /// The end of a completed stream, with the usage the provider reported.
-    fn finish(&mut self, usage: Option<&Usage>) -> Bytes;
-    /// The end of a stream an upstream failure cut short.
-    fn fail(&mut self, e: &AxError) -> Bytes;
-    /// The end of a completed stream whose events were forwarded as the upstream sent them: the
-    /// protocol's terminator alone.
-    fn end_forwarded(&mut self) -> Bytes;
-    /// Whether the caller gets a forwarded event that carries only usage.
-    fn wants_usage_event(&self) -> bool;
-    /// Work that must be done before the end of a completed stream goes out (the Responses API
-    /// stores the response there, so a caller who has seen the end can continue from it).
-    fn before_end(&mut self) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
-        None
-    }
-}
+pub use ax_wire::canonical::StreamEncoder;
+use ax_wire::canonical::{Chunk, RawEvent, StreamItem, Usage};
 
 pub struct EgressStream<E> {
     upstream: Box<UpstreamStream>,
@@ -94,7 +73,7 @@ impl<E: StreamEncoder> EgressStream<E> {
                     if let Some(u) = c.usage {
                         usage = Some(u);
                     }
-                    if c.choices.iter().all(crate::canonical::ChunkChoice::is_empty) {
+                    if c.choices.iter().all(ax_wire::canonical::ChunkChoice::is_empty) {
                         continue;
                     }
                     let mut s = Self::new(upstream, enc, usage, n, guard, held);

@@ -8,11 +8,11 @@
 use ax_protocol::config::{Capability, ParamsMode, Strategy};
 use rand::Rng;
 
-use crate::canonical::{estimate_tokens, IMAGE_TOKENS, MESSAGE_TOKENS};
-use crate::canonical::{ChatRequest, Content, ContentPart, EmbeddingsRequest, RawChat};
 use crate::config::snapshot::{Candidate, Route, Snapshot};
 use crate::error::AxError;
-use crate::providers;
+use ax_wire::canonical::{estimate_tokens, IMAGE_TOKENS, MESSAGE_TOKENS};
+use ax_wire::canonical::{ChatRequest, Content, ContentPart, EmbeddingsRequest, RawChat};
+use ax_wire::upstream as providers;
 
 /// What the request needs from a candidate.
 #[derive(Debug, Clone, Default)]
@@ -400,5 +400,39 @@ routes:
         let largest = route.candidates.iter().map(|c| snap.upstream_model(c).1.context_window).max().unwrap();
         assert!(e.to_string().contains("need about 1000000 tokens"), "{e}");
         assert!(e.to_string().contains(&format!("the largest is {largest}")), "{e}");
+    }
+
+    /// What an OpenAI body's skim gives the stages agrees with its decode: the capabilities, flags and output cap
+    /// exactly, the prompt estimate from above and close.
+    #[test]
+    fn the_skim_reads_what_the_decode_reads() {
+        let v = serde_json::json!({
+            "model": "chat", "stream": true, "stream_options": { "include_usage": true }, "max_completion_tokens": 77,
+            "response_format": { "type": "json_object" },
+            "messages": [
+                { "role": "system", "content": "Be terse, \"really\"." },
+                { "role": "user", "content": [{ "type": "text", "text": "What is this?" },
+                    { "type": "image_url", "image_url": { "url": format!("data:image/png;base64,{}", "A".repeat(30_000)) } }] },
+                { "role": "assistant", "content": null, "tool_calls": [{ "id": "c1", "type": "function",
+                    "function": { "name": "f", "arguments": "{\"a\":1}" } }] },
+                { "role": "tool", "tool_call_id": "c1", "content": "42" } ],
+            "tools": [{ "type": "function", "function": { "name": "f", "description": "does f", "parameters": { "type": "object" } } }]
+        });
+        let body = bytes::Bytes::from(serde_json::to_vec(&v).unwrap());
+        let ax_wire::canonical::Skim::Forward(raw) =
+            ax_wire::openai::caller::skim_chat(body.clone(), &|_| true).unwrap()
+        else {
+            panic!("every route forwards here")
+        };
+        let req = ax_wire::openai::caller::decode_chat(&body, ax_protocol::config::ParamsMode::Strict).unwrap();
+        let canon = chat_needs(&req, 4096);
+        let fwd = forward_needs(&raw, 4096);
+        assert_eq!(fwd.caps, canon.caps);
+        assert_eq!((raw.stream, raw.include_usage, raw.max_output), (true, true, Some(77)));
+        assert_eq!(raw.model, "chat");
+        // The image counts as one image whatever the size of its data; the skim errs high by the
+        // JSON around tool calls and tools (it counts them as written), a few dozen tokens.
+        let (f, c) = (fwd.prompt_estimate, canon.prompt_estimate);
+        assert!(f >= c && f - c <= 64, "skim {f} against decode {c}");
     }
 }

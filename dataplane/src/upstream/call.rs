@@ -12,18 +12,19 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::time::{sleep_until, timeout_at, Instant, Sleep};
 
-use crate::canonical::{
-    AnswerFacts, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem,
-    Transcript, Usage,
-};
 use crate::config::snapshot::{Backend, Model, Route, Upstream};
 use crate::error::AxError;
-use crate::providers::{self, Ctx, StreamDecoder};
-use crate::sse::SseDecoder;
 use crate::trace::Hop;
 use crate::transport::{self, Client, Response};
 use crate::upstream::mock;
 use ax_protocol::config::{Capability, ProviderKind};
+use ax_wire::adapter::Ctx;
+use ax_wire::canonical::{
+    AnswerFacts, ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, StreamItem,
+    Transcript, Usage,
+};
+use ax_wire::sse::SseDecoder;
+use ax_wire::upstream::{self as providers, StreamDecoder};
 
 /// Upstream error bodies are logged up to this many bytes.
 const LOGGED_BODY_BYTES: usize = 2048;
@@ -108,7 +109,7 @@ pub async fn chat(
         output_cap: model.max_output_tokens,
         reasoning: model.caps.has(Capability::Reasoning),
     };
-    let strict = super::strict::StrictTools::for_request(up.kind, req)?;
+    let strict = ax_wire::strict::StrictTools::for_request(up.kind, req)?;
     let body = providers::encode_chat(ctx, req)?;
     let url = if req.stream { &model.stream_url } else { &model.chat_url };
     let resp = send(client, up, url.as_ref(), body, &[], hop, deadlines).await?;
@@ -122,18 +123,21 @@ pub async fn chat(
         };
     }
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
-    match providers::decode_chat(up.kind, &bytes) {
-        Ok(r) => {
-            if let Some(s) = &strict {
-                s.check_answer(&r)?;
-            }
-            Ok(ChatOutcome::Full(r))
-        }
-        Err(e) => {
-            log_upstream_error(up, 200, &bytes, &e);
-            Err(e)
-        }
+    let r = read(up, &bytes, providers::decode_chat(up.kind, &bytes))?;
+    if let Some(s) = &strict {
+        s.check_answer(&r)?;
     }
+    Ok(ChatOutcome::Full(r))
+}
+
+/// A codec's reading of an upstream's 2xx answer; an error in it (an error object in a 200, an
+/// answer that cannot be read) is logged with the body.
+fn read<T>(up: &Upstream, bytes: &[u8], r: Result<T, ax_wire::Error>) -> Result<T, AxError> {
+    r.map_err(|e| {
+        let e = AxError::from(e);
+        log_upstream_error(up, 200, bytes, &e);
+        e
+    })
 }
 
 /// A request in the caller's own protocol, sent to an upstream that speaks it (the same-protocol
@@ -165,29 +169,18 @@ pub async fn chat_forward(
     let mut facts = AnswerFacts::default();
     let want = hop_traced.then_some(&mut facts);
     if responses {
-        return match crate::providers::openai::responses_forwardable(&bytes, want) {
-            Ok(usage) => Ok(ChatOutcome::Forward { body: bytes, usage, facts }),
-            Err(e) => {
-                log_upstream_error(up, 200, &bytes, &e);
-                Err(e)
-            }
-        };
+        let usage = read(up, &bytes, ax_wire::responses::upstream::responses_forwardable(&bytes, want))?;
+        return Ok(ChatOutcome::Forward { body: bytes, usage, facts });
     }
-    let read = match up.kind {
-        ProviderKind::Openai | ProviderKind::AzureOpenai => crate::providers::openai::forwardable(&bytes, want),
-        ProviderKind::Anthropic => crate::providers::anthropic::forwardable(&bytes, want),
+    let forwarded = match up.kind {
+        ProviderKind::Openai | ProviderKind::AzureOpenai => ax_wire::openai::upstream::forwardable(&bytes, want),
+        ProviderKind::Anthropic => ax_wire::anthropic::upstream::forwardable(&bytes, want),
         ProviderKind::Gemini | ProviderKind::Mock => return Err(AxError::Internal),
     };
-    match read {
-        Ok(Some(usage)) => Ok(ChatOutcome::Forward { body: bytes, usage, facts }),
+    match read(up, &bytes, forwarded)? {
+        Some(usage) => Ok(ChatOutcome::Forward { body: bytes, usage, facts }),
         // Something in it is rewritten for the caller: through the canonical model.
-        Ok(None) => providers::decode_chat(up.kind, &bytes)
-            .map(ChatOutcome::Full)
-            .inspect_err(|e| log_upstream_error(up, 200, &bytes, e)),
-        Err(e) => {
-            log_upstream_error(up, 200, &bytes, &e);
-            Err(e)
-        }
+        None => read(up, &bytes, providers::decode_chat(up.kind, &bytes)).map(ChatOutcome::Full),
     }
 }
 
@@ -228,7 +221,7 @@ async fn stream_of(
     if !is_sse {
         let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
         let err = match providers::decode_chat(up.kind, &bytes) {
-            Err(e) => e,
+            Err(e) => AxError::from(e),
             Ok(_) => AxError::UpstreamInvalidResponse,
         };
         log_upstream_error(up, 200, &bytes, &err);
@@ -255,7 +248,7 @@ pub async fn embeddings(
     let body = providers::encode_embeddings(ctx, req)?;
     let resp = send(client, up, model.embed_url.as_ref(), body.into(), &[], hop, deadlines).await?;
     let bytes = read_body(resp, deadlines, up.max_response_bytes).await?;
-    providers::decode_embeddings(up.kind, &bytes, req).inspect_err(|e| log_upstream_error(up, 200, &bytes, e))
+    read(up, &bytes, providers::decode_embeddings(up.kind, &bytes, req))
 }
 
 /// Sends one request and waits for the response headers; the caller's request id goes along so
@@ -264,7 +257,7 @@ async fn send(
     client: &Client,
     up: &Upstream,
     target: Option<&http::Uri>,
-    body: crate::body::Payload,
+    body: ax_wire::json::Payload,
     headers: &[(http::HeaderName, http::HeaderValue)],
     hop: Hop<'_>,
     deadlines: Deadlines,
@@ -287,7 +280,7 @@ async fn send(
     }
     let retry_after = retry_after(&resp.headers);
     let bytes = read_body(resp, deadlines, MAX_ERROR_BODY_BYTES).await.unwrap_or_default();
-    let err = providers::decode_error(up.kind, status.as_u16(), &bytes, retry_after);
+    let err = AxError::from(providers::decode_error(up.kind, status.as_u16(), &bytes, retry_after));
     log_upstream_error(up, status.as_u16(), &bytes, &err);
     Err(err)
 }
@@ -389,7 +382,7 @@ pub struct UpstreamStream {
     /// The answer so far, for a request whose span carries its content.
     recording: Option<Box<Recording>>,
     /// The check of strict tools' calls, for an upstream without a strict mode of its own.
-    strict: Option<Box<super::strict::StrictTools>>,
+    strict: Option<Box<ax_wire::strict::StrictTools>>,
 }
 
 /// A stream's answer put back together for the request's span (`record_content`).
@@ -403,13 +396,13 @@ struct Recording {
 
 impl Recording {
     /// A forwarded event, read for its content.
-    fn event(&mut self, ev: &crate::sse::SseEvent) {
+    fn event(&mut self, ev: &ax_wire::sse::SseEvent) {
         if let Some(d) = &mut self.shadow {
             if let Ok(Some(StreamItem::Chunk(c))) = d.on_event(ev) {
                 self.transcript.chunk(&c);
             }
         } else if self.responses && ev.data.contains("\"response.") && ev.data.contains("\"output\"") {
-            if let Some(r) = crate::providers::openai::responses_content(ev.data.as_bytes()) {
+            if let Some(r) = ax_wire::responses::upstream::responses_content(ev.data.as_bytes()) {
                 if !r.choices.iter().all(|c| c.content.is_none() && c.tool_calls.is_empty()) {
                     self.transcript.whole(r);
                 }
@@ -502,7 +495,7 @@ impl UpstreamStream {
                     if let (Some(s), Some(Ok(StreamItem::Chunk(c)))) = (strict.as_mut(), &item) {
                         if let Err(e) = s.check_chunk(c) {
                             end(source, facts);
-                            return Some(Err(e));
+                            return Some(Err(e.into()));
                         }
                     }
                     return item;
@@ -554,7 +547,7 @@ impl UpstreamStream {
                 HttpState::Over => return None,
                 HttpState::Eof => {
                     *state = HttpState::Over;
-                    return Some(decoder.on_eof());
+                    return Some(decoder.on_eof().map_err(AxError::from));
                 }
                 HttpState::Reading => {}
             }
@@ -578,12 +571,12 @@ impl UpstreamStream {
                     Ok(None) => continue,
                     Err(e) => {
                         *state = HttpState::Over;
-                        tracing::warn!(code = e.code(), upstream_event = %truncate(&ev.data), "upstream stream error");
-                        return Some(Err(e));
+                        tracing::warn!(code = ax_wire::Reported::code(&e), upstream_event = %truncate(&ev.data), "upstream stream error");
+                        return Some(Err(e.into()));
                     }
                 },
                 Ok(None) => {}
-                Err(crate::sse::SseError::TooLarge(max)) => {
+                Err(ax_wire::sse::SseError::TooLarge(max)) => {
                     *state = HttpState::Over;
                     tracing::warn!(limit = max, "upstream stream event over max_event_bytes");
                     return Some(Err(AxError::UpstreamResponseTooLarge(max)));
@@ -604,7 +597,7 @@ impl UpstreamStream {
                             Ok(None) => {}
                             Err(e) => {
                                 *state = HttpState::Over;
-                                return Some(Err(e));
+                                return Some(Err(e.into()));
                             }
                         },
                         Ok(None) => {}

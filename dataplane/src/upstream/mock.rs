@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use ax_protocol::config::{MockFailMode, MockSpec};
 
-use crate::canonical::{
+use crate::config::snapshot::{MockUpstream, Model};
+use crate::error::AxError;
+use ax_wire::adapter::{classify, synth_call_id};
+use ax_wire::canonical::estimate_tokens;
+use ax_wire::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, FunctionCall, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice, ToolKind, Usage,
 };
-use crate::config::snapshot::{MockUpstream, Model};
-use crate::error::AxError;
-use crate::providers::{classify, estimate_tokens, synth_call_id};
 
 const WORDS: &[&str] = &[
     "ax",
@@ -50,9 +51,9 @@ fn plan(mock: &MockUpstream, req: &ChatRequest) -> Result<Plan, AxError> {
     let mid_stream = failing && spec.fail_mode == MockFailMode::MidStream;
     if failing {
         match spec.fail_mode {
-            MockFailMode::Status => return Err(classify(spec.fail_status, None)),
-            MockFailMode::ErrorIn200 => return Err(classify(500, Some("server_error"))),
-            MockFailMode::MidStream if !req.stream => return Err(classify(500, Some("server_error"))),
+            MockFailMode::Status => return Err(classify(spec.fail_status, None).into()),
+            MockFailMode::ErrorIn200 => return Err(classify(500, Some("server_error")).into()),
+            MockFailMode::MidStream if !req.stream => return Err(classify(500, Some("server_error")).into()),
             MockFailMode::MidStream => {}
         }
     }
@@ -181,10 +182,10 @@ impl MockStream {
     }
 
     /// The answer's finish reason once sent (the mock's answers carry no id).
-    pub fn facts(&self) -> crate::canonical::AnswerFacts {
+    pub fn facts(&self) -> ax_wire::canonical::AnswerFacts {
         let finish = if self.plan.tool_call.is_some() { FinishReason::ToolCalls } else { FinishReason::Stop };
         let finish_reasons = if self.state == State::Done { [finish].into() } else { Default::default() };
-        crate::canonical::AnswerFacts { id: None, finish_reasons }
+        ax_wire::canonical::AnswerFacts { id: None, finish_reasons }
     }
 
     pub async fn next(&mut self) -> Option<Result<StreamItem, AxError>> {
@@ -214,7 +215,7 @@ impl MockStream {
                 State::Body => {
                     if self.plan.fail_at == Some(self.pos) && self.pos > 0 {
                         self.state = State::Done;
-                        return Some(Err(classify(500, Some("server_error"))));
+                        return Some(Err(classify(500, Some("server_error")).into()));
                     }
                     let Some(piece) = self.plan.pieces.get(self.pos) else {
                         self.state = State::Finish;

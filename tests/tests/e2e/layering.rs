@@ -1,7 +1,7 @@
-//! The layering rules of ARCHITECTURE.md, checked on the source: what each data-plane module may
-//! import, that no two modules of a crate import each other, that ingress reaches the stages only
-//! through the pipeline, that the control plane links no data-plane code and that only its store
-//! runs SQL.
+//! The layering rules of ARCHITECTURE.md, checked on the source: what each module of the data
+//! plane and of the wire crate may import, that the wire crate does no I/O, that no two modules of
+//! a crate import each other, that ingress reaches the stages only through the pipeline, that the
+//! control plane links no data-plane code and that only its store runs SQL.
 //!
 //! Imports are read from the text (`crate::a::b`, `use crate::{a::b, c}`, `super::x`) of each
 //! file's non-test code (everything before its `#[cfg(test)]`), with comments removed.
@@ -139,8 +139,8 @@ fn mutual(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
 
 /// The data plane's layers, bottom first: a module imports only from layers below its own.
 const LAYERS: &[&[&str]] = &[
-    &["error", "canonical", "body", "worker", "sse", "skim", "trace"],
-    &["providers", "state", "transport", "response_store"],
+    &["error", "body", "worker", "trace"],
+    &["state", "transport", "response_store"],
     &["config"],
     &["upstream", "metering", "governance"],
     &["routing"],
@@ -148,32 +148,54 @@ const LAYERS: &[&[&str]] = &[
     &["ingress", "control"],
 ];
 
-fn layer(m: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&top(m)))
+/// The wire crate's layers, bottom first. The protocols share a layer: none imports another.
+const WIRE_LAYERS: &[&[&str]] = &[
+    &["error", "sse"],
+    &["canonical"],
+    &["json"],
+    &["adapter"],
+    &["openai", "anthropic", "responses", "gemini"],
+    &["upstream"],
+    &["strict"],
+];
+
+fn layer_in(layers: &[&[&str]], m: &str) -> Option<usize> {
+    layers.iter().position(|l| l.contains(&top(m)))
 }
 
-#[test]
-fn data_plane_modules_import_only_from_lower_layers() {
-    let g = graph(&root().join("dataplane/src"));
+fn layer(m: &str) -> Option<usize> {
+    layer_in(LAYERS, m)
+}
+
+/// Imports across `layers` that go sideways or up (the fuzz entry points, which reach every
+/// parser like a test, aside).
+fn broken_layers(src: &str, layers: &[&[&str]]) -> Vec<String> {
+    let g = graph(&root().join(src));
     let mut wrong = Vec::new();
     for (m, deps) in &g {
         if top(m) == "fuzz" {
-            continue; // the fuzz entry points reach every parser, like a test
+            continue;
         }
-        let Some(lm) = layer(m) else {
-            wrong.push(format!("{m}: not in any layer of LAYERS (add it, and to ARCHITECTURE.md)"));
+        let Some(lm) = layer_in(layers, m) else {
+            wrong.push(format!("{m}: not in any layer (add it, and to ARCHITECTURE.md)"));
             continue;
         };
         for d in deps {
             if top(d) == top(m) {
                 continue;
             }
-            match layer(d) {
+            match layer_in(layers, d) {
                 Some(ld) if ld < lm => {}
                 _ => wrong.push(format!("{m} imports {d}")),
             }
         }
     }
+    wrong
+}
+
+#[test]
+fn data_plane_modules_import_only_from_lower_layers() {
+    let wrong = broken_layers("dataplane/src", LAYERS);
     assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
     // The crate root's `App` is the assembly: only the pipeline and the edges name it.
     for (m, code) in modules(&root().join("dataplane/src")) {
@@ -184,9 +206,30 @@ fn data_plane_modules_import_only_from_lower_layers() {
 }
 
 #[test]
+fn wire_modules_import_only_from_lower_layers() {
+    let wrong = broken_layers("wire/src", WIRE_LAYERS);
+    assert!(wrong.is_empty(), "wire layering broken:\n{}", wrong.join("\n"));
+}
+
+/// The wire crate is bytes in, bytes out: no runtime, no HTTP stack, no sockets, no files.
+#[test]
+fn the_wire_crate_does_no_io() {
+    let manifest = std::fs::read_to_string(root().join("wire/Cargo.toml")).unwrap();
+    let deps = manifest.split("[dependencies]").nth(1).unwrap().split("\n[").next().unwrap();
+    for banned in ["tokio", "hyper", "reqwest", "mio", "socket2", "redis", "futures", "ax-dataplane"] {
+        assert!(!deps.lines().any(|l| l.trim_start().starts_with(banned)), "wire/Cargo.toml depends on {banned}");
+    }
+    for (m, code) in modules(&root().join("wire/src")) {
+        for needle in ["std::net", "std::fs", "std::process", "std::thread", "tokio::", "ax_dataplane"] {
+            assert!(!code.contains(needle), "wire::{m} uses {needle}");
+        }
+    }
+}
+
+#[test]
 fn ingress_reaches_the_stages_only_through_the_pipeline() {
     let g = graph(&root().join("dataplane/src"));
-    let allowed = ["pipeline", "error", "canonical", "body", "sse", "skim", "trace"];
+    let allowed = ["pipeline", "error", "body", "trace"];
     for (m, deps) in g.iter().filter(|(m, _)| top(m) == "ingress") {
         for d in deps.iter().filter(|d| top(d) != "ingress") {
             assert!(allowed.contains(&top(d)), "{m} imports {d}: ingress may import only {allowed:?}");
@@ -196,7 +239,9 @@ fn ingress_reaches_the_stages_only_through_the_pipeline() {
 
 #[test]
 fn no_two_modules_of_a_crate_import_each_other() {
-    for src in ["dataplane/src", "controlplane/src", "protocol/src", "ui/src", "tests/src", "tests/bench/src"] {
+    for src in
+        ["wire/src", "dataplane/src", "controlplane/src", "protocol/src", "ui/src", "tests/src", "tests/bench/src"]
+    {
         let g = graph(&root().join(src));
         assert!(!g.is_empty(), "{src}: no modules found");
         let m = mutual(&g);

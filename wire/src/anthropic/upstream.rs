@@ -13,18 +13,18 @@ use serde_json::Value;
 
 use bytes::Bytes;
 
-use super::{
-    classify, copied, error_body, status_of_error_type, tool_arguments, write_json, write_str, write_text, Ctx,
-    IsError, TextOut,
-};
-use crate::body::{Payload, PayloadWriter};
+use crate::adapter::{classify, error_body, status_of_error_type, tool_arguments, Ctx};
+use crate::canonical::TextOut;
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, FinishReason,
     FunctionCall, RawEvent, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta, ToolChoice,
     ToolKind, Usage,
 };
-use crate::error::AxError;
+use crate::json::read::IsError;
+use crate::json::write::{copied, write_json, write_str, write_text};
+use crate::json::{Payload, PayloadWriter};
 use crate::sse::SseEvent;
+use crate::Error;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
 pub const SUPPORTED: &[&str] = &[
@@ -118,7 +118,7 @@ struct AnthropicMessage<'a> {
 }
 
 impl AnthropicMessage<'_> {
-    fn write(&self, out: &mut PayloadWriter) -> Result<(), AxError> {
+    fn write(&self, out: &mut PayloadWriter) -> Result<(), Error> {
         out.buf.extend_from_slice(b"{\"role\":\"");
         out.buf.extend_from_slice(self.role.as_bytes());
         out.buf.extend_from_slice(b"\",\"content\":[");
@@ -171,7 +171,7 @@ impl Block<'_> {
     }
 
     /// Text blocks by hand (most of a conversation), the rest through serde.
-    fn write(&self, out: &mut PayloadWriter) -> Result<(), AxError> {
+    fn write(&self, out: &mut PayloadWriter) -> Result<(), Error> {
         match self {
             Self::Text { text } => {
                 out.buf.extend_from_slice(b"{\"type\":\"text\",\"text\":");
@@ -296,7 +296,7 @@ fn joined(texts: Vec<TextOut<'_>>) -> Option<TextOut<'_>> {
 
 /// The request body: the caller's texts, where they are long literals, are not copied into it but
 /// sent as the slices of the caller's body they are (a `Payload` in pieces).
-pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
+pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, Error> {
     let mut system: Vec<TextOut<'_>> = Vec::new();
     let mut messages: Vec<AnthropicMessage<'_>> = Vec::with_capacity(r.messages.len());
     for (i, m) in r.messages.iter().enumerate() {
@@ -350,7 +350,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
         }
     }
     if messages.is_empty() {
-        return Err(AxError::invalid_param("messages", "Anthropic needs at least one user or assistant message"));
+        return Err(Error::invalid_param("messages", "Anthropic needs at least one user or assistant message"));
     }
 
     let tools = r
@@ -390,7 +390,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
     let system = joined(system);
     let copied =
         messages.iter().flat_map(|m| &m.content).map(Block::copied).sum::<usize>() + system.as_ref().map_or(0, copied);
-    let mut out = PayloadWriter::new(super::body_buffer(copied));
+    let mut out = PayloadWriter::new(crate::json::write::body_buffer(copied));
     out.buf.extend_from_slice(b"{\"model\":");
     write_json(&mut out.buf, ctx.model)?;
     out.buf.extend_from_slice(b",\"max_tokens\":");
@@ -532,7 +532,7 @@ pub fn finish_reason(raw: &str) -> FinishReason {
     }
 }
 
-fn embedded_error(v: &Value) -> Option<AxError> {
+fn embedded_error(v: &Value) -> Option<Error> {
     if v.get("type").and_then(Value::as_str) != Some("error") {
         return None;
     }
@@ -540,8 +540,8 @@ fn embedded_error(v: &Value) -> Option<AxError> {
     Some(classify(status_of_error_type(t), Some(t)))
 }
 
-pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let r: AnthropicResponse = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, Error> {
+    let r: AnthropicResponse = crate::json::read::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.kind.0 {
         return Err(error_body(body, embedded_error));
     }
@@ -684,8 +684,8 @@ fn one(choice: ChunkChoice) -> Option<StreamItem> {
 }
 
 impl StreamState {
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
-        let parsed: AnthropicEvent = serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, Error> {
+        let parsed: AnthropicEvent = serde_json::from_str(&ev.data).map_err(|_| Error::UpstreamInvalidResponse)?;
         Ok(match parsed {
             AnthropicEvent::MessageStart { message } => {
                 self.facts.saw_id(message.id.as_deref().unwrap_or_default());
@@ -722,7 +722,7 @@ impl StreamState {
                 }
                 BlockDelta::ThinkingDelta { .. } => None,
                 BlockDelta::InputJsonDelta { partial_json } => {
-                    let t = self.tool_index.get(index).copied().flatten().ok_or(AxError::UpstreamInvalidResponse)?;
+                    let t = self.tool_index.get(index).copied().flatten().ok_or(Error::UpstreamInvalidResponse)?;
                     if partial_json.is_empty() {
                         None
                     } else {
@@ -767,17 +767,17 @@ struct AnswerGlance<'a> {
     kind: IsError,
     #[serde(default)]
     usage: AnthropicUsage,
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     id: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     stop_reason: Option<Cow<'a, str>>,
 }
 
 /// A 2xx answer to forward as it came, with its usage; the upstream's error when it carries one.
 /// (Everything an Anthropic caller gets from Anthropic is its own: nothing is rewritten.) Its id
 /// and stop reason go into `facts` when asked for.
-pub fn forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Option<Usage>>, AxError> {
-    let r: AnswerGlance<'_> = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+pub fn forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Option<Usage>>, Error> {
+    let r: AnswerGlance<'_> = crate::json::read::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.kind.0 {
         return Err(error_body(body, embedded_error));
     }
@@ -804,9 +804,9 @@ struct EventGlance<'a> {
 
 #[derive(Deserialize)]
 struct DeltaGlance<'a> {
-    #[serde(rename = "type", default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(rename = "type", default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     kind: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     stop_reason: Option<Cow<'a, str>>,
 }
 
@@ -820,11 +820,11 @@ pub struct ForwardState {
 }
 
 impl ForwardState {
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, Error> {
         if ev.data.trim().is_empty() {
             return Ok(None);
         }
-        let g: EventGlance<'_> = serde_json::from_str(&ev.data).map_err(|_| AxError::UpstreamInvalidResponse)?;
+        let g: EventGlance<'_> = serde_json::from_str(&ev.data).map_err(|_| Error::UpstreamInvalidResponse)?;
         let mut deltas = 0;
         match &*g.kind {
             "error" => {

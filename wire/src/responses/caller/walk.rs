@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use super::{Item, NS_SEP};
 use crate::canonical::{Content, ContentPart, FunctionCall, ImageUrl, Role, Text, ToolCall, ToolKind};
-use crate::skim::{key_bytes, string_text, Skim, SkimError};
+use crate::json::skim::{key_bytes, string_text, Skim, SkimError};
 
 /// The items of `input`, a JSON text its parser checked (a string is one user message); `None`:
 /// read it by value.

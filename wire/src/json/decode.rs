@@ -4,11 +4,11 @@
 use ax_protocol::config::ParamsMode;
 use serde::de::DeserializeOwned;
 
-use crate::error::AxError;
+use crate::Error;
 
 /// Decodes a JSON body, naming the failing field path; unknown fields are collected, then
 /// refused (strict) or dropped with a warning (lenient).
-pub fn json<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, AxError> {
+pub fn json<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<T, Error> {
     let (value, unknown) = collecting::<T>(bytes)?;
     judge(&unknown, mode)?;
     Ok(value)
@@ -20,7 +20,7 @@ pub type Extra = (String, Box<serde_json::value::RawValue>);
 /// Decodes like `json`, but keeps the unknown top-level fields for the upstreams that pass them
 /// through (the pipeline judges them once it knows the route); unknown fields deeper down are
 /// refused or dropped as in `json`.
-pub fn json_with_extra<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<(T, Vec<Extra>), AxError> {
+pub fn json_with_extra<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> Result<(T, Vec<Extra>), Error> {
     let (value, unknown) = collecting::<T>(bytes)?;
     if unknown.is_empty() {
         return Ok((value, Vec::new()));
@@ -33,10 +33,10 @@ pub fn json_with_extra<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> R
 /// The JSON text of the top-level fields `names`.
 fn raw_fields(bytes: &[u8], names: &[String]) -> Vec<Extra> {
     let mut out = Vec::with_capacity(names.len());
-    let mut s = crate::skim::Skim::new(bytes);
+    let mut s = crate::json::skim::Skim::new(bytes);
     let _ = s.object(|k, escaped, s| {
         let span = s.value()?;
-        if let Some(name) = crate::skim::key_text(k, escaped) {
+        if let Some(name) = crate::json::skim::key_text(k, escaped) {
             if names.iter().any(|n| *n == name) {
                 let text = String::from_utf8_lossy(&bytes[span]).into_owned();
                 if let Ok(raw) = serde_json::value::RawValue::from_string(text) {
@@ -50,7 +50,7 @@ fn raw_fields(bytes: &[u8], names: &[String]) -> Vec<Extra> {
 }
 
 /// One pass of `sonic_rs`, collecting the paths of the fields `T` does not name.
-fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<String>), AxError> {
+fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<String>), Error> {
     let mut unknown = Vec::new();
     // `sonic_rs` reads strings with SIMD (serde_json scans them a byte at a time); the same serde
     // types, the same result. Errors are explained by serde_json (`explain`: the field's path, or
@@ -58,14 +58,14 @@ fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<String>), AxE
     // sonic-rs, which reports it only at the end: a value it hands over as JSON text
     // (`canonical::Content`) must already be known to be UTF-8.
     let Ok(text) = simdutf8::basic::from_utf8(bytes) else {
-        return Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson("the body is not UTF-8".into())));
+        return Err(explain::<T>(bytes).unwrap_or_else(|| Error::InvalidJson("the body is not UTF-8".into())));
     };
     let mut de = sonic_rs::Deserializer::from_str(text);
     match serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path))).and_then(|v| de.end().map(|()| v))
     {
         Ok(v) => Ok((v, unknown)),
         // Field paths are tracked only to explain a failure: a second pass, off the common path.
-        Err(e) => Err(explain::<T>(bytes).unwrap_or_else(|| AxError::InvalidJson(e.to_string()))),
+        Err(e) => Err(explain::<T>(bytes).unwrap_or_else(|| Error::InvalidJson(e.to_string()))),
     }
 }
 
@@ -76,11 +76,11 @@ pub fn exact<T: DeserializeOwned>(text: &str) -> Option<T> {
 }
 
 /// Unknown fields: refused (strict) or dropped with a warning (lenient).
-pub fn judge(unknown: &[String], mode: ParamsMode) -> Result<(), AxError> {
+pub fn judge(unknown: &[String], mode: ParamsMode) -> Result<(), Error> {
     if let Some(first) = unknown.first() {
         match mode {
             ParamsMode::Strict => {
-                return Err(AxError::UnsupportedParameter { param: first.clone(), provider: "ax" });
+                return Err(Error::UnsupportedParameter { param: first.clone(), provider: "ax" });
             }
             ParamsMode::Lenient => {
                 tracing::warn!(params = ?unknown, "dropped unknown request parameters")
@@ -98,7 +98,7 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
 }
 
 /// The error of a body `decode` refused, with the path of the field at fault.
-fn explain<T: DeserializeOwned>(bytes: &[u8]) -> Option<AxError> {
+fn explain<T: DeserializeOwned>(bytes: &[u8]) -> Option<Error> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let mut track = serde_path_to_error::Track::new();
     let value: Result<T, _> = {
@@ -109,12 +109,12 @@ fn explain<T: DeserializeOwned>(bytes: &[u8]) -> Option<AxError> {
         Err(e) => {
             let path = track.path().to_string();
             if path.is_empty() || path == "." {
-                AxError::InvalidJson(e.to_string())
+                Error::InvalidJson(e.to_string())
             } else {
-                AxError::InvalidJson(format!("{path}: {e}"))
+                Error::InvalidJson(format!("{path}: {e}"))
             }
         }
-        Ok(_) => AxError::InvalidJson(de.end().err()?.to_string()),
+        Ok(_) => Error::InvalidJson(de.end().err()?.to_string()),
     };
     Some(err)
 }
@@ -188,6 +188,6 @@ mod tests {
         let body = br#"{"a":{"type":"adaptive","x":[1,{"y":null}],"z":"s"}}"#;
         assert!(json::<Body>(body, ParamsMode::Strict).is_ok());
         let e = json::<Body>(br#"{"a":1,"tools":[{"defer_loading":true}]}"#, ParamsMode::Strict).err().unwrap();
-        assert!(matches!(e, AxError::UnsupportedParameter { ref param, .. } if param == "tools"), "{e:?}");
+        assert!(matches!(e, Error::UnsupportedParameter { ref param, .. } if param == "tools"), "{e:?}");
     }
 }

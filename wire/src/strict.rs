@@ -1,6 +1,6 @@
 //! Strict tool calls for upstreams without a strict mode of their own (Gemini): the call's
 //! arguments are checked against the tool's JSON Schema (`jsonschema`), and a call that does not
-//! validate is an upstream error (`AxError::UpstreamToolArguments`): the next attempt, else a
+//! validate is an upstream error (`Error::UpstreamToolArguments`): the next attempt, else a
 //! clear error. So a caller that marks a tool `strict: true` (the OpenAI Agents SDK marks every
 //! one) gets what `strict` promises whichever upstream serves it. OpenAI's and Anthropic's own
 //! strict modes constrain the model as it writes; this check can only refuse what it wrote.
@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use ax_protocol::config::ProviderKind;
 
 use crate::canonical::{ChatRequest, ChatResponse, Chunk};
-use crate::error::AxError;
+use crate::Error;
 
 /// The strict tools of one request, their schemas compiled.
 pub struct StrictTools {
@@ -31,8 +31,8 @@ impl StrictTools {
     /// The check `req` needs from an upstream of `kind`: `None` when no tool is strict, or when
     /// the upstream keeps strict mode itself. A schema that does not compile is the caller's
     /// error, named by its path.
-    pub fn for_request(kind: ProviderKind, req: &ChatRequest) -> Result<Option<Self>, AxError> {
-        if crate::providers::keeps_strict_tools(kind) {
+    pub fn for_request(kind: ProviderKind, req: &ChatRequest) -> Result<Option<Self>, Error> {
+        if crate::upstream::keeps_strict_tools(kind) {
             return Ok(None);
         }
         let mut tools = HashMap::new();
@@ -44,7 +44,7 @@ impl StrictTools {
             let schema = t.function.parameters.as_ref().unwrap_or(&empty);
             let v = jsonschema::validator_for(schema).map_err(|e| {
                 let path = format!("tools[{i}].function.parameters");
-                AxError::invalid_param(path.clone(), format!("{path} is not a JSON Schema strict mode can check: {e}"))
+                Error::invalid_param(path.clone(), format!("{path} is not a JSON Schema strict mode can check: {e}"))
             })?;
             tools.insert(t.function.name.clone(), v);
         }
@@ -52,7 +52,7 @@ impl StrictTools {
     }
 
     /// Every tool call of a whole answer.
-    pub fn check_answer(&self, r: &ChatResponse) -> Result<(), AxError> {
+    pub fn check_answer(&self, r: &ChatResponse) -> Result<(), Error> {
         for call in r.choices.iter().flat_map(|c| &c.tool_calls) {
             self.check(&call.function.name, &call.function.arguments)?;
         }
@@ -62,7 +62,7 @@ impl StrictTools {
     /// A stream's chunk, before it goes to the caller: each call is checked as soon as its
     /// arguments are whole (one JSON value: Gemini sends a call whole), and every call still open
     /// when its choice finishes.
-    pub fn check_chunk(&mut self, c: &Chunk) -> Result<(), AxError> {
+    pub fn check_chunk(&mut self, c: &Chunk) -> Result<(), Error> {
         for ch in &c.choices {
             for d in &ch.tool_calls {
                 let open = self.open.entry((ch.index, d.index)).or_default();
@@ -93,7 +93,7 @@ impl StrictTools {
     }
 
     /// One call: a strict tool's arguments must be a JSON value its schema accepts.
-    fn check(&self, name: &str, arguments: &str) -> Result<(), AxError> {
+    fn check(&self, name: &str, arguments: &str) -> Result<(), Error> {
         let Some(v) = self.tools.get(name) else { return Ok(()) };
         let args: serde_json::Value = if arguments.trim().is_empty() {
             serde_json::Value::Object(serde_json::Map::new())
@@ -107,15 +107,16 @@ impl StrictTools {
     }
 }
 
-fn refused(tool: &str, why: &str) -> AxError {
+fn refused(tool: &str, why: &str) -> Error {
     tracing::warn!(tool, why, "a strict tool's call does not match its schema");
-    AxError::UpstreamToolArguments { tool: tool.to_owned() }
+    Error::UpstreamToolArguments { tool: tool.to_owned() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::canonical::{ChunkChoice, FinishReason, ToolCallDelta};
+    use crate::Reported;
 
     fn request(strict: bool) -> ChatRequest {
         serde_json::from_value(serde_json::json!({ "model": "m", "messages": [{ "role": "user", "content": "x" }],
@@ -156,7 +157,7 @@ mod tests {
         // Whole in one delta (Gemini's way): checked at once.
         assert!(s.check_chunk(&delta(0, Some("get_weather"), r#"{"city":"Paris"}"#, false)).is_ok());
         let bad = s.check_chunk(&delta(1, Some("get_weather"), r#"{"town":"Paris"}"#, false));
-        assert!(matches!(bad, Err(AxError::UpstreamToolArguments { ref tool }) if tool == "get_weather"), "{bad:?}");
+        assert!(matches!(bad, Err(Error::UpstreamToolArguments { ref tool }) if tool == "get_weather"), "{bad:?}");
         // In pieces: checked when whole, and a call never whole is refused when its choice ends.
         let mut s = StrictTools::for_request(ProviderKind::Gemini, &request(true)).unwrap().unwrap();
         assert!(s.check_chunk(&delta(0, Some("get_weather"), r#"{"ci"#, false)).is_ok());

@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::canonical::{Chunk, FinishReason, StreamItem};
+use crate::Reported;
 
 fn ev(data: serde_json::Value) -> SseEvent {
     SseEvent { event: None, data: data.to_string() }
@@ -18,7 +19,7 @@ fn chunk(item: Option<StreamItem>) -> Chunk {
 
 #[test]
 fn anthropic_block_indexes_map_to_tool_indexes() {
-    let mut s = anthropic::StreamState::default();
+    let mut s = anthropic::upstream::StreamState::default();
     let start = s.on_event(&ev(json!({ "type": "message_start", "message": { "usage": {
         "input_tokens": 5, "cache_read_input_tokens": 7, "cache_creation_input_tokens": 3 } } })));
     assert_eq!(chunk(start.unwrap()).usage.unwrap().prompt_tokens, 15);
@@ -108,25 +109,29 @@ fn gemini_function_calls_across_events_keep_counting() {
 #[test]
 fn openai_compatible_quirks() {
     // vLLM's error shape inside a 200.
-    let e =
-        openai::decode_chat(br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#).unwrap_err();
+    let e = openai::upstream::decode_chat(br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#)
+        .unwrap_err();
     assert_eq!(e.code(), "upstream_rejected_request");
     // An `error` string.
-    assert!(openai::decode_chat(br#"{"error":"overloaded"}"#).is_err());
+    assert!(openai::upstream::decode_chat(br#"{"error":"overloaded"}"#).is_err());
     // DeepSeek reports cache hits as prompt_cache_hit_tokens.
-    let r = openai::decode_chat(
+    let r = openai::upstream::decode_chat(
         br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],
             "usage":{"prompt_tokens":10,"completion_tokens":2,"prompt_cache_hit_tokens":6}}"#,
     )
     .unwrap();
     assert_eq!(r.usage.unwrap().cached_tokens, 6);
     // A non-string `object` is not an error marker.
-    let r = openai::decode_chat(br#"{"object":null,"choices":[{"index":0,"message":{"content":"x"}}]}"#).unwrap();
+    let r =
+        openai::upstream::decode_chat(br#"{"object":null,"choices":[{"index":0,"message":{"content":"x"}}]}"#).unwrap();
     assert_eq!(r.choices[0].content.as_deref(), Some("x"));
     // A 200 with no choices is not a reply.
-    assert_eq!(openai::decode_chat(br#"{"id":"x","choices":[]}"#).unwrap_err().code(), "upstream_invalid_response");
+    assert_eq!(
+        openai::upstream::decode_chat(br#"{"id":"x","choices":[]}"#).unwrap_err().code(),
+        "upstream_invalid_response"
+    );
     // The role-only opening chunk produces nothing; [DONE] ends.
-    let mut s = openai::StreamState::default();
+    let mut s = openai::upstream::StreamState::default();
     let opening =
         json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "" }, "finish_reason": null }] });
     assert_eq!(s.on_event(&ev(opening)).unwrap(), None);
@@ -159,7 +164,7 @@ fn classification_table() {
         br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#, None);
     assert_eq!(ctx.code(), "context_length_exceeded");
     let rl = decode_error(ProviderKind::Openai, 429, b"{}", Some(std::time::Duration::from_secs(7)));
-    assert_eq!(rl.retry_after(), Some(std::time::Duration::from_secs(7)));
+    assert_eq!(rl, Error::UpstreamRateLimited(Some(std::time::Duration::from_secs(7))));
     assert_eq!(estimate_tokens(0), 0);
     assert_eq!(estimate_tokens(10), 4);
 }
@@ -215,17 +220,17 @@ fn decoders_keep_the_answers_id_and_finish_reasons() {
     let body = json!({ "id": "chatcmpl-2", "created": 1, "model": "m",
         "choices": [{ "index": 0, "message": { "role": "assistant", "content": "x" }, "finish_reason": "stop" }] });
     let mut facts = AnswerFacts::default();
-    openai::forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
+    openai::upstream::forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
     assert_eq!(facts, AnswerFacts { id: Some("chatcmpl-2".into()), finish_reasons: [FinishReason::Stop].into() });
     let body = json!({ "id": "msg_2", "type": "message", "stop_reason": "end_turn", "content": [],
         "usage": { "input_tokens": 1, "output_tokens": 1 } });
     let mut facts = AnswerFacts::default();
-    anthropic::forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
+    anthropic::upstream::forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
     assert_eq!(facts, AnswerFacts { id: Some("msg_2".into()), finish_reasons: [FinishReason::Stop].into() });
     let body = json!({ "id": "resp_2", "status": "completed",
         "output": [{ "type": "function_call", "name": "f", "arguments": "{}" }] });
     let mut facts = AnswerFacts::default();
-    openai::responses_forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
+    crate::responses::upstream::responses_forwardable(body.to_string().as_bytes(), Some(&mut facts)).unwrap();
     assert_eq!(facts, AnswerFacts { id: Some("resp_2".into()), finish_reasons: [FinishReason::ToolCalls].into() });
 }
 
@@ -234,7 +239,7 @@ fn optional_strings_borrow_from_the_body_unless_escaped() {
     use std::borrow::Cow;
     #[derive(serde::Deserialize)]
     struct T<'a> {
-        #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+        #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
         a: Option<Cow<'a, str>>,
     }
     let t: T<'_> = serde_json::from_str(r#"{"a":"chatcmpl-1"}"#).unwrap();
@@ -255,17 +260,17 @@ fn an_openai_answer_is_glanced_at_before_it_is_forwarded() {
         )
     };
     // (`None`: an error; `Some(None)`: decoded first; `Some(Some(usage))`: forwarded.)
-    let usage = |r: Result<Option<Option<crate::canonical::Usage>>, AxError>| {
+    let usage = |r: Result<Option<Option<crate::canonical::Usage>>, Error>| {
         r.ok().map(|u| u.map(|u| u.map(|u| u.prompt_tokens)))
     };
-    assert_eq!(usage(openai::forwardable(full("").as_bytes(), None)), Some(Some(Some(9))));
+    assert_eq!(usage(openai::upstream::forwardable(full("").as_bytes(), None)), Some(Some(Some(9))));
     // `error: null` and an `object` of another type are not errors; escaped keys are read.
     assert_eq!(
-        usage(openai::forwardable(full(r#""error":null,"x":{"object":"error"},"#).as_bytes(), None)),
+        usage(openai::upstream::forwardable(full(r#""error":null,"x":{"object":"error"},"#).as_bytes(), None)),
         Some(Some(Some(9)))
     );
     let escaped = r#"{"id":"a","created":1,"mod\u0065l":"m","choices":[{"finish_reason":"length"}],"usage":null}"#;
-    assert_eq!(usage(openai::forwardable(escaped.as_bytes(), None)), Some(Some(None)));
+    assert_eq!(usage(openai::upstream::forwardable(escaped.as_bytes(), None)), Some(Some(None)));
     // Lacking what callers rely on, or a finish reason they do not know: decoded first.
     for body in [
         r#"{"id":"a","model":"m","choices":[{"finish_reason":"stop"}]}"#,
@@ -274,7 +279,7 @@ fn an_openai_answer_is_glanced_at_before_it_is_forwarded() {
         r#"{"id":"a","created":1,"model":"","choices":[{"finish_reason":"stop"}]}"#,
         r#"{"id":"a","created":1,"model":"m","choices":[{"finish_reason":"end_turn"}]}"#,
     ] {
-        assert_eq!(usage(openai::forwardable(body.as_bytes(), None)), Some(None), "{body}");
+        assert_eq!(usage(openai::upstream::forwardable(body.as_bytes(), None)), Some(None), "{body}");
     }
     // Errors carried in a 200, and what is not an answer at all.
     for body in [
@@ -286,14 +291,14 @@ fn an_openai_answer_is_glanced_at_before_it_is_forwarded() {
         r#"{"id":"a","created":1,"model":"m","choices":null}"#,
         "",
     ] {
-        assert!(openai::forwardable(body.as_bytes(), None).is_err(), "{body}");
+        assert!(openai::upstream::forwardable(body.as_bytes(), None).is_err(), "{body}");
     }
-    assert!(openai::forwardable(b"{\"id\":\"\xff\"}", None).is_err());
+    assert!(openai::upstream::forwardable(b"{\"id\":\"\xff\"}", None).is_err());
 }
 
 #[test]
 fn a_forwarded_openai_event_counts_its_deltas_and_usage() {
-    let raw = |data: serde_json::Value| match openai::ForwardState::default().on_event(&ev(data)) {
+    let raw = |data: serde_json::Value| match openai::upstream::ForwardState::default().on_event(&ev(data)) {
         Ok(Some(StreamItem::Raw(r))) => (r.deltas, r.usage_only, r.usage.map(|u| u.completion_tokens)),
         other => panic!("expected a raw event, got {other:?}"),
     };
@@ -308,7 +313,7 @@ fn a_forwarded_openai_event_counts_its_deltas_and_usage() {
         raw(json!({"id": "c", "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 3}})),
         (0, true, Some(3))
     );
-    assert!(openai::ForwardState::default().on_event(&ev(json!({"error": {"message": "x"}}))).is_err());
+    assert!(openai::upstream::ForwardState::default().on_event(&ev(json!({"error": {"message": "x"}}))).is_err());
 }
 
 #[test]
@@ -320,7 +325,7 @@ fn a_callers_text_goes_upstream_as_written() {
         {"role":"user","content":[{"type":"text","text":"a part\u0021","cache_hint":1}]},
         {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
         {"role":"tool","tool_call_id":"c1","content":"{\"ok\":true}"}]}"#;
-    let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
+    let req = crate::openai::caller::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
     let ctx = |kind| Ctx { kind, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let anthropic = String::from_utf8(encode_chat(ctx(ProviderKind::Anthropic), &req).unwrap().to_vec()).unwrap();
     // The user's literal is copied, escapes and all; the system texts are joined in escaped form.
@@ -358,7 +363,7 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
             {"role":"user","content":[{"type":"text","text":"hi"},
             {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},
             {"type":"image_url","image_url":{"url":"https://x/\"q\\\u0001.png"}}]}]}"#;
-    let req = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
+    let req = crate::openai::caller::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let v: serde_json::Value = serde_json::from_slice(&encode_chat(ctx, &req).unwrap().to_vec()).unwrap();
     assert_eq!(
@@ -375,7 +380,7 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
 fn a_text_that_is_not_valid_json_is_refused_with_a_stable_code() {
     for text in [r#""\uZZZZ""#, r#""\ud800""#, r#""a\qb""#, "\"a\u{1}b\"", r#"[{"type":"text","text":"\ud800"}]"#] {
         let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":{text}}}]}}"#);
-        let e = crate::ingress::openai::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict)
+        let e = crate::openai::caller::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict)
             .expect_err(text);
         assert_eq!(e.code(), "invalid_json", "{text}: {e:?}");
         assert!(e.to_string().contains("messages[0].content"), "{text}: {e}");
@@ -393,11 +398,11 @@ fn long_texts_go_to_anthropic_as_slices_of_the_callers_body() {
             {"role": "assistant", "content": long}]})
         .to_string(),
     );
-    let decode = |b: &[u8]| crate::ingress::openai::decode_chat(b, ax_protocol::config::ParamsMode::Strict);
+    let decode = |b: &[u8]| crate::openai::caller::decode_chat(b, ax_protocol::config::ParamsMode::Strict);
     let req = crate::canonical::decoding(&body, decode).unwrap();
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let payload = encode_chat(ctx, &req).unwrap();
-    let crate::body::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the texts were copied") };
+    let crate::json::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the texts were copied") };
     let in_body = |p: &bytes::Bytes| within(&body, p);
     // The three long texts are slices of the caller's body; the short one was copied.
     let literal = serde_json::to_string(&long).unwrap();
@@ -413,7 +418,7 @@ fn long_texts_go_to_anthropic_as_slices_of_the_callers_body() {
     );
     // Decoded without the body at hand, each text is a copy of its own: the same JSON.
     let copied = encode_chat(ctx, &decode(&body).unwrap()).unwrap();
-    let crate::body::Payload::Pieces(pieces) = &copied else { panic!("one buffer") };
+    let crate::json::Payload::Pieces(pieces) = &copied else { panic!("one buffer") };
     assert!(!pieces.iter().any(in_body));
     assert_eq!(copied.to_vec(), payload.to_vec());
 }
@@ -435,11 +440,11 @@ fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_a
                 "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "short \"one\""}]});
     let body = bytes::Bytes::from(caller.to_string());
-    let decode = |b: &[u8]| crate::ingress::openai::decode_chat(b, ax_protocol::config::ParamsMode::Lenient);
+    let decode = |b: &[u8]| crate::openai::caller::decode_chat(b, ax_protocol::config::ParamsMode::Lenient);
     let req = crate::canonical::decoding(&body, decode).unwrap();
     let ctx = Ctx { kind: ProviderKind::Openai, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let payload = encode_chat(ctx, &req).unwrap();
-    let crate::body::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the long texts were copied") };
+    let crate::json::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the long texts were copied") };
     let in_body = |p: &bytes::Bytes| within(&body, p);
     assert_eq!(pieces.iter().filter(|p| in_body(p)).count(), 2, "{pieces:?}");
     let text = String::from_utf8(payload.to_vec()).unwrap();
@@ -453,7 +458,7 @@ fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_a
     assert_eq!(v, expected);
     // Decoded without the body at hand, each text is a copy: the same bytes in one buffer.
     let copied = encode_chat(ctx, &decode(&body).unwrap()).unwrap();
-    assert!(matches!(copied, crate::body::Payload::Pieces(ref p) if !p.iter().any(in_body)));
+    assert!(matches!(copied, crate::json::Payload::Pieces(ref p) if !p.iter().any(in_body)));
     assert_eq!(copied.to_vec(), payload.to_vec());
     // Nothing but the conversation: no trailing comma, no fields left open.
     let bare = crate::canonical::ChatRequest {

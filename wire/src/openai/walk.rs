@@ -18,7 +18,7 @@
 use ax_protocol::config::ParamsMode;
 
 use crate::canonical::{ChatRequest, Content, Message, Role, ToolCall};
-use crate::skim::{key_bytes, string_text, Skim, SkimError};
+use crate::json::skim::{key_bytes, string_text, Skim, SkimError};
 
 /// The request, when the walk reads it exactly; `None`: decode it whole.
 pub fn decode_chat(bytes: &[u8], mode: ParamsMode) -> Option<ChatRequest> {
@@ -45,7 +45,7 @@ pub fn decode_chat(bytes: &[u8], mode: ParamsMode) -> Option<ChatRequest> {
     s.end().ok()?;
     let messages = messages?;
     rest.push(b'}');
-    let (mut req, extra) = super::decode::json_with_extra::<ChatRequest>(&rest, mode).ok()?;
+    let (mut req, extra) = crate::json::decode::json_with_extra::<ChatRequest>(&rest, mode).ok()?;
     req.messages = messages;
     req.extra = extra;
     Some(req)
@@ -93,7 +93,7 @@ fn message(s: &mut Skim<'_>, text: &str) -> Result<Message, SkimError> {
                     None
                 } else {
                     let span = s.value()?;
-                    Some(super::decode::exact::<Vec<ToolCall>>(&text[span]).ok_or_else(SkimError::declined)?)
+                    Some(crate::json::decode::exact::<Vec<ToolCall>>(&text[span]).ok_or_else(SkimError::declined)?)
                 }
             }
         }
@@ -141,7 +141,7 @@ mod tests {
     /// The whole decode's result, for comparison: the request as JSON, and its unknown fields.
     fn whole(body: &[u8], mode: ParamsMode) -> Result<(serde_json::Value, String), String> {
         let bytes = bytes::Bytes::copy_from_slice(body);
-        crate::canonical::decoding(&bytes, |b| super::super::openai::decode_whole(b, mode))
+        crate::canonical::decoding(&bytes, |b| super::super::caller::decode_whole(b, mode))
             .map(|r| (serde_json::to_value(&r).unwrap(), format!("{:?}", r.extra)))
             .map_err(|e| e.to_string())
     }

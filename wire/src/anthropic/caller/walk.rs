@@ -25,8 +25,8 @@ use ax_protocol::config::ParamsMode;
 
 use super::MessagesRequest;
 use crate::canonical::{Content, ContentPart, FunctionCall, ImageUrl, Message, Role, Text, ToolCall, ToolKind};
-use crate::ingress::decode::{exact, Known};
-use crate::skim::{key_bytes, key_text, string_text, Skim, SkimError};
+use crate::json::decode::{exact, Known};
+use crate::json::skim::{key_bytes, key_text, string_text, Skim, SkimError};
 
 /// `system` and `messages` as canonical messages, in `to_canonical`'s order.
 pub struct Walked {
@@ -608,7 +608,7 @@ mod tests {
 
     type Read = Result<(serde_json::Value, bool), String>;
 
-    fn seen(r: Result<(crate::canonical::ChatRequest, bool), AxError>) -> Read {
+    fn seen(r: Result<(crate::canonical::ChatRequest, bool), Error>) -> Read {
         r.map(|(req, shows)| (serde_json::to_value(&req).unwrap(), shows)).map_err(|e| e.to_string())
     }
 
@@ -617,7 +617,7 @@ mod tests {
         let bytes = bytes::Bytes::copy_from_slice(body);
         seen(crate::canonical::decoding(&bytes, |b| {
             let r = super::super::decode_messages(b, mode)?;
-            crate::ingress::decode::judge(&unknown_block_keys(b), mode)?;
+            crate::json::decode::judge(&unknown_block_keys(b), mode)?;
             let shows = r.shows_thinking();
             super::super::to_canonical(r, false).map(|req| (req, shows))
         }))
@@ -633,7 +633,7 @@ mod tests {
         })
     }
 
-    use crate::error::AxError;
+    use crate::Error;
 
     #[test]
     fn a_claude_code_turn_is_walked_and_reads_as_the_whole_decode() {

@@ -6,15 +6,17 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, copied, error_body, status_of_error_type, write_json, write_str, write_text, Ctx, IsError};
-use crate::body::{Payload, PayloadWriter};
+use crate::adapter::{embedded_error, error_body, Ctx};
 use crate::canonical::{
     AnswerFacts, ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest,
     EmbeddingsResponse, FinishReason, ImageUrl, Message, RawEvent, ReasoningEffort, ResponseFormat, Role, Stop,
     StreamItem, StreamOptions, Tool, ToolCall, ToolCallDelta, ToolChoice, Usage,
 };
-use crate::error::AxError;
+use crate::json::read::IsError;
+use crate::json::write::{copied, write_json, write_str, write_text};
+use crate::json::{Payload, PayloadWriter};
 use crate::sse::SseEvent;
+use crate::Error;
 
 // ---------------------------------------------------------------------------------------------
 // Upstream request
@@ -88,7 +90,7 @@ struct OpenAiRest<'a> {
 /// them (a caller's long literal a piece of the body of its own). A tool message's images are
 /// not written: OpenAI's tool messages hold only text, so its text marks them
 /// (`Content::text_marking_images`) and `write_tool_images` sends them after the results.
-fn write_message(out: &mut PayloadWriter, m: &Message) -> Result<(), AxError> {
+fn write_message(out: &mut PayloadWriter, m: &Message) -> Result<(), Error> {
     out.buf.extend_from_slice(b"{\"role\":\"");
     out.buf.extend_from_slice(m.role.as_str().as_bytes());
     out.buf.push(b'"');
@@ -132,7 +134,7 @@ fn write_message(out: &mut PayloadWriter, m: &Message) -> Result<(), AxError> {
     Ok(())
 }
 
-fn write_part(out: &mut PayloadWriter, p: &ContentPart) -> Result<(), AxError> {
+fn write_part(out: &mut PayloadWriter, p: &ContentPart) -> Result<(), Error> {
     match p {
         ContentPart::Text { text } => {
             out.buf.extend_from_slice(b"{\"type\":\"text\",\"text\":");
@@ -150,7 +152,7 @@ fn write_part(out: &mut PayloadWriter, p: &ContentPart) -> Result<(), AxError> {
 }
 
 /// `{"url":…,"detail":…}`, the URL (a `data:` URL of base64, mostly) through `write_str`.
-fn write_image_url(out: &mut Vec<u8>, image_url: &ImageUrl) -> Result<(), AxError> {
+fn write_image_url(out: &mut Vec<u8>, image_url: &ImageUrl) -> Result<(), Error> {
     out.extend_from_slice(b"{\"url\":");
     write_str(out, &image_url.url)?;
     if let Some(detail) = &image_url.detail {
@@ -164,7 +166,7 @@ fn write_image_url(out: &mut Vec<u8>, image_url: &ImageUrl) -> Result<(), AxErro
 /// The images a run of tool messages returned, as one user message after the run (OpenAI wants
 /// every tool result right after the call that asked for it, so they cannot go between them):
 /// each tool's images under a line naming its call, in order.
-fn write_tool_images(out: &mut PayloadWriter, results: &[&Message]) -> Result<(), AxError> {
+fn write_tool_images(out: &mut PayloadWriter, results: &[&Message]) -> Result<(), Error> {
     out.buf.extend_from_slice(b"{\"role\":\"user\",\"content\":[");
     for (i, m) in results.iter().enumerate() {
         if i > 0 {
@@ -188,9 +190,9 @@ fn write_tool_images(out: &mut PayloadWriter, results: &[&Message]) -> Result<()
 /// fields cost ~1k instructions, and a caller's literal a UTF-8 check and a copy), a caller's long
 /// literal sent as the slice of its body it is (a `Payload` in pieces); the other fields through
 /// serde, their `{` turned into a `,`.
-pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, AxError> {
+pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, Error> {
     let copied = r.messages.iter().map(message_copied).sum::<usize>();
-    let mut out = PayloadWriter::new(super::body_buffer(copied));
+    let mut out = PayloadWriter::new(crate::json::write::body_buffer(copied));
     out.buf.extend_from_slice(b"{\"model\":");
     write_json(&mut out.buf, ctx.model)?;
     out.buf.extend_from_slice(b",\"messages\":[");
@@ -411,32 +413,13 @@ pub fn finish_reason(raw: &str) -> FinishReason {
     }
 }
 
-/// An `error` object (or vLLM's `"object":"error"`) inside a 2xx body or stream event.
-fn embedded_error(v: &Value) -> Option<AxError> {
-    let err = match v.get("error") {
-        Some(e) if e.is_object() => e,
-        Some(Value::String(_)) => v,
-        _ if v.get("object").and_then(Value::as_str) == Some("error") => v,
-        _ => return None,
-    };
-    let code = err.get("code");
-    let status = match code {
-        Some(Value::Number(n)) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
-        Some(Value::String(s)) => s.parse::<u16>().ok(),
-        _ => None,
-    };
-    let code_str = code.and_then(Value::as_str).or_else(|| err.get("type").and_then(Value::as_str));
-    let status = status.unwrap_or_else(|| code_str.map_or(500, status_of_error_type));
-    Some(classify(status, code_str))
-}
-
-pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let r: OpenAiResponse = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, Error> {
+    let r: OpenAiResponse = crate::json::read::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() || r.object.0 {
         return Err(error_body(body, embedded_error));
     }
     if r.choices.is_empty() {
-        return Err(AxError::UpstreamInvalidResponse);
+        return Err(Error::UpstreamInvalidResponse);
     }
     Ok(ChatResponse {
         id: r.id.unwrap_or_default(),
@@ -471,7 +454,7 @@ pub fn error_code(body: &[u8]) -> Option<String> {
 
 #[derive(Deserialize)]
 struct OpenAiChunk<'a> {
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     id: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     choices: Vec<OpenAiChunkChoice>,
@@ -533,7 +516,7 @@ pub struct StreamState {
 }
 
 impl StreamState {
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, Error> {
         let data = ev.data.trim();
         if data == "[DONE]" {
             return Ok(Some(StreamItem::Done));
@@ -603,11 +586,11 @@ fn standard_finish(reason: &str) -> bool {
 #[derive(Deserialize)]
 #[serde(bound(deserialize = "C: Deserialize<'de>"))]
 struct AnswerGlance<'a, C> {
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     id: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     created: Option<u64>,
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     model: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     choices: Vec<C>,
@@ -622,14 +605,14 @@ struct AnswerGlance<'a, C> {
 /// A whole answer's choice: its finish reason.
 #[derive(Deserialize)]
 struct FinishGlance<'a> {
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     finish_reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// A stream event's choice: its finish reason and whether its delta carries anything.
 #[derive(Deserialize)]
 struct ChoiceGlance<'a> {
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     finish_reason: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, borrow)]
     delta: Option<DeltaGlance<'a>>,
@@ -660,7 +643,7 @@ impl DeltaGlance<'_> {
 /// Read with sonic-rs (it checks UTF-8 too): its skipping of the message, the bulk of the body,
 /// costs ~700 instructions less than serde_json's on a short answer. A stream's events stay with
 /// serde_json, for which a one-line event is cheaper.
-pub fn forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Option<Usage>>, AxError> {
+pub fn forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Option<Usage>>, Error> {
     let r: AnswerGlance<'_, FinishGlance<'_>> =
         sonic_rs::from_slice(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() || r.object.0 {
@@ -686,7 +669,7 @@ pub struct ForwardState {
 }
 
 impl ForwardState {
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, Error> {
         let data = ev.data.trim();
         if data == "[DONE]" {
             return Ok(Some(StreamItem::Done));
@@ -728,208 +711,6 @@ impl ForwardState {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Responses API, forwarded to a Responses caller
-
-#[derive(Deserialize, Default)]
-struct ResponsesUsage {
-    #[serde(default)]
-    input_tokens: u64,
-    #[serde(default)]
-    output_tokens: u64,
-    #[serde(default)]
-    input_tokens_details: Option<ResponsesDetails>,
-    #[serde(default)]
-    output_tokens_details: Option<ResponsesDetails>,
-}
-
-#[derive(Deserialize, Default)]
-struct ResponsesDetails {
-    #[serde(default)]
-    cached_tokens: u64,
-    #[serde(default)]
-    reasoning_tokens: u64,
-}
-
-impl From<ResponsesUsage> for Usage {
-    fn from(u: ResponsesUsage) -> Self {
-        Usage {
-            prompt_tokens: u.input_tokens,
-            completion_tokens: u.output_tokens,
-            cached_tokens: u.input_tokens_details.map_or(0, |d| d.cached_tokens),
-            reasoning_tokens: u.output_tokens_details.map_or(0, |d| d.reasoning_tokens),
-            ..Usage::default()
-        }
-    }
-}
-
-/// What metering reads of a `response` object.
-#[derive(Deserialize)]
-struct ResponseGlance<'a> {
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
-    id: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
-    status: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, borrow)]
-    incomplete_details: Option<IncompleteGlance<'a>>,
-    /// The output items' types (a function call makes the finish `tool_calls`).
-    #[serde(default, borrow)]
-    output: Vec<ItemGlance<'a>>,
-    #[serde(default, borrow)]
-    error: Option<&'a serde_json::value::RawValue>,
-    #[serde(default)]
-    usage: Option<ResponsesUsage>,
-}
-
-#[derive(Deserialize)]
-struct IncompleteGlance<'a> {
-    #[serde(default, borrow, deserialize_with = "super::borrowed_str")]
-    reason: Option<std::borrow::Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct ItemGlance<'a> {
-    #[serde(rename = "type", default, borrow, deserialize_with = "super::borrowed_str")]
-    kind: Option<std::borrow::Cow<'a, str>>,
-}
-
-impl ResponseGlance<'_> {
-    fn failed(&self) -> bool {
-        self.status.as_deref() == Some("failed") || self.error.is_some_and(|e| e.get() != "null")
-    }
-
-    /// Its id, and why it stopped in Chat Completions' words.
-    fn facts(&self, into: &mut AnswerFacts) {
-        into.saw_id(self.id.as_deref().unwrap_or_default());
-        let reason = self.incomplete_details.as_ref().and_then(|d| d.reason.as_deref());
-        let finish = match (self.status.as_deref(), reason) {
-            (Some("incomplete"), Some("max_output_tokens")) => FinishReason::Length,
-            (Some("incomplete"), Some("content_filter")) => FinishReason::ContentFilter,
-            (Some("incomplete"), r) => FinishReason::Unmapped(r.unwrap_or("incomplete").to_owned()),
-            _ if self.output.iter().any(|i| i.kind.as_deref() == Some("function_call")) => FinishReason::ToolCalls,
-            (Some("completed"), _) => FinishReason::Stop,
-            _ => return,
-        };
-        into.finish_reasons.push(finish);
-    }
-}
-
-/// A whole Responses answer to forward as it came: its usage, or the upstream's error when it
-/// carries one (`status: failed`, or an error object in a 200); its id and finish into `facts`
-/// when asked for.
-pub fn responses_forwardable(body: &[u8], facts: Option<&mut AnswerFacts>) -> Result<Option<Usage>, AxError> {
-    let r: ResponseGlance<'_> = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
-    if let Some(f) = facts {
-        r.facts(f);
-    }
-    if r.failed() {
-        return Err(match error_body(body, embedded_error) {
-            AxError::UpstreamInvalidResponse => AxError::UpstreamFailed(" (response failed)".into()),
-            e => e,
-        });
-    }
-    Ok(r.usage.map(Usage::from))
-}
-
-/// One Responses stream event, as much as metering reads.
-#[derive(Deserialize)]
-struct ResponsesEventGlance<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: std::borrow::Cow<'a, str>,
-    #[serde(default, borrow)]
-    response: Option<ResponseGlance<'a>>,
-}
-
-/// A Responses stream forwarded to a Responses caller: each event as it came (`event:` name
-/// kept), the usage read from `response.completed` / `response.incomplete`, text and argument
-/// deltas counted; `response.failed` and `error` are the upstream's error.
-#[derive(Debug, Default)]
-pub struct ResponsesForwardState {
-    finished: bool,
-    facts: AnswerFacts,
-}
-
-impl ResponsesForwardState {
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
-        let data = ev.data.trim();
-        if data.is_empty() || data == "[DONE]" {
-            return Ok(None);
-        }
-        let g: ResponsesEventGlance<'_> =
-            serde_json::from_str(data).map_err(|_| error_body(data.as_bytes(), embedded_error))?;
-        let mut usage = None;
-        let mut deltas = 0;
-        match &*g.kind {
-            "error" => return Err(error_body(data.as_bytes(), embedded_error)),
-            "response.failed" => return Err(AxError::UpstreamFailed(" (response failed)".into())),
-            "response.completed" | "response.incomplete" => {
-                self.finished = true;
-                if let Some(r) = &g.response {
-                    r.facts(&mut self.facts);
-                }
-                usage = g.response.and_then(|r| r.usage).map(Usage::from);
-            }
-            "response.output_text.delta"
-            | "response.function_call_arguments.delta"
-            | "response.reasoning_summary_text.delta"
-            | "response.refusal.delta" => deltas = 1,
-            _ => {}
-        }
-        let bytes = crate::sse::forward_event(ev.event.as_deref(), &ev.data);
-        Ok(Some(StreamItem::Raw(RawEvent { bytes, usage_only: false, usage, deltas })))
-    }
-
-    pub fn finished(&self) -> bool {
-        self.finished
-    }
-
-    pub fn facts(&mut self) -> AnswerFacts {
-        std::mem::take(&mut self.facts)
-    }
-}
-
-/// A Responses API `response` object (a forwarded answer, or the last event of a forwarded
-/// stream) read into the canonical answer, as much as its content: messages' text, function
-/// calls, reasoning summaries, and why it stopped.
-pub fn responses_content(body: &[u8]) -> Option<ChatResponse> {
-    let v: Value = serde_json::from_slice(body).ok()?;
-    // The object itself, or an event that carries it.
-    let r = if v.get("output").is_some() { &v } else { v.get("response")? };
-    let mut ch = Choice::default();
-    for item in r.get("output").and_then(Value::as_array).into_iter().flatten() {
-        match item.get("type").and_then(Value::as_str) {
-            Some("message") => {
-                for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
-                    let t = part.get("text").or_else(|| part.get("refusal")).and_then(Value::as_str);
-                    if let Some(t) = t {
-                        ch.content.get_or_insert_with(String::new).push_str(t);
-                    }
-                }
-            }
-            Some("function_call") => {
-                let s = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-                ch.tool_calls.push(ToolCall {
-                    id: s("call_id"),
-                    kind: crate::canonical::ToolKind::Function,
-                    function: crate::canonical::FunctionCall { name: s("name"), arguments: s("arguments") },
-                });
-            }
-            Some("reasoning") => {
-                for part in item.get("summary").and_then(Value::as_array).into_iter().flatten() {
-                    if let Some(t) = part.get("text").and_then(Value::as_str) {
-                        ch.reasoning.get_or_insert_with(String::new).push_str(t);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut facts = AnswerFacts::default();
-    ResponseGlance::deserialize(r).ok()?.facts(&mut facts);
-    ch.finish_reason = facts.finish_reasons.pop();
-    Some(ChatResponse { id: facts.id.unwrap_or_default(), choices: vec![ch], ..ChatResponse::default() })
-}
-
-// ---------------------------------------------------------------------------------------------
 // Embeddings (upstream)
 
 #[derive(Serialize)]
@@ -942,7 +723,7 @@ struct OpenAiEmbeddingsRequest<'a> {
     user: Option<&'a str>,
 }
 
-pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>, AxError> {
+pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>, Error> {
     // Floats are always requested upstream; base64 is produced on egress when the caller asks.
     let body = OpenAiEmbeddingsRequest {
         model: ctx.model,
@@ -950,7 +731,7 @@ pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>,
         dimensions: r.dimensions,
         user: r.user.as_deref(),
     };
-    serde_json::to_vec(&body).map_err(|_| AxError::Internal)
+    serde_json::to_vec(&body).map_err(|_| Error::Internal)
 }
 
 #[derive(Deserialize)]
@@ -974,8 +755,9 @@ struct OpenAiEmbedding {
     embedding: Vec<f32>,
 }
 
-pub fn decode_embeddings(body: &[u8]) -> Result<EmbeddingsResponse, AxError> {
-    let mut r: OpenAiEmbeddingsResponse = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+pub fn decode_embeddings(body: &[u8]) -> Result<EmbeddingsResponse, Error> {
+    let mut r: OpenAiEmbeddingsResponse =
+        crate::json::read::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() || r.object.0 || r.data.is_empty() {
         return Err(error_body(body, embedded_error));
     }

@@ -16,49 +16,20 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::decode::Known;
 use crate::canonical::{
     estimate_tokens, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall,
     FunctionDef, ImageUrl, JsonSchema, Message, RawChat, ReasoningEffort, ResponseFormat, Role, Skim, Stop, Tool,
     ToolCall, ToolChoice, ToolKind, Usage, IMAGE_TOKENS, MESSAGE_TOKENS,
 };
-use crate::error::AxError;
-use crate::pipeline::stream::StreamEncoder;
-use crate::skim::{key_bytes, key_text, SkimError};
+use crate::json::decode::Known;
+use crate::{Error, Reported};
 
 pub mod walk;
-
-/// The caller's key: `x-api-key`, or `Authorization: Bearer` (the SDK's `auth_token`).
-pub fn api_key(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .or_else(|| super::openai::api_key(headers))
-}
-
-/// `anthropic-version`, which Anthropic requires on every call.
-pub fn check_version(headers: &HeaderMap) -> Result<(), AxError> {
-    match headers.get("anthropic-version").and_then(|v| v.to_str().ok()) {
-        Some(v) if !v.trim().is_empty() => Ok(()),
-        _ => Err(AxError::invalid_param("anthropic-version", "the anthropic-version header is required")),
-    }
-}
-
-/// The caller's headers an Anthropic upstream gets as they are: `anthropic-beta` (an open set of
-/// feature flags, e.g. Claude Code's `claude-code-20250219,interleaved-thinking-2025-05-14`).
-pub fn forwarded_headers(headers: &HeaderMap) -> Vec<(http::HeaderName, http::HeaderValue)> {
-    headers
-        .get_all("anthropic-beta")
-        .iter()
-        .map(|v| (http::HeaderName::from_static("anthropic-beta"), v.clone()))
-        .collect()
-}
+use crate::canonical::StreamEncoder;
+use crate::json::skim::{key_bytes, key_text, SkimError};
 
 // ---------------------------------------------------------------------------------------------
 // The fast path: an Anthropic upstream gets the caller's bytes
@@ -79,7 +50,7 @@ struct Skimmed {
 
 /// Text bytes and images of one content value: a string, or blocks (text, images, tool use and
 /// results, thinking; an image counts as `IMAGE_TOKENS` whatever its size).
-fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
+fn skim_content(s: &mut crate::json::skim::Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
     match s.next_byte() {
         Some(b'"') => {
             let (span, _) = s.string()?;
@@ -119,7 +90,7 @@ fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(),
 
 fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, SkimError> {
     let mut read = Skimmed::default();
-    let mut s = crate::skim::Skim::new(body);
+    let mut s = crate::json::skim::Skim::new(body);
     if s.next_byte() != Some(b'{') {
         return Err(SkimError { at: s.pos(), what: "the body must be a JSON object".into() });
     }
@@ -192,22 +163,22 @@ fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, 
 /// is, `stream`, `max_tokens` (required, as Anthropic requires it), the capabilities it needs and
 /// a prompt estimate. An Anthropic upstream gets the body as written with only the model
 /// replaced: betas, `thinking`, `cache_control`, blocks ax does not know, all as they are.
-pub fn skim_messages(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, AxError> {
-    let read = skim_fields(&body, forwards).map_err(|e| AxError::InvalidJson(e.what))?;
+pub fn skim_messages(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, Error> {
+    let read = skim_fields(&body, forwards).map_err(|e| Error::InvalidJson(e.what))?;
     if read.declined {
         return Ok(Skim::Decode(body));
     }
     let Some((model, model_span)) = read.model else {
-        return Err(AxError::InvalidJson("missing field `model`".into()));
+        return Err(Error::InvalidJson("missing field `model`".into()));
     };
     let Some(messages) = read.messages else {
-        return Err(AxError::InvalidJson("missing field `messages`".into()));
+        return Err(Error::InvalidJson("missing field `messages`".into()));
     };
     let Some(max_tokens) = read.max_tokens else {
-        return Err(AxError::InvalidJson("missing field `max_tokens`".into()));
+        return Err(Error::InvalidJson("missing field `max_tokens`".into()));
     };
     if messages == 0 {
-        return Err(AxError::invalid_param("messages", "'messages' must not be empty"));
+        return Err(Error::invalid_param("messages", "'messages' must not be empty"));
     }
     Ok(Skim::Forward(RawChat {
         protocol: crate::canonical::Protocol::AnthropicMessages,
@@ -349,7 +320,7 @@ impl MessagesRequest {
 
     /// The canonical reasoning control: the effort (`output_config.effort`, else the budget's)
     /// and the budget the caller named; nothing for `disabled` or no `thinking`.
-    fn reasoning(&self) -> Result<(Option<ReasoningEffort>, Option<u32>), AxError> {
+    fn reasoning(&self) -> Result<(Option<ReasoningEffort>, Option<u32>), Error> {
         let effort = match self.output_config.as_ref().and_then(|o| o.effort.as_deref()) {
             None => None,
             Some("low") => Some(ReasoningEffort::Low),
@@ -357,7 +328,7 @@ impl MessagesRequest {
             // Anthropic's top levels: the highest every provider takes.
             Some("high" | "xhigh" | "max") => Some(ReasoningEffort::High),
             Some(other) => {
-                return Err(AxError::invalid_param(
+                return Err(Error::invalid_param(
                     "output_config.effort",
                     format!("unknown effort '{other}' (low, medium, high, xhigh or max)"),
                 ))
@@ -368,14 +339,14 @@ impl MessagesRequest {
             Some(("disabled", _)) => (None, None),
             Some(("enabled", Some(budget))) => (effort.or(Some(ReasoningEffort::of_budget(budget))), Some(budget)),
             Some(("enabled", None)) => {
-                return Err(AxError::invalid_param(
+                return Err(Error::invalid_param(
                     "thinking.budget_tokens",
                     "thinking of type 'enabled' needs 'budget_tokens'",
                 ))
             }
             Some(("adaptive", _)) => (effort, None),
             Some((other, _)) => {
-                return Err(AxError::invalid_param(
+                return Err(Error::invalid_param(
                     "thinking.type",
                     format!("unknown thinking type '{other}' (enabled, adaptive or disabled)"),
                 ))
@@ -383,7 +354,7 @@ impl MessagesRequest {
         })
     }
 
-    fn response_format(&self) -> Result<Option<ResponseFormat>, AxError> {
+    fn response_format(&self) -> Result<Option<ResponseFormat>, Error> {
         match self.output_config.as_ref().and_then(|o| o.format.as_ref()) {
             None => Ok(None),
             Some(f) if f.kind == "json_schema" => Ok(Some(ResponseFormat::JsonSchema {
@@ -394,7 +365,7 @@ impl MessagesRequest {
                     strict: Some(true),
                 },
             })),
-            Some(f) => Err(AxError::invalid_param(
+            Some(f) => Err(Error::invalid_param(
                 "output_config.format.type",
                 format!("unknown output format '{}' (json_schema)", f.kind),
             )),
@@ -571,8 +542,8 @@ struct MetadataIn {
 }
 
 /// Decodes a Messages body (strict or lenient about fields ax does not know, as for chat).
-pub fn decode_messages(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<MessagesRequest, AxError> {
-    super::decode::json(bytes, mode)
+pub fn decode_messages(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<MessagesRequest, Error> {
+    crate::json::decode::json(bytes, mode)
 }
 
 /// A Messages body in the canonical model (`to_canonical`), and whether the caller wants the
@@ -582,12 +553,12 @@ pub fn decode_canonical(
     bytes: &[u8],
     mode: ax_protocol::config::ParamsMode,
     for_counting: bool,
-) -> Result<(ChatRequest, bool), AxError> {
+) -> Result<(ChatRequest, bool), Error> {
     let (r, walked) = match walk::decode(bytes, mode) {
         Some((r, walked)) => (r, Some(walked)),
         None => {
             let r = decode_messages(bytes, mode)?;
-            super::decode::judge(&walk::unknown_block_keys(bytes), mode)?;
+            crate::json::decode::judge(&walk::unknown_block_keys(bytes), mode)?;
             (r, None)
         }
     };
@@ -597,23 +568,27 @@ pub fn decode_canonical(
 
 /// A decoded Messages request in the canonical model. `max_tokens` is required unless
 /// `for_counting` (the `count_tokens` body has none).
-pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatRequest, AxError> {
+pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatRequest, Error> {
     canonical(r, for_counting, None)
 }
 
 /// `to_canonical`, with the conversation already made when the walk read it.
-fn canonical(r: MessagesRequest, for_counting: bool, walked: Option<walk::Walked>) -> Result<ChatRequest, AxError> {
+pub(super) fn canonical(
+    r: MessagesRequest,
+    for_counting: bool,
+    walked: Option<walk::Walked>,
+) -> Result<ChatRequest, Error> {
     let max_tokens = match (r.max_tokens, for_counting) {
         (Some(m), _) => Some(m),
         (None, true) => None,
-        (None, false) => return Err(AxError::InvalidJson("missing field `max_tokens`".into())),
+        (None, false) => return Err(Error::InvalidJson("missing field `max_tokens`".into())),
     };
     if r.top_k.is_some() {
         tracing::info!("top_k left out: the serving upstream does not speak Anthropic's protocol");
     }
     // Anthropic's own range, as an Anthropic upstream would judge it (the canonical one is 0..2).
     if r.temperature.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
-        return Err(AxError::invalid_param("temperature", "'temperature' must be between 0 and 1"));
+        return Err(Error::invalid_param("temperature", "'temperature' must be between 0 and 1"));
     }
     let (reasoning_effort, thinking_budget) = r.reasoning()?;
     let response_format = r.response_format()?;
@@ -649,7 +624,7 @@ fn canonical(r: MessagesRequest, for_counting: bool, walked: Option<walk::Walked
             continue;
         }
         if t.kind.as_deref().is_some_and(|k| k != "custom") {
-            return Err(AxError::invalid_param(
+            return Err(Error::invalid_param(
                 format!("tools[{i}]"),
                 format!("tools[{i}] ('{}') is a server tool only an Anthropic upstream runs", t.name),
             ));
@@ -672,13 +647,10 @@ fn canonical(r: MessagesRequest, for_counting: bool, walked: Option<walk::Walked
                 "any" => ToolChoice::Required,
                 "none" => ToolChoice::None,
                 "tool" => ToolChoice::Function(c.name.ok_or_else(|| {
-                    AxError::invalid_param("tool_choice.name", "a tool_choice of type 'tool' names the tool")
+                    Error::invalid_param("tool_choice.name", "a tool_choice of type 'tool' names the tool")
                 })?),
                 other => {
-                    return Err(AxError::invalid_param(
-                        "tool_choice.type",
-                        format!("unknown tool_choice type '{other}'"),
-                    ))
+                    return Err(Error::invalid_param("tool_choice.type", format!("unknown tool_choice type '{other}'")))
                 }
             };
             (Some(choice), c.disable_parallel_tool_use.filter(|d| *d).map(|_| false))
@@ -760,7 +732,7 @@ fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>
 
 /// An `is_error` tool result's parts: its first text starts `Error: ` (one is put first when it
 /// starts with an image).
-fn error_first(parts: &mut Vec<ContentPart>) {
+pub(super) fn error_first(parts: &mut Vec<ContentPart>) {
     match parts.first_mut() {
         Some(ContentPart::Text { text }) => *text = format!("Error: {}", text.as_str()).into(),
         _ => parts.insert(0, ContentPart::Text { text: "Error:".into() }),
@@ -795,7 +767,7 @@ fn image_part(source: ImageSourceIn) -> ContentPart {
 /// One Anthropic turn as canonical messages: a user turn's tool results become tool messages
 /// (first, as they answer the turn before), its other blocks one user message; an assistant
 /// turn's tool_use blocks become its tool calls.
-fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: MessageIn) -> Result<(), AxError> {
+fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: MessageIn) -> Result<(), Error> {
     let blocks = match m.content {
         ContentIn::Text(t) => {
             let role = match m.role {
@@ -817,7 +789,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
             BlockIn::Document { source, .. } => match document_text(&source) {
                 Some(text) => parts.push(ContentPart::Text { text: text.into() }),
                 None => {
-                    return Err(AxError::invalid_param(
+                    return Err(Error::invalid_param(
                         format!("messages[{i}].content[{j}].source"),
                         "PDF and file documents need an Anthropic upstream (text documents are sent as text)",
                     ))
@@ -841,7 +813,7 @@ fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: Mess
             // Reasoning of earlier turns only Anthropic verifies and reads back.
             BlockIn::Thinking { .. } | BlockIn::RedactedThinking { .. } => {}
             BlockIn::ToolReference { .. } => {
-                return Err(AxError::invalid_param(
+                return Err(Error::invalid_param(
                     format!("messages[{i}].content[{j}]"),
                     "a tool_reference block belongs inside a tool_result",
                 ))
@@ -992,7 +964,7 @@ fn message_id(request_id: &str) -> String {
 
 /// An error in Anthropic's shape: its type for ax's status, ax's stable code in the message
 /// (and in `x-ax-error-code`), and the request id.
-pub fn error_body(e: &AxError, request_id: &str) -> Vec<u8> {
+pub fn error_body(e: &dyn Reported, request_id: &str) -> Vec<u8> {
     #[derive(Serialize)]
     struct Out<'a> {
         #[serde(rename = "type")]
@@ -1017,7 +989,7 @@ pub fn error_body(e: &AxError, request_id: &str) -> Vec<u8> {
 }
 
 /// Anthropic's error type for an ax error.
-pub fn error_type(e: &AxError) -> &'static str {
+pub fn error_type(e: &dyn Reported) -> &'static str {
     match status(e) {
         400 | 422 => "invalid_request_error",
         401 => "authentication_error",
@@ -1034,8 +1006,8 @@ pub fn error_type(e: &AxError) -> &'static str {
 
 /// The status an Anthropic caller gets: ax's, but 529 where no upstream could take the request
 /// (Anthropic's "overloaded"), which its clients retry.
-pub fn status(e: &AxError) -> u16 {
-    match e.status().as_u16() {
+pub fn status(e: &dyn Reported) -> u16 {
+    match e.status() {
         503 => 529,
         s => s,
     }
@@ -1194,7 +1166,7 @@ impl StreamEncoder for Events {
         Bytes::from(out)
     }
 
-    fn fail(&mut self, e: &AxError) -> Bytes {
+    fn fail(&mut self, e: &dyn Reported) -> Bytes {
         let mut out = b"event: error\ndata: ".to_vec();
         out.extend_from_slice(&error_body(e, &self.request_id));
         out.extend_from_slice(b"\n\n");
@@ -1249,8 +1221,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::providers::{self, StreamDecoder};
     use crate::sse::SseEvent;
+    use crate::upstream::{self as providers, StreamDecoder};
 
     /// One call's tokens as a provider counts them: uncached prompt, cache reads, cache writes
     /// (`hour` of them kept an hour), output (`thinking` of it reasoning).

@@ -12,14 +12,16 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{classify, error_body, estimate_tokens, status_of_error_type, synth_call_id, tool_arguments, Ctx, TextOut};
+use crate::adapter::{classify, error_body, status_of_error_type, synth_call_id, tool_arguments, Ctx};
+use crate::canonical::estimate_tokens;
+use crate::canonical::TextOut;
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Chunk, ChunkChoice, Content, ContentPart, EmbeddingsRequest, EmbeddingsResponse,
     FinishReason, FunctionCall, ImageUrl, ReasoningEffort, ResponseFormat, Role, StreamItem, ToolCall, ToolCallDelta,
     ToolChoice, ToolKind, Usage,
 };
-use crate::error::AxError;
 use crate::sse::SseEvent;
+use crate::Error;
 
 /// Request parameters this adapter maps (see `ChatRequest::set_params`).
 pub const SUPPORTED: &[&str] = &[
@@ -144,7 +146,7 @@ impl GenerationConfig<'_> {
     }
 }
 
-fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<(), AxError> {
+fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<(), Error> {
     match c {
         Content::Text(t) => out.push(GPart::Text(t.out())),
         Content::Parts(parts) => {
@@ -159,14 +161,14 @@ fn parts_of<'a>(c: &'a Content, i: usize, out: &mut Vec<GPart<'a>>) -> Result<()
     Ok(())
 }
 
-fn image_part(image_url: &ImageUrl, i: usize) -> Result<GPart<'_>, AxError> {
+fn image_part(image_url: &ImageUrl, i: usize) -> Result<GPart<'_>, Error> {
     Ok(match image_url.as_data() {
         Some((mime_type, data)) => GPart::InlineData { mime_type, data },
         None if image_url.url.starts_with("gs://") || image_url.url.starts_with("https://") => {
             GPart::FileData { mime_type: guess_mime(&image_url.url), file_uri: &image_url.url }
         }
         None => {
-            return Err(AxError::invalid_param(
+            return Err(Error::invalid_param(
                 format!("messages[{i}].content"),
                 "Gemini takes images as data: URLs, gs:// or https:// URIs",
             ))
@@ -187,7 +189,7 @@ fn guess_mime(url: &str) -> &'static str {
     }
 }
 
-pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
+pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, Error> {
     let mut system = Vec::new();
     let mut contents: Vec<GContent<'_>> = Vec::with_capacity(r.messages.len());
     // tool_call_id → function name, from the assistant messages seen so far.
@@ -232,7 +234,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
             Role::Tool => {
                 let id = m.tool_call_id.as_deref().unwrap_or_default();
                 let name = call_names.get(id).copied().ok_or_else(|| {
-                    AxError::invalid_param(
+                    Error::invalid_param(
                         format!("messages[{i}].tool_call_id"),
                         format!("messages[{i}].tool_call_id '{id}' matches no earlier assistant tool call"),
                     )
@@ -259,7 +261,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
         last.parts.append(&mut images);
     }
     if contents.is_empty() {
-        return Err(AxError::invalid_param("messages", "Gemini needs at least one user or assistant message"));
+        return Err(Error::invalid_param("messages", "Gemini needs at least one user or assistant message"));
     }
 
     let tools = r.has_tools().then(|| {
@@ -315,7 +317,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, AxError> {
                 .map(|b| ThinkingConfig { thinking_budget: b, include_thoughts: b > 0 }),
         },
     };
-    crate::providers::to_json(&body, r.text_len())
+    crate::json::write::to_json(&body, r.text_len())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -418,7 +420,7 @@ pub fn finish_reason(raw: &str, called_function: bool) -> FinishReason {
     }
 }
 
-fn embedded_error(v: &Value) -> Option<AxError> {
+fn embedded_error(v: &Value) -> Option<Error> {
     let e = v.get("error")?;
     let status = e.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok());
     let s = e.get("status").and_then(Value::as_str);
@@ -456,16 +458,16 @@ fn candidate_parts(c: GCandidate) -> CandidateParts {
     CandidateParts { index: c.index.unwrap_or(0), text, thought, calls, finish: c.finish_reason }
 }
 
-pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, AxError> {
-    let r: GeminiResponse = super::from_json(body).map_err(|_| error_body(body, embedded_error))?;
+pub fn decode_chat(body: &[u8]) -> Result<ChatResponse, Error> {
+    let r: GeminiResponse = crate::json::read::from_json(body).map_err(|_| error_body(body, embedded_error))?;
     if r.error.is_some() {
         return Err(error_body(body, embedded_error));
     }
     if r.candidates.is_empty() {
         return Err(if r.prompt_feedback.and_then(|f| f.block_reason).is_some() {
-            AxError::ContentFilter
+            Error::ContentFilter
         } else {
-            AxError::UpstreamInvalidResponse
+            Error::UpstreamInvalidResponse
         });
     }
     let choices = r
@@ -520,14 +522,14 @@ pub struct StreamState {
 }
 
 impl StreamState {
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, AxError> {
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<Option<StreamItem>, Error> {
         let r: GeminiResponse =
             serde_json::from_str(&ev.data).map_err(|_| error_body(ev.data.as_bytes(), embedded_error))?;
         if r.error.is_some() {
             return Err(error_body(ev.data.as_bytes(), embedded_error));
         }
         if r.candidates.is_empty() && r.prompt_feedback.as_ref().is_some_and(|f| f.block_reason.is_some()) {
-            return Err(AxError::ContentFilter);
+            return Err(Error::ContentFilter);
         }
         if let Some(id) = &r.response_id {
             self.facts.saw_id(id);
@@ -568,11 +570,11 @@ impl StreamState {
 // ---------------------------------------------------------------------------------------------
 // Embeddings
 
-pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>, AxError> {
+pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>, Error> {
     let texts = r
         .input
         .texts()
-        .ok_or(AxError::UnsupportedParameter { param: "input (token arrays)".to_owned(), provider: "gemini" })?;
+        .ok_or(Error::UnsupportedParameter { param: "input (token arrays)".to_owned(), provider: "gemini" })?;
     let model = format!("models/{}", ctx.model);
     let requests: Vec<Value> = texts
         .iter()
@@ -584,7 +586,7 @@ pub fn encode_embeddings(ctx: Ctx<'_>, r: &EmbeddingsRequest) -> Result<Vec<u8>,
             req
         })
         .collect();
-    serde_json::to_vec(&serde_json::json!({ "requests": requests })).map_err(|_| AxError::Internal)
+    serde_json::to_vec(&serde_json::json!({ "requests": requests })).map_err(|_| Error::Internal)
 }
 
 #[derive(Deserialize)]
@@ -597,12 +599,12 @@ struct GEmbedding {
     values: Vec<f32>,
 }
 
-pub fn decode_embeddings(body: &[u8], req: &EmbeddingsRequest) -> Result<EmbeddingsResponse, AxError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| AxError::UpstreamInvalidResponse)?;
+pub fn decode_embeddings(body: &[u8], req: &EmbeddingsRequest) -> Result<EmbeddingsResponse, Error> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| Error::UpstreamInvalidResponse)?;
     if let Some(e) = embedded_error(&v) {
         return Err(e);
     }
-    let r: GEmbeddings = serde_json::from_value(v).map_err(|_| AxError::UpstreamInvalidResponse)?;
+    let r: GEmbeddings = serde_json::from_value(v).map_err(|_| Error::UpstreamInvalidResponse)?;
     Ok(EmbeddingsResponse {
         model: req.model.clone(),
         data: r.embeddings.into_iter().map(|e| e.values).collect(),

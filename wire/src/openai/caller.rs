@@ -4,37 +4,30 @@
 
 use base64::Engine;
 use bytes::Bytes;
-use http::{header, HeaderMap};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::canonical::Skim;
+use crate::canonical::StreamEncoder;
 use crate::canonical::{
     estimate_tokens, ChatRequest, ChatResponse, ChunkChoice, EmbeddingsRequest, EmbeddingsResponse, EncodingFormat,
     FinishReason, RawChat, ToolCall, Usage, IMAGE_TOKENS, MESSAGE_TOKENS,
 };
-use crate::error::AxError;
-use crate::pipeline::stream::StreamEncoder;
-use crate::skim::{key_bytes, key_text, SkimError};
-
-/// The caller's key: `Authorization: Bearer <key>`.
-pub fn api_key(headers: &HeaderMap) -> Option<&str> {
-    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    v.get(..7).filter(|scheme| scheme.eq_ignore_ascii_case("bearer ")).map(|_| v[7..].trim()).filter(|k| !k.is_empty())
-}
+use crate::json::skim::{key_bytes, key_text, SkimError};
+use crate::{Error, Reported};
 
 /// The canonical request: its conversation walked (`chat_walk`) when the walk reads it exactly,
 /// else decoded whole.
-pub fn decode_chat(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, AxError> {
-    match super::chat_walk::decode_chat(bytes, mode) {
+pub fn decode_chat(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, Error> {
+    match super::walk::decode_chat(bytes, mode) {
         Some(req) => Ok(req),
         None => decode_whole(bytes, mode),
     }
 }
 
 /// The canonical request by serde, its errors naming the field at fault.
-pub(crate) fn decode_whole(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, AxError> {
-    let (mut req, extra) = super::decode::json_with_extra::<ChatRequest>(bytes, mode)?;
+pub(crate) fn decode_whole(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, Error> {
+    let (mut req, extra) = crate::json::decode::json_with_extra::<ChatRequest>(bytes, mode)?;
     req.extra = extra;
     Ok(req)
 }
@@ -86,7 +79,7 @@ fn field_error(path: &str) -> impl Fn(SkimError) -> SkimError + '_ {
 }
 
 /// A message's `content`: its text bytes and images (a string, or parts).
-fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
+fn skim_content(s: &mut crate::json::skim::Skim<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
     match s.next_byte() {
         Some(b'"') => {
             let (span, _) = s.string()?;
@@ -119,7 +112,7 @@ fn skim_content(s: &mut crate::skim::Skim<'_>, read: &mut Skimmed) -> Result<(),
 
 fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, SkimError> {
     let mut read = Skimmed::default();
-    let mut s = crate::skim::Skim::new(body);
+    let mut s = crate::json::skim::Skim::new(body);
     if s.next_byte() != Some(b'{') {
         return Err(SkimError { at: s.pos(), what: "the body must be a JSON object".into() });
     }
@@ -232,22 +225,22 @@ fn skim_fields(body: &[u8], forwards: &dyn Fn(&str) -> bool) -> Result<Skimmed, 
 /// included, reaches the upstream as the caller wrote it; the upstream judges it. `forwards` says
 /// whether a model's route forwards: when the model comes before the messages and it does not,
 /// the walk stops there and the body is handed back to be decoded (`Skimmed::Decode`).
-pub fn skim_chat(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, AxError> {
-    let read = skim_fields(&body, forwards).map_err(|e| AxError::InvalidJson(e.what))?;
+pub fn skim_chat(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, Error> {
+    let read = skim_fields(&body, forwards).map_err(|e| Error::InvalidJson(e.what))?;
     if read.declined {
         return Ok(Skim::Decode(body));
     }
     let Some((model, model_span)) = read.model else {
-        return Err(AxError::InvalidJson("missing field `model`".into()));
+        return Err(Error::InvalidJson("missing field `model`".into()));
     };
     let Some(messages) = read.messages else {
-        return Err(AxError::InvalidJson("missing field `messages`".into()));
+        return Err(Error::InvalidJson("missing field `messages`".into()));
     };
     if messages == 0 {
-        return Err(AxError::invalid_param("messages", "'messages' must not be empty"));
+        return Err(Error::invalid_param("messages", "'messages' must not be empty"));
     }
     if read.n == Some(0) {
-        return Err(AxError::invalid_param("n", "'n' must be at least 1"));
+        return Err(Error::invalid_param("n", "'n' must be at least 1"));
     }
     let mut edits = Vec::new();
     match &read.stream_options {
@@ -255,7 +248,7 @@ pub fn skim_chat(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, A
             let mut opts: serde_json::Map<String, serde_json::Value> =
                 serde_json::from_slice(&body[value.clone()]).unwrap_or_default();
             opts.insert("include_usage".into(), serde_json::Value::Bool(true));
-            let text = serde_json::to_vec(&opts).map_err(|_| AxError::Internal)?;
+            let text = serde_json::to_vec(&opts).map_err(|_| Error::Internal)?;
             edits.push((value.clone(), Bytes::from(text)));
         }
         None if read.stream => {
@@ -291,8 +284,8 @@ pub fn skim_chat(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, A
     }))
 }
 
-pub fn decode_embeddings(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<EmbeddingsRequest, AxError> {
-    super::decode::json(bytes, mode)
+pub fn decode_embeddings(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<EmbeddingsRequest, Error> {
+    crate::json::decode::json(bytes, mode)
 }
 
 /// A whole chat answer as OpenAI's JSON; what the upstream left out (id, created, model) is filled
@@ -353,12 +346,34 @@ impl StreamEncoder for Events {
     }
 
     /// One OpenAI-shaped error event, then `[DONE]`.
-    fn fail(&mut self, e: &AxError) -> Bytes {
+    fn fail(&mut self, e: &dyn Reported) -> Bytes {
         let mut tail = bytes::BytesMut::new();
-        tail.extend_from_slice(&crate::sse::data_event(&e.to_body(&self.request_id)));
+        tail.extend_from_slice(&crate::sse::data_event(&error_body(e, &self.request_id)));
         tail.extend_from_slice(crate::sse::DONE_EVENT);
         tail.freeze()
     }
+}
+
+/// The OpenAI-shaped error body: `{"error":{message,type,code,param},"request_id"}`.
+pub fn error_body(e: &dyn Reported, request_id: &str) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        error: Inner<'a>,
+        request_id: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Inner<'a> {
+        message: String,
+        #[serde(rename = "type")]
+        kind: &'static str,
+        code: &'static str,
+        param: Option<&'a str>,
+    }
+    let body = Body {
+        error: Inner { message: e.to_string(), kind: e.error_type(), code: e.code(), param: e.param() },
+        request_id,
+    };
+    serde_json::to_vec(&body).unwrap_or_else(|_| b"{}".to_vec())
 }
 
 /// Fills what the upstream left out of a decoded answer: an id made from the request's own, the
@@ -654,44 +669,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn forwarded(body: Bytes) -> Result<RawChat, AxError> {
+    fn forwarded(body: Bytes) -> Result<RawChat, Error> {
         match skim_chat(body, &|_| true)? {
             Skim::Forward(r) => Ok(r),
             Skim::Decode(_) => panic!("every route forwards here"),
         }
-    }
-
-    fn skim(v: &serde_json::Value) -> RawChat {
-        forwarded(Bytes::from(serde_json::to_vec(v).unwrap())).unwrap()
-    }
-
-    /// What the skim reads agrees with the full decode: the capabilities, flags and output cap
-    /// exactly, the prompt estimate from above and close.
-    #[test]
-    fn the_skim_reads_what_the_decode_reads() {
-        let v = json!({
-            "model": "chat", "stream": true, "stream_options": { "include_usage": true }, "max_completion_tokens": 77,
-            "response_format": { "type": "json_object" },
-            "messages": [
-                { "role": "system", "content": "Be terse, \"really\"." },
-                { "role": "user", "content": [{ "type": "text", "text": "What is this?" },
-                    { "type": "image_url", "image_url": { "url": format!("data:image/png;base64,{}", "A".repeat(30_000)) } }] },
-                { "role": "assistant", "content": null, "tool_calls": [{ "id": "c1", "type": "function",
-                    "function": { "name": "f", "arguments": "{\"a\":1}" } }] },
-                { "role": "tool", "tool_call_id": "c1", "content": "42" } ],
-            "tools": [{ "type": "function", "function": { "name": "f", "description": "does f", "parameters": { "type": "object" } } }]
-        });
-        let raw = skim(&v);
-        let req = decode_chat(&serde_json::to_vec(&v).unwrap(), ax_protocol::config::ParamsMode::Strict).unwrap();
-        let canon = crate::routing::plan::chat_needs(&req, 4096);
-        let fwd = crate::routing::plan::forward_needs(&raw, 4096);
-        assert_eq!(fwd.caps, canon.caps);
-        assert_eq!((raw.stream, raw.include_usage, raw.max_output), (true, true, Some(77)));
-        assert_eq!(raw.model, "chat");
-        // The image counts as one image whatever the size of its data; the skim errs high by the
-        // JSON around tool calls and tools (it counts them as written), a few dozen tokens.
-        let (f, c) = (fwd.prompt_estimate, canon.prompt_estimate);
-        assert!(f >= c && f - c <= 64, "skim {f} against decode {c}");
     }
 
     #[test]

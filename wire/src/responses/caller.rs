@@ -9,21 +9,21 @@
 //! conversation (every earlier turn's input and output items, as the caller's protocol) before
 //! this turn's input, to be translated for whichever upstream serves it.
 
-mod walk;
-
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::decode::Known;
 use crate::canonical::{
     unix_now, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, FunctionDef,
     ImageUrl, JsonSchema, JsonText, Message, ReasoningEffort, ResponseFormat, Role, Text, Tool, ToolCall, ToolChoice,
     ToolKind, Usage,
 };
-use crate::error::AxError;
-use crate::pipeline::ops::Link;
-use crate::pipeline::stream::StreamEncoder;
+use crate::json::decode::Known;
+use crate::{Error, Reported};
+
+mod walk;
+use crate::canonical::StreamEncoder;
+use crate::responses::Link;
 
 /// A Responses request. Fields only OpenAI's own API acts on are named (so strict mode does not
 /// refuse them) and left out.
@@ -125,13 +125,13 @@ impl ResponsesRequest {
 
 /// The alias a Responses body names, read without decoding it (`None` when it names none).
 pub fn alias_of(body: &[u8]) -> Option<String> {
-    let mut s = crate::skim::Skim::new(body);
+    let mut s = crate::json::skim::Skim::new(body);
     let mut model = None;
     let _ = s.object(|k, esc, s| {
-        if crate::skim::key_text(k, esc).as_deref() == Some("model") && model.is_none() {
+        if crate::json::skim::key_text(k, esc).as_deref() == Some("model") && model.is_none() {
             model = s.decode::<String>().ok();
             // Stop here: the rest is not needed.
-            return Err(crate::skim::SkimError { at: 0, what: String::new() });
+            return Err(crate::json::skim::SkimError { at: 0, what: String::new() });
         }
         s.value().map(drop)
     });
@@ -143,19 +143,19 @@ pub fn alias_of(body: &[u8]) -> Option<String> {
 /// flag, the output cap, the capabilities it needs (tools, images, JSON output) and a prompt
 /// estimate. The rest, fields ax does not know included, reaches the upstream as written; the
 /// upstream keeps its own stored responses (`store`, `previous_response_id`).
-pub fn skim_responses(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<crate::canonical::Skim, AxError> {
+pub fn skim_responses(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<crate::canonical::Skim, Error> {
     use crate::canonical::{estimate_tokens, Protocol, RawChat, Skim, IMAGE_TOKENS, MESSAGE_TOKENS};
     let mut model = None;
     let (mut stream, mut max_output, mut tools, mut json) = (false, None, false, false);
     let (mut text, mut images, mut items) = (0usize, 0u64, 1u64);
-    let mut s = crate::skim::Skim::new(&body);
-    let invalid = |e: crate::skim::SkimError| AxError::InvalidJson(e.what);
+    let mut s = crate::json::skim::Skim::new(&body);
+    let invalid = |e: crate::json::skim::SkimError| Error::InvalidJson(e.what);
     s.object(|k, esc, s| {
-        let key = crate::skim::key_text(k, esc).unwrap_or_default();
+        let key = crate::json::skim::key_text(k, esc).unwrap_or_default();
         match &*key {
             "model" => {
                 if model.is_some() {
-                    return Err(crate::skim::SkimError { at: s.pos(), what: "duplicate field `model`".into() });
+                    return Err(crate::json::skim::SkimError { at: s.pos(), what: "duplicate field `model`".into() });
                 }
                 s.next_byte();
                 let start = s.pos();
@@ -191,7 +191,7 @@ pub fn skim_responses(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<cr
     .map_err(invalid)?;
     s.end().map_err(invalid)?;
     let Some((model, model_span)) = model else {
-        return Err(AxError::InvalidJson("missing field `model`".into()));
+        return Err(Error::InvalidJson("missing field `model`".into()));
     };
     if !forwards(&model) {
         return Ok(Skim::Decode(body));
@@ -217,16 +217,16 @@ pub fn skim_responses(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<cr
 }
 
 /// Decodes a Responses body (strict or lenient about fields ax does not know, as for chat).
-pub fn decode(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ResponsesRequest, AxError> {
-    super::decode::json(bytes, mode)
+pub fn decode(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ResponsesRequest, Error> {
+    crate::json::decode::json(bytes, mode)
 }
 
 /// Where a value sits in the request (`input[3].content[0]`), written out only for an error.
 type At<'a> = &'a dyn Fn() -> String;
 
-fn not_a_string(field: &str, at: At<'_>) -> AxError {
+fn not_a_string(field: &str, at: At<'_>) -> Error {
     let at = at();
-    AxError::invalid_param(format!("{at}.{field}"), format!("{at}: '{field}' must be a string"))
+    Error::invalid_param(format!("{at}.{field}"), format!("{at}: '{field}' must be a string"))
 }
 
 /// The value of `field`, moved out of `v` (the request is decoded once, and its text is not
@@ -236,7 +236,7 @@ fn take(v: &mut Value, field: &str) -> Value {
 }
 
 /// The string `field` of `v`, moved out.
-fn take_str(v: &mut Value, field: &str, at: At<'_>) -> Result<String, AxError> {
+fn take_str(v: &mut Value, field: &str, at: At<'_>) -> Result<String, Error> {
     take_opt_str(v, field).ok_or_else(|| not_a_string(field, at))
 }
 
@@ -248,13 +248,13 @@ fn take_opt_str(v: &mut Value, field: &str) -> Option<String> {
 }
 
 /// A message item's content: a string, or parts (`input_text`, `output_text`, `input_image`).
-fn content(v: Value, at: At<'_>) -> Result<Content, AxError> {
+fn content(v: Value, at: At<'_>) -> Result<Content, Error> {
     let parts = match v {
         Value::String(s) => return Ok(Content::Text(s.into())),
         Value::Array(parts) => parts,
         _ => {
             let at = at();
-            return Err(AxError::invalid_param(&at, format!("{at} must be a string or an array of parts")));
+            return Err(Error::invalid_param(&at, format!("{at} must be a string or an array of parts")));
         }
     };
     let mut out = Vec::with_capacity(parts.len());
@@ -271,21 +271,21 @@ fn content(v: Value, at: At<'_>) -> Result<Content, AxError> {
                     ContentPart::ImageUrl { image_url: ImageUrl { url, detail: take_opt_str(&mut p, "detail") } }
                 }
                 None => {
-                    return Err(AxError::invalid_param(
+                    return Err(Error::invalid_param(
                         at(),
                         "an input_image needs 'image_url' (uploaded files need an OpenAI upstream)",
                     ))
                 }
             },
             Some(other) => {
-                return Err(AxError::invalid_param(
+                return Err(Error::invalid_param(
                     format!("{}.type", at()),
                     format!("content parts of type '{other}' need an OpenAI upstream"),
                 ))
             }
             None => {
                 let at = at();
-                return Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")));
+                return Err(Error::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")));
             }
         };
         out.push(part);
@@ -295,10 +295,10 @@ fn content(v: Value, at: At<'_>) -> Result<Content, AxError> {
 
 /// The separator between a namespace and a tool's name in the function name other providers
 /// see (`[a-zA-Z0-9_-]` only, as OpenAI's Chat Completions requires).
-const NS_SEP: &str = "__";
+pub(super) const NS_SEP: &str = "__";
 
 /// A flat function tool, its name prefixed with its namespace.
-fn function_tool(mut t: Value, at: At<'_>, namespace: Option<&str>) -> Result<Tool, AxError> {
+fn function_tool(mut t: Value, at: At<'_>, namespace: Option<&str>) -> Result<Tool, Error> {
     let name = take_str(&mut t, "name", at)?;
     Ok(Tool {
         kind: ToolKind::Function,
@@ -326,8 +326,8 @@ fn split_name<'a>(name: &'a str, namespaces: &'a [String]) -> (&'a str, Option<&
 }
 
 /// The items of a stored conversation, oldest first: each turn's input, then its output.
-fn stored_items(prior: &[Link]) -> Result<Vec<Value>, AxError> {
-    let broken = || AxError::ResponseNotFound {
+fn stored_items(prior: &[Link]) -> Result<Vec<Value>, Error> {
+    let broken = || Error::ResponseNotFound {
         message: "a stored response of this conversation cannot be read: send the whole conversation in 'input'".into(),
         param: Some("previous_response_id"),
     };
@@ -371,9 +371,9 @@ pub fn input_items(raw: &[u8]) -> Result<Value, serde_json::Error> {
 /// The request in the canonical model, after the stored conversation `prior` (oldest first) it
 /// continues; the namespaces of its grouped tools go to `namespaces`. Built-in tools only OpenAI
 /// runs are left out (logged); forcing one is a 400.
-pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>, prior: &[Link]) -> Result<ChatRequest, AxError> {
+pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>, prior: &[Link]) -> Result<ChatRequest, Error> {
     if r.background == Some(true) {
-        return Err(AxError::UnsupportedParameter { param: "background".into(), provider: "ax" });
+        return Err(Error::UnsupportedParameter { param: "background".into(), provider: "ax" });
     }
     let mut messages = Vec::new();
     if let Some(i) = r.instructions.filter(|i| !i.is_empty()) {
@@ -426,13 +426,13 @@ pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>, prior: &[
             "auto" => ToolChoice::Auto,
             "none" => ToolChoice::None,
             "required" => ToolChoice::Required,
-            other => return Err(AxError::invalid_param("tool_choice", format!("unknown tool_choice '{other}'"))),
+            other => return Err(Error::invalid_param("tool_choice", format!("unknown tool_choice '{other}'"))),
         }),
         Some(mut v) if v["type"] == "function" => {
             Some(ToolChoice::Function(take_str(&mut v, "name", &|| "tool_choice".to_owned())?))
         }
         Some(v) => {
-            return Err(AxError::invalid_param(
+            return Err(Error::invalid_param(
                 "tool_choice",
                 format!("tool_choice of type '{}' needs an OpenAI upstream", v["type"].as_str().unwrap_or("?")),
             ))
@@ -452,7 +452,7 @@ pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>, prior: &[
             "high" => ReasoningEffort::High,
             "xhigh" | "max" => ReasoningEffort::Xhigh,
             other => {
-                return Err(AxError::invalid_param("reasoning.effort", format!("unknown reasoning effort '{other}'")))
+                return Err(Error::invalid_param("reasoning.effort", format!("unknown reasoning effort '{other}'")))
             }
         }),
     };
@@ -479,7 +479,7 @@ pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>, prior: &[
 }
 
 /// `text.format`: `text` (none), `json_object`, or a flat `json_schema`.
-fn format(f: &Value) -> Result<Option<ResponseFormat>, AxError> {
+fn format(f: &Value) -> Result<Option<ResponseFormat>, Error> {
     match f["type"].as_str() {
         Some("text") | None => Ok(None),
         Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
@@ -491,27 +491,27 @@ fn format(f: &Value) -> Result<Option<ResponseFormat>, AxError> {
                 strict: f["strict"].as_bool(),
             },
         })),
-        Some(other) => Err(AxError::invalid_param("text.format.type", format!("unknown text format '{other}'"))),
+        Some(other) => Err(Error::invalid_param("text.format.type", format!("unknown text format '{other}'"))),
     }
 }
 
 /// `input` decoded as a `Value` and read item by item: what the walk hands over, whose errors
 /// name the item and field at fault.
-fn input_by_value(input: &JsonText, out: &mut Vec<Message>) -> Result<(), AxError> {
-    match serde_json::from_slice(input.bytes()).map_err(|e| AxError::InvalidJson(e.to_string()))? {
+pub(super) fn input_by_value(input: &JsonText, out: &mut Vec<Message>) -> Result<(), Error> {
+    match serde_json::from_slice(input.bytes()).map_err(|e| Error::InvalidJson(e.to_string()))? {
         Value::String(s) => out.push(Message::text(Role::User, s)),
         Value::Array(items) => {
             for (i, item) in items.into_iter().enumerate() {
                 push_item(out, item, &|| format!("input[{i}]"))?;
             }
         }
-        _ => return Err(AxError::invalid_param("input", "'input' must be a string or an array of items")),
+        _ => return Err(Error::invalid_param("input", "'input' must be a string or an array of items")),
     }
     Ok(())
 }
 
 /// One input item, read.
-enum Item {
+pub(super) enum Item {
     Message(Role, Content),
     Call(ToolCall),
     Output { call_id: String, output: Content },
@@ -520,7 +520,7 @@ enum Item {
 
 /// A function call's output given as parts: its text, or, when it holds images, the parts (the
 /// images reach the model; see `Content::text_marking_images`).
-fn tool_output(parts: Content) -> Content {
+pub(super) fn tool_output(parts: Content) -> Content {
     if parts.has_images() {
         parts
     } else {
@@ -531,7 +531,7 @@ fn tool_output(parts: Content) -> Content {
 /// One input item as canonical messages: a message; a function call (joining the assistant turn
 /// before it); a function call's output (a tool message); reasoning (left out: no other provider
 /// takes it back).
-fn apply(out: &mut Vec<Message>, item: Item) {
+pub(super) fn apply(out: &mut Vec<Message>, item: Item) {
     match item {
         Item::Message(role, content) => out.push(Message { content: Some(content), ..Message::new(role) }),
         Item::Call(call) => match out.last_mut() {
@@ -545,13 +545,13 @@ fn apply(out: &mut Vec<Message>, item: Item) {
     }
 }
 
-fn push_item(out: &mut Vec<Message>, item: Value, at: At<'_>) -> Result<(), AxError> {
+fn push_item(out: &mut Vec<Message>, item: Value, at: At<'_>) -> Result<(), Error> {
     apply(out, read_item(item, at)?);
     Ok(())
 }
 
 /// An input item from its `Value`.
-fn read_item(mut item: Value, at: At<'_>) -> Result<Item, AxError> {
+fn read_item(mut item: Value, at: At<'_>) -> Result<Item, Error> {
     let kind = take(&mut item, "type");
     let kind = kind.as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
     match kind {
@@ -563,7 +563,7 @@ fn read_item(mut item: Value, at: At<'_>) -> Result<Item, AxError> {
                 Some("developer") => Role::Developer,
                 _ => {
                     let at = at();
-                    return Err(AxError::invalid_param(
+                    return Err(Error::invalid_param(
                         format!("{at}.role"),
                         format!("{at}: 'role' must be user, assistant, system or developer"),
                     ));
@@ -593,7 +593,7 @@ fn read_item(mut item: Value, at: At<'_>) -> Result<Item, AxError> {
                 parts @ Value::Array(_) => tool_output(content(parts, &|| format!("{}.output", at()))?),
                 _ => {
                     let at = at();
-                    return Err(AxError::invalid_param(
+                    return Err(Error::invalid_param(
                         format!("{at}.output"),
                         format!("{at}: 'output' must be a string or parts"),
                     ));
@@ -602,15 +602,15 @@ fn read_item(mut item: Value, at: At<'_>) -> Result<Item, AxError> {
             Ok(Item::Output { call_id: take_str(&mut item, "call_id", at)?, output })
         }
         "reasoning" => Ok(Item::Reasoning),
-        "item_reference" => Err(AxError::invalid_param(
+        "item_reference" => Err(Error::invalid_param(
             at(),
             "item references are not supported: send the item itself, or continue with previous_response_id",
         )),
         "" => {
             let at = at();
-            Err(AxError::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")))
+            Err(Error::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")))
         }
-        other => Err(AxError::invalid_param(
+        other => Err(Error::invalid_param(
             format!("{}.type", at()),
             format!("input items of type '{other}' need an OpenAI upstream"),
         )),
@@ -723,7 +723,7 @@ pub struct ListQuery {
 }
 
 impl ListQuery {
-    pub fn parse(query: &str) -> Result<Self, AxError> {
+    pub fn parse(query: &str) -> Result<Self, Error> {
         let mut q = Self { limit: 20, ascending: false, after: None };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -734,13 +734,13 @@ impl ListQuery {
                         .parse()
                         .ok()
                         .filter(|n| (1..=100).contains(n))
-                        .ok_or_else(|| AxError::invalid_param("limit", "'limit' must be between 1 and 100"))?;
+                        .ok_or_else(|| Error::invalid_param("limit", "'limit' must be between 1 and 100"))?;
                 }
                 "order" => {
                     q.ascending = match &*v {
                         "asc" => true,
                         "desc" => false,
-                        _ => return Err(AxError::invalid_param("order", "'order' must be 'asc' or 'desc'")),
+                        _ => return Err(Error::invalid_param("order", "'order' must be 'asc' or 'desc'")),
                     }
                 }
                 "after" => q.after = Some(v.into_owned()),
@@ -1094,7 +1094,7 @@ impl StreamEncoder for Events {
 
     /// An `error` event (what the SDKs raise on), then `response.failed` (what Codex reads, with
     /// the code it special-cases): both carry ax's stable code.
-    fn fail(&mut self, e: &AxError) -> Bytes {
+    fn fail(&mut self, e: &dyn Reported) -> Bytes {
         let mut out = Vec::with_capacity(768);
         let param = e.param();
         self.event(&mut out, "error", json!({ "code": e.code(), "message": e.to_string(), "param": param }));
