@@ -198,7 +198,7 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
             trace: pipeline::trace_of(&headers),
             key: headers::bearer_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
-            decode: |b: &[u8], mode| Ok(openai::decode_chat(b, mode)?),
+            decode: |b: &Bytes, mode| Ok(openai::decode_chat(b, mode)?),
         };
         let skim = |b, forwards: &dyn Fn(&str) -> bool| Ok(openai::skim_chat(b, forwards)?);
         let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiChat, skim };
@@ -289,7 +289,7 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
             trace: pipeline::trace_of(&headers),
             key,
             body: read,
-            decode: |bytes: &[u8], mode| {
+            decode: |bytes: &Bytes, mode| {
                 let taken = decoded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
                 let (req, prior) = match taken {
                     Some(d) => d,
@@ -404,7 +404,7 @@ async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response
             trace: pipeline::trace_of(&headers),
             key: headers::anthropic_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
-            decode: |bytes: &[u8], mode| {
+            decode: |bytes: &Bytes, mode| {
                 version.clone()?;
                 let (req, shows_thinking) = anthropic::decode_canonical(bytes, mode, false)?;
                 hide_thinking.store(!shows_thinking, Ordering::Relaxed);

@@ -336,7 +336,7 @@ pub async fn chat<'s, B, Fut, D, S, E>(
 where
     B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
-    D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
     S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
     E: StreamEncoder,
 {
@@ -368,9 +368,9 @@ pub fn trace_of(headers: &http::HeaderMap) -> Option<TraceContext> {
 /// bytes: `canonical::decoding`) and validated.
 fn canonical<D>(decode: &D, bytes: &Bytes, mode: ParamsMode) -> Result<ChatRequest, AxError>
 where
-    D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
 {
-    let req = ax_wire::canonical::decoding(bytes, |b| decode(b, mode))?;
+    let req = ax_wire::canonical::decoding(bytes, |_| decode(bytes, mode))?;
     req.validate()?;
     Ok(req)
 }
@@ -385,10 +385,10 @@ fn decoded_request<'s, D>(
     bytes: &Bytes,
 ) -> Result<(Request, &'s Route), Rejection>
 where
-    D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
 {
     let mut req =
-        ax_wire::canonical::decoding(bytes, |b| decode(b, snap.params)).map_err(Rejection::of(caller, None))?;
+        ax_wire::canonical::decoding(bytes, |_| decode(bytes, snap.params)).map_err(Rejection::of(caller, None))?;
     let route = route_of(snap, caller, &req.model)?;
     let alias = Some(route.alias.as_str());
     req.validate().map_err(AxError::from).map_err(Rejection::of(caller, alias))?;
@@ -432,7 +432,7 @@ async fn chat_stages<'s, B, Fut, D, S, E>(
 where
     B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
-    D: Fn(&[u8], ParamsMode) -> Result<ChatRequest, AxError>,
+    D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
     S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
     E: StreamEncoder,
 {

@@ -114,7 +114,7 @@ pub fn chat_request(data: &[u8]) {
         );
     }
     for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
-        let Ok(req) = crate::openai::caller::decode_chat(data, mode) else { continue };
+        let Ok(req) = crate::openai::caller::decode_chat(&bytes::Bytes::copy_from_slice(data), mode) else { continue };
         translate(&req);
     }
 }
@@ -301,7 +301,7 @@ mod tests {
     fn samples_parse() {
         for s in samples::CHAT_REQUEST {
             assert!(
-                crate::openai::caller::decode_chat(s, ParamsMode::Strict).is_ok(),
+                crate::openai::caller::decode_chat(&bytes::Bytes::from_static(s), ParamsMode::Strict).is_ok(),
                 "{}",
                 String::from_utf8_lossy(s)
             );

@@ -7,6 +7,7 @@ pub mod decode;
 pub mod payload;
 pub mod read;
 pub mod skim;
+pub mod walk;
 pub mod write;
 
 pub use payload::{Payload, PayloadWriter};

@@ -1,4 +1,3 @@
-
 use std::borrow::Cow;
 
 use bytes::Bytes;

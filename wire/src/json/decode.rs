@@ -34,7 +34,7 @@ pub fn json_with_extra<T: DeserializeOwned>(bytes: &[u8], mode: ParamsMode) -> R
 fn raw_fields(bytes: &[u8], names: &[String]) -> Vec<Extra> {
     let mut out = Vec::with_capacity(names.len());
     let mut s = crate::json::skim::Skim::new(bytes);
-    let _ = s.object(|k, escaped, s| {
+    let _: Result<(), crate::json::skim::SkimError> = s.object(|k, escaped, s| {
         let span = s.value()?;
         if let Some(name) = crate::json::skim::key_text(k, escaped) {
             if names.iter().any(|n| *n == name) {
@@ -50,7 +50,7 @@ fn raw_fields(bytes: &[u8], names: &[String]) -> Vec<Extra> {
 }
 
 /// One pass of `sonic_rs`, collecting the paths of the fields `T` does not name.
-fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<String>), Error> {
+pub(crate) fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<String>), Error> {
     let mut unknown = Vec::new();
     // `sonic_rs` reads strings with SIMD (serde_json scans them a byte at a time); the same serde
     // types, the same result. Errors are explained by serde_json (`explain`: the field's path, or
@@ -95,6 +95,21 @@ pub fn judge(unknown: &[String], mode: ParamsMode) -> Result<(), Error> {
 fn field_path(path: &serde_ignored::Path<'_>) -> String {
     let p = path.to_string();
     p.split('.').filter(|s| *s != "?").collect::<Vec<_>>().join(".")
+}
+
+/// Why `T` cannot be read from `bytes`: the path of the field at fault (empty at the root) and the
+/// parser's message.
+pub(crate) fn explain_at<T: DeserializeOwned>(bytes: &[u8]) -> (String, String) {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut track = serde_path_to_error::Track::new();
+    let value: Result<T, _> = {
+        let pd = serde_path_to_error::Deserializer::new(&mut de, &mut track);
+        serde_ignored::deserialize(pd, |_| ())
+    };
+    match value {
+        Err(e) => (track.path().to_string(), e.to_string()),
+        Ok(_) => (String::new(), de.end().err().map_or_else(|| "invalid value".to_owned(), |e| e.to_string())),
+    }
 }
 
 /// The error of a body `decode` refused, with the path of the field at fault.

@@ -201,13 +201,13 @@ impl<'a> Skim<'a> {
 
     /// Walks an object at the cursor. `f` gets each key (between its quotes, escapes not
     /// decoded), whether the key has escapes, and the cursor at the value, which it must consume
-    /// (`value`, `decode`, or a walk of its own).
-    pub fn object(
+    /// (`value`, `decode`, or a walk of its own). Its error may be a walk's own (`walk::Fault`).
+    pub fn object<E: From<SkimError>>(
         &mut self,
-        mut f: impl FnMut(&'a [u8], bool, &mut Self) -> Result<(), SkimError>,
-    ) -> Result<(), SkimError> {
+        mut f: impl FnMut(&'a [u8], bool, &mut Self) -> Result<(), E>,
+    ) -> Result<(), E> {
         if self.peek() != Some(b'{') {
-            return self.fail("expected an object");
+            return Err(self.error("expected an object").into());
         }
         self.enter()?;
         if self.peek() == Some(b'}') {
@@ -218,7 +218,7 @@ impl<'a> Skim<'a> {
         loop {
             let (k, escaped) = self.string()?;
             if self.peek() != Some(b':') {
-                return self.fail("expected ':'");
+                return Err(self.error("expected ':'").into());
             }
             self.i += 1;
             let b = self.b;
@@ -230,15 +230,15 @@ impl<'a> Skim<'a> {
                     self.depth -= 1;
                     return Ok(());
                 }
-                _ => return self.fail("expected ',' or '}'"),
+                _ => return Err(self.error("expected ',' or '}'").into()),
             }
         }
     }
 
     /// Walks an array at the cursor; `f` must consume each element.
-    pub fn array(&mut self, mut f: impl FnMut(&mut Self) -> Result<(), SkimError>) -> Result<(), SkimError> {
+    pub fn array<E: From<SkimError>>(&mut self, mut f: impl FnMut(&mut Self) -> Result<(), E>) -> Result<(), E> {
         if self.peek() != Some(b'[') {
-            return self.fail("expected an array");
+            return Err(self.error("expected an array").into());
         }
         self.enter()?;
         if self.peek() == Some(b']') {
@@ -255,7 +255,7 @@ impl<'a> Skim<'a> {
                     self.depth -= 1;
                     return Ok(());
                 }
-                _ => return self.fail("expected ',' or ']'"),
+                _ => return Err(self.error("expected ',' or ']'").into()),
             }
         }
     }
@@ -386,7 +386,7 @@ mod tests {
             let key = key_text(k, esc).unwrap_or_default().into_owned();
             let span = s.value()?;
             seen.push((key, String::from_utf8_lossy(&text[span]).into_owned()));
-            Ok(())
+            Ok::<(), SkimError>(())
         })
         .unwrap();
         assert_eq!(seen[0], ("model".to_owned(), "\"gpt\"".to_owned()));

@@ -16,20 +16,9 @@ use crate::canonical::{
 use crate::json::skim::{key_bytes, key_text, SkimError};
 use crate::{Error, Reported};
 
-/// The canonical request: its conversation walked (`chat_walk`) when the walk reads it exactly,
-/// else decoded whole.
-pub fn decode_chat(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, Error> {
-    match super::walk::decode_chat(bytes, mode) {
-        Some(req) => Ok(req),
-        None => decode_whole(bytes, mode),
-    }
-}
-
-/// The canonical request by serde, its errors naming the field at fault.
-pub(crate) fn decode_whole(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, Error> {
-    let (mut req, extra) = crate::json::decode::json_with_extra::<ChatRequest>(bytes, mode)?;
-    req.extra = extra;
-    Ok(req)
+/// The canonical request of a Chat Completions body (`walk`): its texts are slices of `body`.
+pub fn decode_chat(body: &Bytes, mode: ax_protocol::config::ParamsMode) -> Result<ChatRequest, Error> {
+    super::walk::decode_chat(body, mode)
 }
 
 /// One alias as OpenAI describes a model.

@@ -325,7 +325,9 @@ fn a_callers_text_goes_upstream_as_written() {
         {"role":"user","content":[{"type":"text","text":"a part\u0021","cache_hint":1}]},
         {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
         {"role":"tool","tool_call_id":"c1","content":"{\"ok\":true}"}]}"#;
-    let req = crate::openai::caller::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
+    let req =
+        crate::openai::caller::decode_chat(&bytes::Bytes::copy_from_slice(body.as_bytes()), ax_protocol::config::ParamsMode::Strict)
+            .unwrap();
     let ctx = |kind| Ctx { kind, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let anthropic = String::from_utf8(encode_chat(ctx(ProviderKind::Anthropic), &req).unwrap().to_vec()).unwrap();
     // The user's literal is copied, escapes and all; the system texts are joined in escaped form.
@@ -363,7 +365,9 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
             {"role":"user","content":[{"type":"text","text":"hi"},
             {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},
             {"type":"image_url","image_url":{"url":"https://x/\"q\\\u0001.png"}}]}]}"#;
-    let req = crate::openai::caller::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict).unwrap();
+    let req =
+        crate::openai::caller::decode_chat(&bytes::Bytes::copy_from_slice(body.as_bytes()), ax_protocol::config::ParamsMode::Strict)
+            .unwrap();
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let v: serde_json::Value = serde_json::from_slice(&encode_chat(ctx, &req).unwrap().to_vec()).unwrap();
     assert_eq!(
@@ -380,8 +384,11 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
 fn a_text_that_is_not_valid_json_is_refused_with_a_stable_code() {
     for text in [r#""\uZZZZ""#, r#""\ud800""#, r#""a\qb""#, "\"a\u{1}b\"", r#"[{"type":"text","text":"\ud800"}]"#] {
         let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":{text}}}]}}"#);
-        let e = crate::openai::caller::decode_chat(body.as_bytes(), ax_protocol::config::ParamsMode::Strict)
-            .expect_err(text);
+        let e = crate::openai::caller::decode_chat(
+            &bytes::Bytes::from(body.clone()),
+            ax_protocol::config::ParamsMode::Strict,
+        )
+        .expect_err(text);
         assert_eq!(e.code(), "invalid_json", "{text}: {e:?}");
         assert!(e.to_string().contains("messages[0].content"), "{text}: {e}");
     }
@@ -398,8 +405,7 @@ fn long_texts_go_to_anthropic_as_slices_of_the_callers_body() {
             {"role": "assistant", "content": long}]})
         .to_string(),
     );
-    let decode = |b: &[u8]| crate::openai::caller::decode_chat(b, ax_protocol::config::ParamsMode::Strict);
-    let req = crate::canonical::decoding(&body, decode).unwrap();
+    let req = crate::openai::caller::decode_chat(&body, ax_protocol::config::ParamsMode::Strict).unwrap();
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let payload = encode_chat(ctx, &req).unwrap();
     let crate::json::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the texts were copied") };
@@ -416,8 +422,11 @@ fn long_texts_go_to_anthropic_as_slices_of_the_callers_body() {
             { "role": "user", "content": [{ "type": "text", "text": "short" }, { "type": "text", "text": long }] },
             { "role": "assistant", "content": [{ "type": "text", "text": long }] }] })
     );
-    // Decoded without the body at hand, each text is a copy of its own: the same JSON.
-    let copied = encode_chat(ctx, &decode(&body).unwrap()).unwrap();
+    // Decoded from a copy of the body, its texts are slices of that copy: the same JSON.
+    let copy = bytes::Bytes::copy_from_slice(&body);
+    let copied =
+        encode_chat(ctx, &crate::openai::caller::decode_chat(&copy, ax_protocol::config::ParamsMode::Strict).unwrap())
+            .unwrap();
     let crate::json::Payload::Pieces(pieces) = &copied else { panic!("one buffer") };
     assert!(!pieces.iter().any(in_body));
     assert_eq!(copied.to_vec(), payload.to_vec());
@@ -440,8 +449,7 @@ fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_a
                 "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "short \"one\""}]});
     let body = bytes::Bytes::from(caller.to_string());
-    let decode = |b: &[u8]| crate::openai::caller::decode_chat(b, ax_protocol::config::ParamsMode::Lenient);
-    let req = crate::canonical::decoding(&body, decode).unwrap();
+    let req = crate::openai::caller::decode_chat(&body, ax_protocol::config::ParamsMode::Lenient).unwrap();
     let ctx = Ctx { kind: ProviderKind::Openai, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let payload = encode_chat(ctx, &req).unwrap();
     let crate::json::Payload::Pieces(pieces) = &payload else { panic!("one buffer: the long texts were copied") };
@@ -456,8 +464,11 @@ fn an_openai_body_is_the_callers_fields_around_the_conversation_and_long_texts_a
     expected["messages"] = v["messages"].clone();
     expected["stream_options"] = json!({"include_usage": true});
     assert_eq!(v, expected);
-    // Decoded without the body at hand, each text is a copy: the same bytes in one buffer.
-    let copied = encode_chat(ctx, &decode(&body).unwrap()).unwrap();
+    // Decoded from a copy of the body, its texts are slices of that copy: the same bytes.
+    let copy = bytes::Bytes::copy_from_slice(&body);
+    let copied =
+        encode_chat(ctx, &crate::openai::caller::decode_chat(&copy, ax_protocol::config::ParamsMode::Lenient).unwrap())
+            .unwrap();
     assert!(matches!(copied, crate::json::Payload::Pieces(ref p) if !p.iter().any(in_body)));
     assert_eq!(copied.to_vec(), payload.to_vec());
     // Nothing but the conversation: no trailing comma, no fields left open.

@@ -520,7 +520,7 @@ fn block_keys(kind: &[u8]) -> Option<&'static [&'static str]> {
 pub fn unknown_block_keys(bytes: &[u8]) -> Vec<String> {
     let mut out = Vec::new();
     let mut s = Skim::new(bytes);
-    let _ = s.object(|k, escaped, s| {
+    let _: Result<(), SkimError> = s.object(|k, escaped, s| {
         match key_text(k, escaped).as_deref() {
             Some("messages") if s.next_byte() == Some(b'[') => {
                 let mut i = 0;

@@ -31,7 +31,7 @@ pub(super) fn input(json: &Bytes) -> Option<Vec<Item>> {
             let mut items = Vec::new();
             s.array(|s| {
                 items.push(item(s, json, text)?);
-                Ok(())
+                Ok::<(), SkimError>(())
             })
             .ok()?;
             items
