@@ -259,7 +259,7 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
                     }
                 }
                 // Its `input` kept as a slice of the body, and its texts in turn (`canonical::decoding`).
-                let req = ax_wire::canonical::decoding(&bytes, |b| responses::decode(b, snap.params))?;
+                let req = responses::decode(&bytes, snap.params)?;
                 let previous = req.previous_response_id().map(str::to_owned);
                 let prior = match &previous {
                     Some(p) => {

@@ -149,7 +149,7 @@ pub fn messages_request(data: &[u8]) {
 /// A caller's OpenAI Responses request, decoded and translated for every provider.
 pub fn responses_request(data: &[u8]) {
     for mode in [ParamsMode::Strict, ParamsMode::Lenient] {
-        let Ok(r) = crate::responses::caller::decode(data, mode) else { continue };
+        let Ok(r) = crate::responses::caller::decode(&bytes::Bytes::copy_from_slice(data), mode) else { continue };
         let Ok(req) = crate::responses::caller::to_canonical(r, &mut Vec::new(), &[]) else { continue };
         translate(&req);
     }
@@ -311,7 +311,7 @@ mod tests {
             crate::anthropic::caller::to_canonical(r, false).unwrap().validate().unwrap();
         }
         for s in samples::RESPONSES_REQUEST {
-            let r = crate::responses::caller::decode(s, ParamsMode::Lenient).unwrap();
+            let r = crate::responses::caller::decode(&bytes::Bytes::from_static(s), ParamsMode::Lenient).unwrap();
             crate::responses::caller::to_canonical(r, &mut Vec::new(), &[]).unwrap().validate().unwrap();
         }
         for s in samples::EMBEDDINGS_REQUEST {

@@ -48,6 +48,11 @@ impl<'a> Skim<'a> {
         Self { b, i: 0, depth: 0 }
     }
 
+    /// A cursor at byte `at` of `b` (a value inside a document already walked).
+    pub fn at(b: &'a [u8], at: usize) -> Self {
+        Self { b, i: at, depth: 0 }
+    }
+
     /// The byte offset of the cursor.
     pub fn pos(&self) -> usize {
         self.i

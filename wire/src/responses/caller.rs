@@ -14,9 +14,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::canonical::{
-    unix_now, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall, FunctionDef,
-    ImageUrl, JsonSchema, JsonText, Message, ReasoningEffort, ResponseFormat, Role, Text, Tool, ToolCall, ToolChoice,
-    ToolKind, Usage,
+    unix_now, ChatRequest, ChatResponse, ChunkChoice, Content, FinishReason, FunctionDef, JsonSchema, Message,
+    ReasoningEffort, ResponseFormat, Role, Text, Tool, ToolCall, ToolChoice, ToolKind, Usage,
 };
 use crate::json::decode::Known;
 use crate::{Error, Reported};
@@ -30,9 +29,10 @@ use crate::responses::Link;
 #[derive(Deserialize)]
 pub struct ResponsesRequest {
     model: String,
-    /// As its JSON text: walked into messages (`walk`), not built into a `Value` first.
-    #[serde(default)]
-    input: Option<JsonText>,
+    /// As its JSON text, a slice of the body: walked into messages (`walk`), and kept as written
+    /// with the stored response.
+    #[serde(skip)]
+    input: Option<Bytes>,
     #[serde(default)]
     instructions: Option<String>,
     #[serde(default)]
@@ -116,8 +116,8 @@ impl ResponsesRequest {
     /// copied.
     pub fn raw_input(&self, body_len: usize) -> Bytes {
         match &self.input {
-            Some(input) if input.bytes().len() * 2 >= body_len => input.bytes().clone(),
-            Some(input) => Bytes::copy_from_slice(input.bytes()),
+            Some(input) if input.len() * 2 >= body_len => input.clone(),
+            Some(input) => Bytes::copy_from_slice(input),
             None => Bytes::new(),
         }
     }
@@ -216,9 +216,46 @@ pub fn skim_responses(body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<cr
     }))
 }
 
-/// Decodes a Responses body (strict or lenient about fields ax does not know, as for chat).
-pub fn decode(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<ResponsesRequest, Error> {
-    crate::json::decode::json(bytes, mode)
+/// Decodes a Responses body (strict or lenient about fields ax does not know, as for chat): its
+/// `input` kept as a slice of the body for the walk (`to_canonical`), every other member decoded
+/// by serde.
+pub fn decode(body: &Bytes, mode: ax_protocol::config::ParamsMode) -> Result<ResponsesRequest, Error> {
+    use crate::json::skim::{key_text, Skim};
+    use crate::json::walk::Fault;
+    let mut input = None;
+    // The other members, each copied as `,"key":value`: the first comma becomes the brace.
+    let mut rest = Vec::with_capacity(256);
+    let mut s = Skim::new(body);
+    let walked: Result<(), Fault> = (|| {
+        if s.next_byte() != Some(b'{') {
+            s.value()?;
+            return Err(Error::InvalidJson("the body must be a JSON object".into()).into());
+        }
+        s.object(|k, escaped, s| {
+            let key = key_text(k, escaped).unwrap_or_default();
+            if key == "input" {
+                if input.is_some() {
+                    return Err(Error::InvalidJson("duplicate field `input`".into()).into());
+                }
+                let span = s.value()?;
+                input = Some((&body[span.clone()] != b"null").then(|| body.slice(span)));
+                return Ok(());
+            }
+            s.copy_member(k, &mut rest)?;
+            Ok::<(), Fault>(())
+        })?;
+        s.end()?;
+        Ok(())
+    })();
+    walked.map_err(|f| f.into_error(body))?;
+    match rest.first_mut() {
+        Some(first) => *first = b'{',
+        None => rest.push(b'{'),
+    }
+    rest.push(b'}');
+    let mut r: ResponsesRequest = crate::json::decode::json(&rest, mode)?;
+    r.input = input.flatten();
+    Ok(r)
 }
 
 /// Where a value sits in the request (`input[3].content[0]`), written out only for an error.
@@ -245,52 +282,6 @@ fn take_opt_str(v: &mut Value, field: &str) -> Option<String> {
         Value::String(s) => Some(s),
         _ => None,
     }
-}
-
-/// A message item's content: a string, or parts (`input_text`, `output_text`, `input_image`).
-fn content(v: Value, at: At<'_>) -> Result<Content, Error> {
-    let parts = match v {
-        Value::String(s) => return Ok(Content::Text(s.into())),
-        Value::Array(parts) => parts,
-        _ => {
-            let at = at();
-            return Err(Error::invalid_param(&at, format!("{at} must be a string or an array of parts")));
-        }
-    };
-    let mut out = Vec::with_capacity(parts.len());
-    for (k, mut p) in parts.into_iter().enumerate() {
-        let at = || format!("{}[{k}]", at());
-        let kind = take(&mut p, "type");
-        let part = match kind.as_str() {
-            Some("input_text" | "output_text" | "text") => {
-                ContentPart::Text { text: take_str(&mut p, "text", &at)?.into() }
-            }
-            Some("refusal") => ContentPart::Text { text: take_str(&mut p, "refusal", &at)?.into() },
-            Some("input_image") => match take_opt_str(&mut p, "image_url") {
-                Some(url) => {
-                    ContentPart::ImageUrl { image_url: ImageUrl { url, detail: take_opt_str(&mut p, "detail") } }
-                }
-                None => {
-                    return Err(Error::invalid_param(
-                        at(),
-                        "an input_image needs 'image_url' (uploaded files need an OpenAI upstream)",
-                    ))
-                }
-            },
-            Some(other) => {
-                return Err(Error::invalid_param(
-                    format!("{}.type", at()),
-                    format!("content parts of type '{other}' need an OpenAI upstream"),
-                ))
-            }
-            None => {
-                let at = at();
-                return Err(Error::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")));
-            }
-        };
-        out.push(part);
-    }
-    Ok(Content::Parts(out))
 }
 
 /// The separator between a namespace and a tool's name in the function name other providers
@@ -325,18 +316,45 @@ fn split_name<'a>(name: &'a str, namespaces: &'a [String]) -> (&'a str, Option<&
     (name, None)
 }
 
-/// The items of a stored conversation, oldest first: each turn's input, then its output.
-fn stored_items(prior: &[Link]) -> Result<Vec<Value>, Error> {
+/// The messages of a stored conversation, oldest first: each turn's input items, then its output
+/// items, read by the same walk as a request's `input`.
+fn stored(prior: &[Link], out: &mut Vec<Message>) -> Result<(), Error> {
     let broken = || Error::ResponseNotFound {
         message: "a stored response of this conversation cannot be read: send the whole conversation in 'input'".into(),
         param: Some("previous_response_id"),
     };
-    let mut items = Vec::new();
+    let mut n = 0;
+    let mut read = |json: &Bytes, out: &mut Vec<Message>| -> Result<(), Error> {
+        let items = walk::stored_items(json, &|i| format!("previous_response_id (stored item {})", n + i))
+            .map_err(|e| e.unwrap_or_else(broken))?;
+        n += items.len();
+        items.into_iter().for_each(|item| apply(out, item));
+        Ok(())
+    };
     for l in prior {
-        items.extend(link_input(l).ok_or_else(broken)?);
-        items.extend(link_output(l).ok_or_else(broken)?);
+        if !l.input.is_empty() {
+            read(&l.input, out)?;
+        }
+        if let Some(output) = output_of(&l.response).map_err(|()| broken())? {
+            read(&output, out)?;
+        }
     }
-    Ok(items)
+    Ok(())
+}
+
+/// The `output` array of a stored response object, a slice of it (`None` without one).
+fn output_of(response: &Bytes) -> Result<Option<Bytes>, ()> {
+    let mut s = crate::json::skim::Skim::new(response);
+    let mut output = None;
+    s.object(|k, escaped, s| {
+        let span = s.value()?;
+        if crate::json::skim::key_bytes(k, escaped).as_deref() == Some(b"output") && response[span.start] == b'[' {
+            output = Some(response.slice(span));
+        }
+        Ok::<(), crate::json::skim::SkimError>(())
+    })
+    .map_err(drop)?;
+    Ok(output)
 }
 
 /// A stored turn's input items; `None` when they cannot be read.
@@ -379,14 +397,9 @@ pub fn to_canonical(r: ResponsesRequest, namespaces: &mut Vec<String>, prior: &[
     if let Some(i) = r.instructions.filter(|i| !i.is_empty()) {
         messages.push(Message::text(Role::System, i));
     }
-    for (i, item) in stored_items(prior)?.into_iter().enumerate() {
-        push_item(&mut messages, item, &|| format!("previous_response_id (stored item {i})"))?;
-    }
+    stored(prior, &mut messages)?;
     if let Some(input) = &r.input {
-        match walk::input(input.bytes()) {
-            Some(items) => items.into_iter().for_each(|item| apply(&mut messages, item)),
-            None => input_by_value(input, &mut messages)?,
-        }
+        walk::items(input, &|i| format!("input[{i}]"))?.into_iter().for_each(|item| apply(&mut messages, item));
     }
     let mut tools = Vec::new();
     for (i, mut t) in r.tools.into_iter().flatten().enumerate() {
@@ -495,21 +508,6 @@ fn format(f: &Value) -> Result<Option<ResponseFormat>, Error> {
     }
 }
 
-/// `input` decoded as a `Value` and read item by item: what the walk hands over, whose errors
-/// name the item and field at fault.
-pub(super) fn input_by_value(input: &JsonText, out: &mut Vec<Message>) -> Result<(), Error> {
-    match serde_json::from_slice(input.bytes()).map_err(|e| Error::InvalidJson(e.to_string()))? {
-        Value::String(s) => out.push(Message::text(Role::User, s)),
-        Value::Array(items) => {
-            for (i, item) in items.into_iter().enumerate() {
-                push_item(out, item, &|| format!("input[{i}]"))?;
-            }
-        }
-        _ => return Err(Error::invalid_param("input", "'input' must be a string or an array of items")),
-    }
-    Ok(())
-}
-
 /// One input item, read.
 pub(super) enum Item {
     Message(Role, Content),
@@ -542,78 +540,6 @@ pub(super) fn apply(out: &mut Vec<Message>, item: Item) {
             out.push(Message { tool_call_id: Some(call_id), content: Some(output), ..Message::new(Role::Tool) })
         }
         Item::Reasoning => {}
-    }
-}
-
-fn push_item(out: &mut Vec<Message>, item: Value, at: At<'_>) -> Result<(), Error> {
-    apply(out, read_item(item, at)?);
-    Ok(())
-}
-
-/// An input item from its `Value`.
-fn read_item(mut item: Value, at: At<'_>) -> Result<Item, Error> {
-    let kind = take(&mut item, "type");
-    let kind = kind.as_str().unwrap_or(if item.get("role").is_some() { "message" } else { "" });
-    match kind {
-        "message" => {
-            let role = match item["role"].as_str() {
-                Some("user") => Role::User,
-                Some("assistant") => Role::Assistant,
-                Some("system") => Role::System,
-                Some("developer") => Role::Developer,
-                _ => {
-                    let at = at();
-                    return Err(Error::invalid_param(
-                        format!("{at}.role"),
-                        format!("{at}: 'role' must be user, assistant, system or developer"),
-                    ));
-                }
-            };
-            let content = content(take(&mut item, "content"), &|| format!("{}.content", at()))?;
-            Ok(Item::Message(role, content))
-        }
-        "function_call" => {
-            let name = take_str(&mut item, "name", at)?;
-            let call = ToolCall {
-                id: take_str(&mut item, "call_id", at)?,
-                kind: ToolKind::Function,
-                function: FunctionCall {
-                    name: match item["namespace"].as_str() {
-                        Some(ns) => format!("{ns}{NS_SEP}{name}"),
-                        None => name,
-                    },
-                    arguments: take_opt_str(&mut item, "arguments").unwrap_or_else(|| "{}".to_owned()),
-                },
-            };
-            Ok(Item::Call(call))
-        }
-        "function_call_output" => {
-            let output = match take(&mut item, "output") {
-                Value::String(s) => Content::Text(Text::from(s)),
-                parts @ Value::Array(_) => tool_output(content(parts, &|| format!("{}.output", at()))?),
-                _ => {
-                    let at = at();
-                    return Err(Error::invalid_param(
-                        format!("{at}.output"),
-                        format!("{at}: 'output' must be a string or parts"),
-                    ));
-                }
-            };
-            Ok(Item::Output { call_id: take_str(&mut item, "call_id", at)?, output })
-        }
-        "reasoning" => Ok(Item::Reasoning),
-        "item_reference" => Err(Error::invalid_param(
-            at(),
-            "item references are not supported: send the item itself, or continue with previous_response_id",
-        )),
-        "" => {
-            let at = at();
-            Err(Error::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")))
-        }
-        other => Err(Error::invalid_param(
-            format!("{}.type", at()),
-            format!("input items of type '{other}' need an OpenAI upstream"),
-        )),
     }
 }
 

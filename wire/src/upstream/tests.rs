@@ -325,9 +325,11 @@ fn a_callers_text_goes_upstream_as_written() {
         {"role":"user","content":[{"type":"text","text":"a part\u0021","cache_hint":1}]},
         {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
         {"role":"tool","tool_call_id":"c1","content":"{\"ok\":true}"}]}"#;
-    let req =
-        crate::openai::caller::decode_chat(&bytes::Bytes::copy_from_slice(body.as_bytes()), ax_protocol::config::ParamsMode::Strict)
-            .unwrap();
+    let req = crate::openai::caller::decode_chat(
+        &bytes::Bytes::copy_from_slice(body.as_bytes()),
+        ax_protocol::config::ParamsMode::Strict,
+    )
+    .unwrap();
     let ctx = |kind| Ctx { kind, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let anthropic = String::from_utf8(encode_chat(ctx(ProviderKind::Anthropic), &req).unwrap().to_vec()).unwrap();
     // The user's literal is copied, escapes and all; the system texts are joined in escaped form.
@@ -365,9 +367,11 @@ fn anthropic_fields_after_the_conversation_are_spliced_in() {
             {"role":"user","content":[{"type":"text","text":"hi"},
             {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},
             {"type":"image_url","image_url":{"url":"https://x/\"q\\\u0001.png"}}]}]}"#;
-    let req =
-        crate::openai::caller::decode_chat(&bytes::Bytes::copy_from_slice(body.as_bytes()), ax_protocol::config::ParamsMode::Strict)
-            .unwrap();
+    let req = crate::openai::caller::decode_chat(
+        &bytes::Bytes::copy_from_slice(body.as_bytes()),
+        ax_protocol::config::ParamsMode::Strict,
+    )
+    .unwrap();
     let ctx = Ctx { kind: ProviderKind::Anthropic, model: "up", max_tokens: 100, output_cap: None, reasoning: false };
     let v: serde_json::Value = serde_json::from_slice(&encode_chat(ctx, &req).unwrap().to_vec()).unwrap();
     assert_eq!(
