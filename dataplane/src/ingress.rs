@@ -258,7 +258,7 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
                         return Ok(bytes);
                     }
                 }
-                // Its `input` kept as a slice of the body, and its texts in turn (`canonical::decoding`).
+                // Its `input` kept as a slice of the body, and its texts in turn.
                 let req = responses::decode(&bytes, snap.params)?;
                 let previous = req.previous_response_id().map(str::to_owned);
                 let prior = match &previous {

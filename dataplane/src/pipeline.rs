@@ -365,12 +365,12 @@ pub fn trace_of(headers: &http::HeaderMap) -> Option<TraceContext> {
 }
 
 /// The canonical request from the caller's bytes: decoded (its texts kept as slices of the
-/// bytes: `canonical::decoding`) and validated.
+/// bytes) and validated.
 fn canonical<D>(decode: &D, bytes: &Bytes, mode: ParamsMode) -> Result<ChatRequest, AxError>
 where
     D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
 {
-    let req = ax_wire::canonical::decoding(bytes, |_| decode(bytes, mode))?;
+    let req = decode(bytes, mode)?;
     req.validate()?;
     Ok(req)
 }
@@ -387,8 +387,7 @@ fn decoded_request<'s, D>(
 where
     D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
 {
-    let mut req =
-        ax_wire::canonical::decoding(bytes, |_| decode(bytes, snap.params)).map_err(Rejection::of(caller, None))?;
+    let mut req = decode(bytes, snap.params).map_err(Rejection::of(caller, None))?;
     let route = route_of(snap, caller, &req.model)?;
     let alias = Some(route.alias.as_str());
     req.validate().map_err(AxError::from).map_err(Rejection::of(caller, alias))?;

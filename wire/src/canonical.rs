@@ -5,8 +5,6 @@
 //! `stop`, `tool_choice`) is a closed Rust type here. Only `providers::*` translate it to and
 //! from other wire formats.
 
-use std::cell::RefCell;
-
 // ---------------------------------------------------------------------------------------------
 // Estimates
 

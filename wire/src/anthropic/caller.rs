@@ -20,13 +20,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::canonical::{
-    estimate_tokens, ChatRequest, ChatResponse, ChunkChoice, Content, ContentPart, FinishReason, FunctionCall,
-    FunctionDef, ImageUrl, JsonSchema, Message, RawChat, ReasoningEffort, ResponseFormat, Role, Skim, Stop, Tool,
-    ToolCall, ToolChoice, ToolKind, Usage, IMAGE_TOKENS, MESSAGE_TOKENS,
+    estimate_tokens, ChatRequest, ChatResponse, ChunkChoice, ContentPart, FinishReason, FunctionDef, JsonSchema,
+    RawChat, ReasoningEffort, ResponseFormat, Skim, Stop, Tool, ToolChoice, ToolKind, Usage, IMAGE_TOKENS,
+    MESSAGE_TOKENS,
 };
 use crate::json::decode::Known;
 use crate::{Error, Reported};
 
+#[cfg(test)]
+mod oracle;
 pub mod walk;
 use crate::canonical::StreamEncoder;
 use crate::json::skim::{key_bytes, key_text, SkimError};
@@ -236,9 +238,6 @@ pub struct MessagesRequest {
     #[serde(default)]
     max_tokens: Option<u32>,
     #[serde(default)]
-    system: Option<SystemIn>,
-    messages: Vec<MessageIn>,
-    #[serde(default)]
     temperature: Option<f64>,
     #[serde(default)]
     top_p: Option<f64>,
@@ -374,133 +373,6 @@ impl MessagesRequest {
 }
 
 #[derive(Deserialize)]
-#[serde(untagged)]
-enum SystemIn {
-    Text(String),
-    Blocks(Vec<TextBlockIn>),
-}
-
-#[derive(Deserialize)]
-struct TextBlockIn {
-    #[serde(default)]
-    text: String,
-    #[serde(rename = "type", default)]
-    _kind: Known,
-    #[serde(default, rename = "cache_control")]
-    _cache_control: Option<Known>,
-    #[serde(default, rename = "citations")]
-    _citations: Option<Known>,
-}
-
-#[derive(Deserialize)]
-struct MessageIn {
-    role: RoleIn,
-    content: ContentIn,
-}
-
-#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-enum RoleIn {
-    User,
-    Assistant,
-    System,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum ContentIn {
-    Text(String),
-    Blocks(Vec<BlockIn>),
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum BlockIn {
-    Text {
-        text: String,
-        #[serde(default, rename = "cache_control")]
-        _cache_control: Option<Known>,
-        #[serde(default, rename = "citations")]
-        _citations: Option<Known>,
-    },
-    Image {
-        source: ImageSourceIn,
-        #[serde(default, rename = "cache_control")]
-        _cache_control: Option<Known>,
-        #[serde(default, rename = "transformations")]
-        _transformations: Option<Known>,
-    },
-    Document {
-        source: Value,
-        #[serde(default, rename = "cache_control")]
-        _cache_control: Option<Known>,
-        #[serde(default, rename = "title")]
-        _title: Option<Known>,
-        #[serde(default, rename = "context")]
-        _context: Option<Known>,
-        #[serde(default, rename = "citations")]
-        _citations: Option<Known>,
-    },
-    ToolUse {
-        id: String,
-        name: String,
-        #[serde(default)]
-        input: Value,
-        #[serde(default, rename = "cache_control")]
-        _cache_control: Option<Known>,
-        #[serde(default, rename = "caller")]
-        _caller: Option<Known>,
-        #[serde(default, rename = "toolset_name")]
-        _toolset_name: Option<Known>,
-    },
-    ToolResult {
-        tool_use_id: String,
-        #[serde(default)]
-        content: Option<ContentIn>,
-        #[serde(default)]
-        is_error: bool,
-        #[serde(default, rename = "cache_control")]
-        _cache_control: Option<Known>,
-        #[serde(default, rename = "toolset_name")]
-        _toolset_name: Option<Known>,
-    },
-    /// A result of the caller's own search (retrieval with citations): text blocks and where
-    /// they came from.
-    SearchResult {
-        source: String,
-        title: String,
-        content: Vec<TextBlockIn>,
-        #[serde(default, rename = "cache_control")]
-        _cache_control: Option<Known>,
-        #[serde(default, rename = "citations")]
-        _citations: Option<Known>,
-    },
-    /// Inside a tool result: loads the deferred tool it names (tool search).
-    ToolReference {
-        tool_name: String,
-        #[serde(default, rename = "cache_control")]
-        _cache_control: Option<Known>,
-    },
-    Thinking {
-        #[serde(default, rename = "thinking")]
-        _thinking: Known,
-        #[serde(default, rename = "signature")]
-        _signature: Known,
-    },
-    RedactedThinking {
-        #[serde(default, rename = "data")]
-        _data: Known,
-    },
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum ImageSourceIn {
-    Base64 { media_type: String, data: String },
-    Url { url: String },
-}
-
-#[derive(Deserialize)]
 struct ToolIn {
     name: String,
     #[serde(default)]
@@ -541,43 +413,24 @@ struct MetadataIn {
     user_id: Option<String>,
 }
 
-/// Decodes a Messages body (strict or lenient about fields ax does not know, as for chat).
-pub fn decode_messages(bytes: &[u8], mode: ax_protocol::config::ParamsMode) -> Result<MessagesRequest, Error> {
-    crate::json::decode::json(bytes, mode)
-}
-
-/// A Messages body in the canonical model (`to_canonical`), and whether the caller wants the
-/// thinking text: its conversation walked (`walk`) where the walk reads it exactly, else decoded
-/// whole.
+/// A Messages body in the canonical model, and whether the caller wants the thinking text: its
+/// conversation walked (`walk`; its texts slices of `body`), every other member decoded by serde.
+/// `max_tokens` is required unless `for_counting` (the `count_tokens` body has none).
 pub fn decode_canonical(
-    bytes: &[u8],
+    body: &Bytes,
     mode: ax_protocol::config::ParamsMode,
     for_counting: bool,
 ) -> Result<(ChatRequest, bool), Error> {
-    let (r, walked) = match walk::decode(bytes, mode) {
-        Some((r, walked)) => (r, Some(walked)),
-        None => {
-            let r = decode_messages(bytes, mode)?;
-            crate::json::decode::judge(&walk::unknown_block_keys(bytes), mode)?;
-            (r, None)
-        }
-    };
+    let mut unknown = Vec::new();
+    let (walked, rest) = walk::decode(body, &mut unknown)?;
+    let r: MessagesRequest = crate::json::decode::json(&rest, mode)?;
+    crate::json::decode::judge(&unknown, mode)?;
     let shows = r.shows_thinking();
     canonical(r, for_counting, walked).map(|req| (req, shows))
 }
 
-/// A decoded Messages request in the canonical model. `max_tokens` is required unless
-/// `for_counting` (the `count_tokens` body has none).
-pub fn to_canonical(r: MessagesRequest, for_counting: bool) -> Result<ChatRequest, Error> {
-    canonical(r, for_counting, None)
-}
-
-/// `to_canonical`, with the conversation already made when the walk read it.
-pub(super) fn canonical(
-    r: MessagesRequest,
-    for_counting: bool,
-    walked: Option<walk::Walked>,
-) -> Result<ChatRequest, Error> {
+/// The request's other members and its walked conversation, in the canonical model.
+fn canonical(r: MessagesRequest, for_counting: bool, walked: walk::Walked) -> Result<ChatRequest, Error> {
     let max_tokens = match (r.max_tokens, for_counting) {
         (Some(m), _) => Some(m),
         (None, true) => None,
@@ -592,30 +445,10 @@ pub(super) fn canonical(
     }
     let (reasoning_effort, thinking_budget) = r.reasoning()?;
     let response_format = r.response_format()?;
-    let mut loaded = Vec::new();
-    let messages = match walked {
-        Some(walk::Walked { system, mut turns }) => {
-            if let Some(system) = system {
-                turns.insert(0, system);
-            }
-            turns
-        }
-        None => {
-            let mut messages = Vec::with_capacity(r.messages.len() + 1);
-            match r.system {
-                Some(SystemIn::Text(t)) => messages.push(Message::text(Role::System, t)),
-                Some(SystemIn::Blocks(b)) => {
-                    let text: Vec<String> = b.into_iter().map(|b| b.text).collect();
-                    messages.push(Message::text(Role::System, text.join("\n\n")));
-                }
-                None => {}
-            }
-            for (i, m) in r.messages.into_iter().enumerate() {
-                push_turn(&mut messages, &mut loaded, i, m)?;
-            }
-            messages
-        }
-    };
+    let walk::Walked { system, turns: mut messages, loaded } = walked;
+    if let Some(system) = system {
+        messages.insert(0, system);
+    }
     let mut tools = Vec::new();
     for (i, t) in r.tools.into_iter().flatten().enumerate() {
         // No other provider searches tools: a deferred one joins the list once a tool result
@@ -677,59 +510,6 @@ pub(super) fn canonical(
     Ok(req)
 }
 
-/// A text document's text (`source.type` `text`, or `content` given as a string or text blocks);
-/// `None` for PDFs, files and URLs, which only Anthropic reads.
-fn document_text(source: &Value) -> Option<String> {
-    match (source["type"].as_str()?, &source["data"], &source["content"]) {
-        ("text", Value::String(t), _) | ("content", _, Value::String(t)) => Some(t.clone()),
-        ("content", _, Value::Array(blocks)) => {
-            Some(blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n"))
-        }
-        _ => None,
-    }
-}
-
-/// A tool result's content: its text (a string, or its text blocks joined by lines), or, when it
-/// holds images, its texts and images in order as parts. The tools its `tool_reference` blocks
-/// load are added to `loaded`; an `is_error` result's text starts `Error: `.
-fn result_content(c: Option<ContentIn>, is_error: bool, loaded: &mut Vec<String>) -> Content {
-    let prefixed = |t: String| if is_error { format!("Error: {t}") } else { t };
-    let blocks = match c {
-        None => return Content::Text(prefixed(String::new()).into()),
-        Some(ContentIn::Text(t)) => return Content::Text(prefixed(t).into()),
-        Some(ContentIn::Blocks(blocks)) => blocks,
-    };
-    // Each block it keeps, in order: a text (`Ok`) or an image (`Err`).
-    let pieces: Vec<Result<String, ContentPart>> = blocks
-        .into_iter()
-        .filter_map(|b| match b {
-            BlockIn::Text { text, .. } => Some(Ok(text)),
-            BlockIn::ToolReference { tool_name, .. } => {
-                let line = format!("Tool loaded: {tool_name}");
-                loaded.push(tool_name);
-                Some(Ok(line))
-            }
-            BlockIn::Document { source, .. } => Some(Ok(result_document(&source))),
-            BlockIn::SearchResult { source, title, content, .. } => Some(Ok(search_result(&source, &title, content))),
-            BlockIn::Image { source, .. } => Some(Err(image_part(source))),
-            // What else a result may hold, only an Anthropic upstream reads (it gets the caller's bytes).
-            _ => None,
-        })
-        .collect();
-    if pieces.iter().all(Result::is_ok) {
-        let texts: Vec<String> = pieces.into_iter().flatten().collect();
-        return Content::Text(prefixed(texts.join("\n")).into());
-    }
-    let mut parts: Vec<ContentPart> = pieces
-        .into_iter()
-        .map(|p| p.map_or_else(|image| image, |text| ContentPart::Text { text: text.into() }))
-        .collect();
-    if is_error {
-        error_first(&mut parts);
-    }
-    Content::Parts(parts)
-}
-
 /// An `is_error` tool result's parts: its first text starts `Error: ` (one is put first when it
 /// starts with an image).
 pub(super) fn error_first(parts: &mut Vec<ContentPart>) {
@@ -737,106 +517,6 @@ pub(super) fn error_first(parts: &mut Vec<ContentPart>) {
         Some(ContentPart::Text { text }) => *text = format!("Error: {}", text.as_str()).into(),
         _ => parts.insert(0, ContentPart::Text { text: "Error:".into() }),
     }
-}
-
-/// A document a tool returned (Claude Code's `Read` of a PDF), as text: a text document's text;
-/// for a PDF or a file, which only Anthropic reads, a line saying it was left out, so the model
-/// knows it did not see it (an error here would fail every later turn of the conversation).
-fn result_document(source: &Value) -> String {
-    document_text(source).unwrap_or_else(|| {
-        let kind = source["media_type"].as_str().or(source["type"].as_str()).unwrap_or("file");
-        format!("[document ({kind}) left out: only an Anthropic upstream reads PDF and file documents]")
-    })
-}
-
-/// A search result as text for an upstream without search results: its title and source, then
-/// its texts (the citations only Anthropic makes are lost).
-fn search_result(source: &str, title: &str, content: Vec<TextBlockIn>) -> String {
-    let texts: Vec<String> = content.into_iter().map(|b| b.text).collect();
-    format!("Search result: {title}\nSource: {source}\n{}", texts.join("\n"))
-}
-
-fn image_part(source: ImageSourceIn) -> ContentPart {
-    let url = match source {
-        ImageSourceIn::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
-        ImageSourceIn::Url { url } => url,
-    };
-    ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } }
-}
-
-/// One Anthropic turn as canonical messages: a user turn's tool results become tool messages
-/// (first, as they answer the turn before), its other blocks one user message; an assistant
-/// turn's tool_use blocks become its tool calls.
-fn push_turn(out: &mut Vec<Message>, loaded: &mut Vec<String>, i: usize, m: MessageIn) -> Result<(), Error> {
-    let blocks = match m.content {
-        ContentIn::Text(t) => {
-            let role = match m.role {
-                RoleIn::User => Role::User,
-                RoleIn::Assistant => Role::Assistant,
-                RoleIn::System => Role::System,
-            };
-            out.push(Message::text(role, t));
-            return Ok(());
-        }
-        ContentIn::Blocks(b) => b,
-    };
-    let mut parts = Vec::new();
-    let mut calls = Vec::new();
-    for (j, b) in blocks.into_iter().enumerate() {
-        match b {
-            BlockIn::Text { text, .. } => parts.push(ContentPart::Text { text: text.into() }),
-            BlockIn::Image { source, .. } => parts.push(image_part(source)),
-            BlockIn::Document { source, .. } => match document_text(&source) {
-                Some(text) => parts.push(ContentPart::Text { text: text.into() }),
-                None => {
-                    return Err(Error::invalid_param(
-                        format!("messages[{i}].content[{j}].source"),
-                        "PDF and file documents need an Anthropic upstream (text documents are sent as text)",
-                    ))
-                }
-            },
-            BlockIn::ToolUse { id, name, input, .. } => calls.push(ToolCall {
-                id,
-                kind: ToolKind::Function,
-                function: FunctionCall { name, arguments: input.to_string() },
-            }),
-            BlockIn::SearchResult { source, title, content, .. } => {
-                parts.push(ContentPart::Text { text: search_result(&source, &title, content).into() });
-            }
-            BlockIn::ToolResult { tool_use_id, content, is_error, .. } => {
-                out.push(Message {
-                    tool_call_id: Some(tool_use_id),
-                    content: Some(result_content(content, is_error, loaded)),
-                    ..Message::new(Role::Tool)
-                });
-            }
-            // Reasoning of earlier turns only Anthropic verifies and reads back.
-            BlockIn::Thinking { .. } | BlockIn::RedactedThinking { .. } => {}
-            BlockIn::ToolReference { .. } => {
-                return Err(Error::invalid_param(
-                    format!("messages[{i}].content[{j}]"),
-                    "a tool_reference block belongs inside a tool_result",
-                ))
-            }
-        }
-    }
-    let role = match m.role {
-        RoleIn::User => Role::User,
-        RoleIn::Assistant => Role::Assistant,
-        RoleIn::System => Role::System,
-    };
-    if !parts.is_empty() || !calls.is_empty() {
-        let content = match parts.len() {
-            0 => None,
-            1 if matches!(parts[0], ContentPart::Text { .. }) => match parts.pop() {
-                Some(ContentPart::Text { text }) => Some(Content::Text(text)),
-                _ => None,
-            },
-            _ => Some(Content::Parts(parts)),
-        };
-        out.push(Message { content, tool_calls: (!calls.is_empty()).then_some(calls), ..Message::new(role) });
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1390,8 +1070,8 @@ mod tests {
             let body = json!({ "model": "m", "max_tokens": 10, "messages": [{ "role": "user", "content": [
                 { "type": "document", "source": source, "title": "notes", "citations": { "enabled": true } },
                 { "type": "text", "text": "Summarize." } ] }] });
-            let r = decode_messages(body.to_string().as_bytes(), ax_protocol::config::ParamsMode::Strict)?;
-            to_canonical(r, false)
+            let body = Bytes::from(body.to_string());
+            decode_canonical(&body, ax_protocol::config::ParamsMode::Strict, false).map(|(req, _)| req)
         };
         for source in [
             json!({ "type": "text", "media_type": "text/plain", "data": "Ax is a gateway." }),

@@ -3,7 +3,6 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use super::text::{from_json_text, FromJsonText};
 use super::*;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::Serializer;
@@ -86,16 +85,6 @@ impl Content {
             Self::Parts(_) => TextOut::Plain(self.text()),
         }
     }
-
-    /// The content a JSON value holds, given its JSON text as a parser checked it: a string kept
-    /// as written, or an array of parts decoded.
-    pub(crate) fn from_json(json: &str, escaped: bool) -> Result<Self, String> {
-        match json.as_bytes().first() {
-            Some(b'"') => Text::from_literal(json, escaped).map(Content::Text),
-            Some(b'[') => sonic_rs::from_str(json).map(Content::Parts).map_err(|e| e.to_string()),
-            _ => Err("invalid type: expected a string or an array of content parts".to_owned()),
-        }
-    }
 }
 
 impl Serialize for Content {
@@ -107,19 +96,15 @@ impl Serialize for Content {
     }
 }
 
-impl FromJsonText for Content {
-    const EXPECTING: &'static str = "a string or an array of content parts";
-
-    fn from_json_text(json: &str, escaped: bool) -> Result<Self, String> {
-        Content::from_json(json, escaped)
-    }
-
-    fn decoded<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+/// A string or content parts, decoded (the oracles' and the tests' serde reads; the walks keep
+/// texts as the caller's literals).
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Decoded;
         impl<'de> Visitor<'de> for Decoded {
             type Value = Content;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(Content::EXPECTING)
+                f.write_str("a string or an array of content parts")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Content, E> {
                 Ok(Content::Text(Text::new(v)))
@@ -133,12 +118,6 @@ impl FromJsonText for Content {
             }
         }
         d.deserialize_any(Decoded)
-    }
-}
-
-impl<'de> Deserialize<'de> for Content {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        from_json_text(d)
     }
 }
 

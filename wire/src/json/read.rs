@@ -89,3 +89,57 @@ impl<'de> serde::Deserialize<'de> for IsError {
         d.deserialize_any(V)
     }
 }
+
+/// Whether a `\u` escape in `json` (a checked JSON text) is a surrogate without its pair.
+pub fn lone_surrogate(json: &[u8]) -> bool {
+    let hex = |at: usize| {
+        json.get(at..at + 4).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u16::from_str_radix(h, 16).ok())
+    };
+    let mut at = 0;
+    // Backslashes come in runs: pairs are escaped backslashes, an odd one starts an escape.
+    while let Some(i) = json.get(at..).and_then(|rest| memchr::memchr(b'\\', rest)) {
+        let i = at + i;
+        let run = json[i..].iter().take_while(|&&b| b == b'\\').count();
+        if run % 2 == 0 {
+            at = i + run;
+            continue;
+        }
+        let escape = i + run - 1;
+        if json.get(escape + 1) != Some(&b'u') {
+            at = escape + 2;
+            continue;
+        }
+        match hex(escape + 2) {
+            Some(0xD800..=0xDBFF) => {
+                let low = json.get(escape + 6..escape + 8) == Some(b"\\u")
+                    && matches!(hex(escape + 8), Some(0xDC00..=0xDFFF));
+                if !low {
+                    return true;
+                }
+                at = escape + 12;
+            }
+            Some(0xDC00..=0xDFFF) | None => return true,
+            Some(_) => at = escape + 6,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A lone surrogate is found where serde_json finds one, and nowhere else.
+        #[test]
+        fn lone_surrogates_are_what_serde_json_refuses(tokens in proptest::collection::vec(prop_oneof![
+            Just("x"), Just(r"\\"), Just(r"\n"), Just(r"\u0041"), Just(r"\ud83d"), Just(r"\ude00"),
+            Just(r"\ud83d\ude00"), Just("u"), Just("d800"),
+        ], 0..8)) {
+            let literal = format!("\"{}\"", tokens.concat());
+            let lone = lone_surrogate(literal.as_bytes());
+            prop_assert_eq!(lone, serde_json::from_str::<String>(&literal).is_err(), "{}", literal);
+        }
+    }
+}

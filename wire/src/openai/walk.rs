@@ -223,7 +223,7 @@ impl Walk<'_> {
             return Err(wrong_type(path, "a string"));
         }
         let (span, escaped) = s.checked_string().map_err(|e| bad_literal(path, &e, self.body))?;
-        Text::from_literal_in(self.body, &self.text[span], escaped).map_err(|_| bad_string(path))
+        Text::from_literal(self.body, &self.text[span], escaped).map_err(|_| bad_string(path))
     }
 
     /// An optional string (`name`, `tool_call_id`, `refusal`, a part's `type`), decoded.

@@ -238,6 +238,11 @@ pub fn decode(body: &Bytes, mode: ax_protocol::config::ParamsMode) -> Result<Res
                     return Err(Error::InvalidJson("duplicate field `input`".into()).into());
                 }
                 let span = s.value()?;
+                // Kept with the stored response and read again with the next turn, where a field
+                // the walk passes over is not read: refused here, as a parser refuses it.
+                if crate::json::read::lone_surrogate(&body[span.clone()]) {
+                    return Err(Error::InvalidJson("input: a \\u escape is a lone surrogate".into()).into());
+                }
                 input = Some((&body[span.clone()] != b"null").then(|| body.slice(span)));
                 return Ok(());
             }

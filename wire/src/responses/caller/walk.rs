@@ -270,7 +270,7 @@ impl Walk<'_> {
 
     /// The string at `span` as a `Text`, kept as the caller's literal, a slice of the body.
     fn text_at(&self, span: Span, at: &str) -> Result<Text, Fault> {
-        Text::from_literal_in(self.json, &self.text[span.range], span.escaped).map_err(|_| bad_string(at))
+        Text::from_literal(self.json, &self.text[span.range], span.escaped).map_err(|_| bad_string(at))
     }
 }
 
@@ -460,6 +460,23 @@ mod tests {
         let pairs = r#"[{"role":"user","content":"\ud83d\ude00 \\ud800 \\\ud83d\ude00","id":"\\ud800"}]"#;
         let read = walked(pairs).expect("a pair, or an escaped backslash and a u, is no lone surrogate");
         assert_eq!(Ok(read), by_value(pairs));
+    }
+
+    /// A Responses `input` with a lone surrogate, even in a field no walk reads, is refused where
+    /// the body is decoded (it is kept and read again with the next turn); a pair, or an escaped
+    /// backslash before a `u`, is not one.
+    #[test]
+    fn an_input_holds_no_lone_surrogate() {
+        use ax_protocol::config::ParamsMode;
+        let body = |input: &str| Bytes::from(format!(r#"{{"model":"m","input":{input}}}"#));
+        for refused in [
+            r#"[{"type":"reasoning","summary":"lone \ud800 in a field the walk skips"}]"#,
+            r#"[{"type":"reasoning","summary":"\udc00"}]"#,
+        ] {
+            assert!(super::super::decode(&body(refused), ParamsMode::Strict).is_err(), "{refused}");
+        }
+        let pairs = r#"[{"content":"\ud83d\ude00 \\ud800 \\\ud83d\ude00","id":"\\ud800","role":"user"}]"#;
+        assert!(super::super::decode(&body(pairs), ParamsMode::Strict).is_ok());
     }
 
     /// Each fault is told as the oracle tells it: the item and the field at fault.
