@@ -57,6 +57,63 @@ pub fn bad_literal(path: &str, e: &SkimError, body: &[u8]) -> Fault {
     at(path, where_in(e, body))
 }
 
+/// Where a value is in a body, written out only for an error: `messages[3].content[1]` (and, for
+/// an unknown field, `messages.3.content.1`). A walk passes one down by reference as it goes; no
+/// path is formatted while a body is read without fault.
+#[derive(Clone, Copy)]
+pub enum At<'a> {
+    /// A member of the body (`messages`), or a name of its own (`input`).
+    Root(&'a str),
+    Index(&'a At<'a>, usize),
+    Key(&'a At<'a>, &'a str),
+}
+
+impl<'a> At<'a> {
+    pub fn index(&'a self, i: usize) -> At<'a> {
+        At::Index(self, i)
+    }
+
+    pub fn key(&'a self, key: &'a str) -> At<'a> {
+        At::Key(self, key)
+    }
+
+    /// `messages[3].content[1].type`.
+    pub fn path(&self) -> String {
+        let mut out = String::new();
+        self.write(&mut out, false);
+        out
+    }
+
+    /// `messages.3.content.1.type`: an unknown field's path, as the parameter mode names it.
+    pub fn dotted(&self) -> String {
+        let mut out = String::new();
+        self.write(&mut out, true);
+        out
+    }
+
+    fn write(&self, out: &mut String, dotted: bool) {
+        use std::fmt::Write;
+        match self {
+            At::Root(name) => out.push_str(name),
+            At::Index(parent, i) => {
+                parent.write(out, dotted);
+                let _ = if dotted { write!(out, ".{i}") } else { write!(out, "[{i}]") };
+            }
+            At::Key(parent, key) => {
+                parent.write(out, dotted);
+                out.push('.');
+                out.push_str(key);
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.path())
+    }
+}
+
 /// `path: message`, as the body's error (`invalid_json`).
 pub fn at(path: &str, message: impl std::fmt::Display) -> Fault {
     Fault::Field(Error::InvalidJson(format!("{path}: {message}")))
@@ -89,19 +146,22 @@ pub fn bad_key(path: &str) -> Fault {
     at(path, "a key is not valid JSON text")
 }
 
-/// One value decoded by serde from its own JSON text, at `path` (its error names the field within
-/// it), the fields its type does not name collected under `dotted` (`messages.3.tool_calls`).
-pub fn value<T: DeserializeOwned>(json: &str, path: &str, dotted: &str, unknown: &mut Vec<String>) -> Result<T, Fault> {
+/// One value decoded by serde from its own JSON text, at `at` (its error names the field within
+/// it), the fields its type does not name collected under its dotted path.
+pub fn value<T: DeserializeOwned>(json: &str, at: &At<'_>, unknown: &mut Vec<String>) -> Result<T, Fault> {
     match super::decode::collecting::<T>(json.as_bytes()) {
         Ok((v, found)) => {
-            unknown.extend(found.into_iter().map(|f| format!("{dotted}.{f}")));
+            if !found.is_empty() {
+                let dotted = at.dotted();
+                unknown.extend(found.into_iter().map(|f| format!("{dotted}.{f}")));
+            }
             Ok(v)
         }
         Err(_) => {
             let (inner, message) = super::decode::explain_at::<T>(json.as_bytes());
             let inner =
                 if inner.is_empty() || inner == "." || inner.starts_with('[') { inner } else { format!(".{inner}") };
-            Err(at(&format!("{path}{inner}"), message))
+            Err(self::at(&format!("{}{inner}", at.path()), message))
         }
     }
 }
@@ -109,6 +169,19 @@ pub fn value<T: DeserializeOwned>(json: &str, path: &str, dotted: &str, unknown:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_is_written_out_both_ways() {
+        let root = At::Root("messages");
+        let (three, content) = (root.index(3), At::Root("x"));
+        let part = three.key("content");
+        let one = part.index(1);
+        assert_eq!(
+            (one.path(), one.dotted()),
+            ("messages[3].content[1]".to_owned(), "messages.3.content.1".to_owned())
+        );
+        assert_eq!(content.key("type").path(), "x.type");
+    }
 
     #[test]
     fn a_syntax_fault_is_told_by_line_and_column() {
@@ -125,11 +198,12 @@ mod tests {
             _id: String,
         }
         let mut unknown = Vec::new();
-        let v: Vec<Call> = value(r#"[{"id":"a","x":1}]"#, "m[0].calls", "m.0.calls", &mut unknown).unwrap();
+        let root = At::Root("m");
+        let first = root.index(0);
+        let at = first.key("calls");
+        let v: Vec<Call> = value(r#"[{"id":"a","x":1}]"#, &at, &mut unknown).unwrap();
         assert_eq!((v.len(), unknown), (1, vec!["m.0.calls.0.x".to_owned()]));
-        let Err(Fault::Field(Error::InvalidJson(m))) =
-            value::<Vec<Call>>(r#"[{"id":5}]"#, "m[0].calls", "m", &mut Vec::new())
-        else {
+        let Err(Fault::Field(Error::InvalidJson(m))) = value::<Vec<Call>>(r#"[{"id":5}]"#, &at, &mut Vec::new()) else {
             panic!("a fault")
         };
         assert!(m.starts_with("m[0].calls[0].id: invalid type"), "{m}");

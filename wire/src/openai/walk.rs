@@ -15,9 +15,9 @@ use ax_protocol::config::ParamsMode;
 use bytes::Bytes;
 
 use crate::canonical::{ChatRequest, Content, ContentPart, ImageUrl, Message, Role, Text, ToolCall};
-use crate::json::skim::{key_text, string_text, Skim};
+use crate::json::skim::{key_bytes, key_text, string_text, Skim};
 use crate::json::walk::{
-    self, bad_key, bad_literal, bad_string, duplicate, missing, unknown_variant, wrong_type, Fault,
+    self, bad_key, bad_literal, bad_string, duplicate, missing, unknown_variant, wrong_type, At, Fault,
 };
 use crate::Error;
 
@@ -77,85 +77,85 @@ impl Walk<'_> {
             return Err(wrong_type("messages", "an array of messages"));
         }
         let mut out = Vec::new();
+        let messages = At::Root("messages");
         s.array(|s| {
-            let m = self.message(s, out.len())?;
+            let m = self.message(s, &messages.index(out.len()))?;
             out.push(m);
             Ok::<(), Fault>(())
         })?;
         Ok(out)
     }
 
-    fn message(&mut self, s: &mut Skim<'_>, i: usize) -> Result<Message, Fault> {
-        let path = || format!("messages[{i}]");
+    fn message(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Message, Fault> {
         if s.next_byte() != Some(b'{') {
-            return Err(wrong_type(&path(), "a message object"));
+            return Err(wrong_type(&at.path(), "a message object"));
         }
         let mut role = None;
         let mut m = Message::new(Role::User);
         let mut seen = 0u8;
         s.object(|k, escaped, s| {
-            let key = key_text(k, escaped).ok_or_else(|| bad_key(&path()))?;
-            let bit = match &*key {
-                "role" => 1,
-                "content" => 2,
-                "name" => 4,
-                "tool_call_id" => 8,
-                "refusal" => 16,
-                "tool_calls" => 32,
+            let key = key_bytes(k, escaped).ok_or_else(|| bad_key(&at.path()))?;
+            let (bit, name) = match &*key {
+                b"role" => (1, "role"),
+                b"content" => (2, "content"),
+                b"name" => (4, "name"),
+                b"tool_call_id" => (8, "tool_call_id"),
+                b"refusal" => (16, "refusal"),
+                b"tool_calls" => (32, "tool_calls"),
                 _ => {
-                    self.unknown.push(format!("messages.{i}.{key}"));
+                    let key = key_text(k, escaped).ok_or_else(|| bad_key(&at.path()))?;
+                    self.unknown.push(at.key(&key).dotted());
                     s.value()?;
                     return Ok(());
                 }
             };
             if seen & bit != 0 {
-                return Err(duplicate(&path(), &key));
+                return Err(duplicate(&at.path(), name));
             }
             seen |= bit;
-            let at = || format!("messages[{i}].{key}");
+            let here = at.key(name);
             match bit {
-                1 => role = Some(self.role(s, &at())?),
-                2 => m.content = self.content(s, i)?,
-                4 => m.name = self.string(s, &at())?,
-                8 => m.tool_call_id = self.string(s, &at())?,
-                16 => m.refusal = self.string(s, &at())?,
+                1 => role = Some(self.role(s, &here)?),
+                2 => m.content = self.content(s, &here)?,
+                4 => m.name = self.string(s, &here)?,
+                8 => m.tool_call_id = self.string(s, &here)?,
+                16 => m.refusal = self.string(s, &here)?,
                 _ => {
                     m.tool_calls = if s.null() {
                         None
                     } else {
                         let span = s.value()?;
-                        let dotted = format!("messages.{i}.tool_calls");
-                        Some(walk::value::<Vec<ToolCall>>(&self.text[span], &at(), &dotted, &mut self.unknown)?)
+                        Some(walk::value::<Vec<ToolCall>>(&self.text[span], &here, &mut self.unknown)?)
                     }
                 }
             }
             Ok(())
         })?;
-        m.role = role.ok_or_else(|| missing(&path(), "role"))?;
+        m.role = role.ok_or_else(|| missing(&at.path(), "role"))?;
         Ok(m)
     }
 
-    fn role(&self, s: &mut Skim<'_>, path: &str) -> Result<Role, Fault> {
+    fn role(&self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Role, Fault> {
         if s.next_byte() != Some(b'"') {
             s.value()?;
-            return Err(wrong_type(path, "a role"));
+            return Err(wrong_type(&at.path(), "a role"));
         }
-        let (span, escaped) = s.checked_string().map_err(|e| bad_literal(path, &e, self.body))?;
-        let name = string_text(&self.text[span], escaped).ok_or_else(|| bad_string(path))?;
-        Role::named(name.as_bytes()).ok_or_else(|| unknown_variant(path, &name, &ROLES))
+        let (span, escaped) = s.checked_string().map_err(|e| bad_literal(&at.path(), &e, self.body))?;
+        let name = string_text(&self.text[span], escaped).ok_or_else(|| bad_string(&at.path()))?;
+        Role::named(name.as_bytes()).ok_or_else(|| unknown_variant(&at.path(), &name, &ROLES))
     }
 
     /// A message's content: `null`, a string kept as the caller's literal, or parts.
-    fn content(&mut self, s: &mut Skim<'_>, i: usize) -> Result<Option<Content>, Fault> {
+    fn content(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Option<Content>, Fault> {
         if s.null() {
             return Ok(None);
         }
         match s.next_byte() {
-            Some(b'"') => Ok(Some(Content::Text(self.text_of(s, &format!("messages[{i}].content"))?))),
+            Some(b'"') => Ok(Some(Content::Text(self.text_of(s, at)?))),
             Some(b'[') => {
                 let mut parts = Vec::new();
                 s.array(|s| {
-                    let p = self.part(s, i, parts.len())?;
+                    let p = self.part(s, &at.index(parts.len()))?;
                     parts.push(p);
                     Ok::<(), Fault>(())
                 })?;
@@ -163,7 +163,7 @@ impl Walk<'_> {
             }
             _ => {
                 s.value()?;
-                Err(wrong_type(&format!("messages[{i}].content"), "a string or an array of content parts"))
+                Err(wrong_type(&at.path(), "a string or an array of content parts"))
             }
         }
     }
@@ -171,72 +171,70 @@ impl Walk<'_> {
     /// One content part: `{"type":"text","text":…}` or `{"type":"image_url","image_url":{url, detail}}`.
     /// A field of the other kind, or one neither names (a `cache_control` some clients add for
     /// Anthropic), is passed over, as OpenAI does.
-    fn part(&mut self, s: &mut Skim<'_>, i: usize, j: usize) -> Result<ContentPart, Fault> {
-        let path = format!("messages[{i}].content[{j}]");
+    fn part(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<ContentPart, Fault> {
         if s.next_byte() != Some(b'{') {
             s.value()?;
-            return Err(wrong_type(&path, "a content part object"));
+            return Err(wrong_type(&at.path(), "a content part object"));
         }
         let (mut kind, mut text, mut image) = (None::<String>, None::<Text>, None::<ImageUrl>);
         let mut seen = 0u8;
         s.object(|k, escaped, s| {
-            let key = key_text(k, escaped).ok_or_else(|| bad_key(&path))?;
-            let bit = match &*key {
-                "type" => 1,
-                "text" => 2,
-                "image_url" => 4,
+            let key = key_bytes(k, escaped).ok_or_else(|| bad_key(&at.path()))?;
+            let (bit, name) = match &*key {
+                b"type" => (1, "type"),
+                b"text" => (2, "text"),
+                b"image_url" => (4, "image_url"),
                 _ => {
                     s.value()?;
                     return Ok(());
                 }
             };
             if seen & bit != 0 {
-                return Err(duplicate(&path, &key));
+                return Err(duplicate(&at.path(), name));
             }
             seen |= bit;
-            let at = format!("{path}.{key}");
+            let here = at.key(name);
             match bit {
-                1 => kind = self.string(s, &at)?,
-                2 => text = Some(self.text_of(s, &at)?),
+                1 => kind = self.string(s, &here)?,
+                2 => text = Some(self.text_of(s, &here)?),
                 _ => {
                     let span = s.value()?;
-                    let dotted = format!("messages.{i}.content.{j}.image_url");
-                    image = Some(walk::value::<ImageUrl>(&self.text[span], &at, &dotted, &mut self.unknown)?);
+                    image = Some(walk::value::<ImageUrl>(&self.text[span], &here, &mut self.unknown)?);
                 }
             }
             Ok(())
         })?;
         match kind.as_deref() {
-            Some("text") => Ok(ContentPart::Text { text: text.ok_or_else(|| missing(&path, "text"))? }),
+            Some("text") => Ok(ContentPart::Text { text: text.ok_or_else(|| missing(&at.path(), "text"))? }),
             Some("image_url") => {
-                Ok(ContentPart::ImageUrl { image_url: image.ok_or_else(|| missing(&path, "image_url"))? })
+                Ok(ContentPart::ImageUrl { image_url: image.ok_or_else(|| missing(&at.path(), "image_url"))? })
             }
-            Some(other) => Err(unknown_variant(&format!("{path}.type"), other, &["text", "image_url"])),
-            None => Err(missing(&path, "type")),
+            Some(other) => Err(unknown_variant(&at.key("type").path(), other, &["text", "image_url"])),
+            None => Err(missing(&at.path(), "type")),
         }
     }
 
     /// A string kept as the caller's literal, a slice of the body.
-    fn text_of(&self, s: &mut Skim<'_>, path: &str) -> Result<Text, Fault> {
+    fn text_of(&self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Text, Fault> {
         if s.next_byte() != Some(b'"') {
             s.value()?;
-            return Err(wrong_type(path, "a string"));
+            return Err(wrong_type(&at.path(), "a string"));
         }
-        let (span, escaped) = s.checked_string().map_err(|e| bad_literal(path, &e, self.body))?;
-        Text::from_literal(self.body, &self.text[span], escaped).map_err(|_| bad_string(path))
+        let (span, escaped) = s.checked_string().map_err(|e| bad_literal(&at.path(), &e, self.body))?;
+        Text::from_literal(self.body, &self.text[span], escaped).map_err(|_| bad_string(&at.path()))
     }
 
     /// An optional string (`name`, `tool_call_id`, `refusal`, a part's `type`), decoded.
-    fn string(&self, s: &mut Skim<'_>, path: &str) -> Result<Option<String>, Fault> {
+    fn string(&self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Option<String>, Fault> {
         if s.null() {
             return Ok(None);
         }
         if s.next_byte() != Some(b'"') {
             s.value()?;
-            return Err(wrong_type(path, "a string"));
+            return Err(wrong_type(&at.path(), "a string"));
         }
-        let (span, escaped) = s.checked_string().map_err(|e| bad_literal(path, &e, self.body))?;
-        string_text(&self.text[span], escaped).map(|t| Some(t.into_owned())).ok_or_else(|| bad_string(path))
+        let (span, escaped) = s.checked_string().map_err(|e| bad_literal(&at.path(), &e, self.body))?;
+        string_text(&self.text[span], escaped).map(|t| Some(t.into_owned())).ok_or_else(|| bad_string(&at.path()))
     }
 }
 

@@ -15,16 +15,18 @@
 //! the keys a block's type does not name are unknown fields for the parameter mode
 //! (`messages.0.content.1.cache_contrl`), as are a turn's.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use bytes::Bytes;
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use crate::canonical::{Content, ContentPart, FunctionCall, ImageUrl, Message, Role, Text, ToolCall, ToolKind};
 use crate::json::decode::Known;
 use crate::json::skim::{key_text, string_text, Skim};
 use crate::json::walk::{
-    self, bad_key, bad_literal, bad_string, duplicate, missing, unknown_variant, wrong_type, Fault,
+    self, bad_key, bad_literal, bad_string, duplicate, missing, unknown_variant, wrong_type, At, Fault,
 };
 use crate::Error;
 
@@ -93,6 +95,10 @@ struct Span {
     escaped: bool,
 }
 
+/// An object's members: each key (borrowed from the body unless it holds escapes) and its
+/// value's span, in order. On the stack for the keys a block has.
+type Members<'b> = SmallVec<[(Cow<'b, str>, Span); 8]>;
+
 /// What a turn's `content` holds, before its role is known (keys come in any order).
 enum Said {
     Text(Text),
@@ -144,6 +150,23 @@ fn block_keys(kind: &str) -> &'static [&'static str] {
     }
 }
 
+/// The keys a type names that the walk checks and passes over (`title` is read only in a search
+/// result).
+fn passed_over(key: &str, kind: &str) -> bool {
+    matches!(
+        key,
+        "cache_control"
+            | "citations"
+            | "caller"
+            | "toolset_name"
+            | "transformations"
+            | "context"
+            | "thinking"
+            | "signature"
+            | "data"
+    ) || (key == "title" && kind == "document")
+}
+
 struct Walk<'b, 'u> {
     body: &'b Bytes,
     text: &'b str,
@@ -151,11 +174,11 @@ struct Walk<'b, 'u> {
     out: Walked,
 }
 
-impl Walk<'_, '_> {
+impl<'b> Walk<'b, '_> {
     /// Skips the value at the cursor (a string checked as JSON has it): its span.
-    fn span_of(&self, s: &mut Skim<'_>, at: &str) -> Result<Span, Fault> {
+    fn span_of(&self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Span, Fault> {
         if s.next_byte() == Some(b'"') {
-            let (range, escaped) = s.checked_string().map_err(|e| bad_literal(at, &e, self.body))?;
+            let (range, escaped) = s.checked_string().map_err(|e| bad_literal(&at.path(), &e, self.body))?;
             return Ok(Span { range, escaped });
         }
         Ok(Span { range: s.value()?, escaped: false })
@@ -165,42 +188,46 @@ impl Walk<'_, '_> {
         self.text.as_bytes()[span.range.start] == b'"'
     }
 
-    /// The string at `span`, decoded.
-    fn string(&self, span: &Span, at: &str) -> Result<String, Fault> {
+    /// The string at `span`, decoded (borrowed from the body when it has no escapes).
+    fn str_at(&self, span: &Span, at: &At<'_>) -> Result<Cow<'b, str>, Fault> {
         if !self.is_string(span) {
-            return Err(wrong_type(at, "a string"));
+            return Err(wrong_type(&at.path(), "a string"));
         }
-        string_text(&self.text[span.range.clone()], span.escaped).map(|t| t.into_owned()).ok_or_else(|| bad_string(at))
+        let text: &'b str = self.text;
+        string_text(&text[span.range.clone()], span.escaped).ok_or_else(|| bad_string(&at.path()))
+    }
+
+    fn string(&self, span: &Span, at: &At<'_>) -> Result<String, Fault> {
+        self.str_at(span, at).map(Cow::into_owned)
     }
 
     /// The string at `span`, kept as the caller's literal (a slice of the body).
-    fn literal(&self, span: &Span, at: &str) -> Result<Text, Fault> {
+    fn literal(&self, span: &Span, at: &At<'_>) -> Result<Text, Fault> {
         if !self.is_string(span) {
-            return Err(wrong_type(at, "a string"));
+            return Err(wrong_type(&at.path(), "a string"));
         }
-        Text::from_literal(self.body, &self.text[span.range.clone()], span.escaped).map_err(|_| bad_string(at))
+        Text::from_literal(self.body, &self.text[span.range.clone()], span.escaped).map_err(|_| bad_string(&at.path()))
     }
 
     /// A value ax names but does not read (`cache_control`, a thinking block's text): any JSON,
     /// checked as a parser checks it.
-    fn known(&self, span: &Span, at: &str) -> Result<(), Fault> {
+    fn known(&self, span: &Span, at: &At<'_>) -> Result<(), Fault> {
         if self.is_string(span) && !span.escaped {
             return Ok(());
         }
-        let mut unknown = Vec::new();
-        walk::value::<Known>(&self.text[span.range.clone()], at, at, &mut unknown).map(drop)
+        walk::value::<Known>(&self.text[span.range.clone()], at, &mut Vec::new()).map(drop)
     }
 
-    /// The members of the object at the cursor, each key with its value's span, in order.
-    fn members(&self, s: &mut Skim<'_>, at: &str, what: &str) -> Result<Vec<(String, Span)>, Fault> {
+    /// The members of the object at the cursor, in order.
+    fn members<'t>(&self, s: &mut Skim<'t>, at: &At<'_>, what: &str) -> Result<Members<'t>, Fault> {
         if s.next_byte() != Some(b'{') {
             s.value()?;
-            return Err(wrong_type(at, what));
+            return Err(wrong_type(&at.path(), what));
         }
-        let mut out: Vec<(String, Span)> = Vec::new();
+        let mut out = Members::new();
         s.object(|k, escaped, s| {
-            let key = key_text(k, escaped).ok_or_else(|| bad_key(at))?.into_owned();
-            let span = self.span_of(s, &format!("{at}.{key}"))?;
+            let key = key_text(k, escaped).ok_or_else(|| bad_key(&at.path()))?;
+            let span = self.span_of(s, &at.key(&key))?;
             out.push((key, span));
             Ok::<(), Fault>(())
         })?;
@@ -209,18 +236,19 @@ impl Walk<'_, '_> {
 
     /// `system`: a string, or text blocks joined by blank lines (`null`: none).
     fn system(&mut self, s: &mut Skim<'_>) -> Result<Option<Message>, Fault> {
+        let at = At::Root("system");
         if s.null() {
             return Ok(None);
         }
         let content = match s.next_byte() {
             Some(b'"') => {
-                let span = self.span_of(s, "system")?;
-                self.literal(&span, "system")?
+                let span = self.span_of(s, &at)?;
+                self.literal(&span, &at)?
             }
             Some(b'[') => {
                 let mut texts = Vec::new();
                 s.array(|s| {
-                    let t = self.system_block(s, texts.len())?;
+                    let t = self.text_block(s, &at.index(texts.len()))?;
                     texts.push(t);
                     Ok::<(), Fault>(())
                 })?;
@@ -234,18 +262,17 @@ impl Walk<'_, '_> {
         Ok(Some(Message { content: Some(Content::Text(content)), ..Message::new(Role::System) }))
     }
 
-    /// One of `system`'s text blocks: its text (empty when it has none). Its `type` is any value.
-    fn system_block(&mut self, s: &mut Skim<'_>, j: usize) -> Result<Text, Fault> {
-        let at = format!("system[{j}]");
+    /// A text block of `system` or of a search result: its text (empty when it has none). Its
+    /// `type` is any value.
+    fn text_block(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Text, Fault> {
         let mut text = None;
-        let members = self.members(s, &at, "a text block")?;
-        once(&members, &["text", "type", "cache_control", "citations"], &at)?;
-        for (key, span) in members {
-            let path = format!("{at}.{key}");
-            match key.as_str() {
-                "text" => text = Some(self.literal(&span, &path)?),
-                "type" | "cache_control" | "citations" => self.known(&span, &path)?,
-                _ => self.unknown.push(format!("system.{j}.{key}")),
+        let members = self.members(s, at, "a text block")?;
+        once(&members, &["text", "type", "cache_control", "citations"], at)?;
+        for (key, span) in &members {
+            match &**key {
+                "text" => text = Some(self.literal(span, &at.key(key))?),
+                "type" | "cache_control" | "citations" => self.known(span, &at.key(key))?,
+                _ => self.unknown.push(at.key(key).dotted()),
             }
         }
         Ok(text.unwrap_or_else(|| Text::new("")))
@@ -258,7 +285,7 @@ impl Walk<'_, '_> {
         }
         let mut i = 0;
         s.array(|s| {
-            self.turn(s, i)?;
+            self.turn(s, &At::Root("messages").index(i))?;
             i += 1;
             Ok::<(), Fault>(())
         })?;
@@ -267,64 +294,27 @@ impl Walk<'_, '_> {
 
     /// One turn: its tool results pushed as they come (tool messages), then its other blocks as
     /// one message of its role.
-    fn turn(&mut self, s: &mut Skim<'_>, i: usize) -> Result<(), Fault> {
-        let at = format!("messages[{i}]");
+    fn turn(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<(), Fault> {
         let (mut role, mut said) = (None, None);
-        let members = self.members(s, &at, "a message object")?;
-        once(&members, &["role", "content"], &at)?;
-        for (key, span) in members {
-            let path = format!("{at}.{key}");
-            match key.as_str() {
+        let members = self.members(s, at, "a message object")?;
+        once(&members, &["role", "content"], at)?;
+        for (key, span) in &members {
+            let here = at.key(key);
+            match &**key {
                 "role" => {
-                    role = Some(match self.string(&span, &path)?.as_str() {
+                    role = Some(match &*self.str_at(span, &here)? {
                         "user" => Role::User,
                         "assistant" => Role::Assistant,
                         "system" => Role::System,
-                        other => return Err(unknown_variant(&path, other, &["user", "assistant", "system"])),
+                        other => return Err(unknown_variant(&here.path(), other, &["user", "assistant", "system"])),
                     })
                 }
-                "content" => {
-                    said = Some(match self.text.as_bytes()[span.range.start] {
-                        b'"' => Said::Text(self.literal(&span, &path)?),
-                        b'[' => {
-                            let (mut parts, mut calls) = (Vec::new(), Vec::new());
-                            let mut j = 0;
-                            cursor(self.body, &span).array(|s| {
-                                let here = format!("{path}[{j}]");
-                                match self.block(s, &here, &format!("messages.{i}.content.{j}"))? {
-                                    Block::Text(t) => parts.push(ContentPart::Text { text: t }),
-                                    Block::Image(image) => parts.push(image),
-                                    Block::Call(c) => calls.push(c),
-                                    Block::Result(m) => self.out.turns.push(m),
-                                    Block::Document(Some(text), _) => parts.push(ContentPart::Text { text: text.into() }),
-                                    Block::Document(None, _) => {
-                                        return Err(Fault::Field(Error::invalid_param(
-                                            format!("{here}.source"),
-                                            "PDF and file documents need an Anthropic upstream (text documents are sent as text)",
-                                        )))
-                                    }
-                                    Block::Search(text) => parts.push(ContentPart::Text { text: text.into() }),
-                                    Block::Reference(_) => {
-                                        return Err(Fault::Field(Error::invalid_param(
-                                            here,
-                                            "a tool_reference block belongs inside a tool_result",
-                                        )))
-                                    }
-                                    Block::Thinking => {}
-                                }
-                                j += 1;
-                                Ok::<(), Fault>(())
-                            })?;
-                            Said::Blocks { parts, calls }
-                        }
-                        _ => return Err(wrong_type(&path, "a string or an array of content blocks")),
-                    })
-                }
-                _ => self.unknown.push(format!("messages.{i}.{key}")),
+                "content" => said = Some(self.said(span, &here)?),
+                _ => self.unknown.push(here.dotted()),
             }
         }
-        let role = role.ok_or_else(|| missing(&at, "role"))?;
-        match said.ok_or_else(|| missing(&at, "content"))? {
+        let role = role.ok_or_else(|| missing(&at.path(), "role"))?;
+        match said.ok_or_else(|| missing(&at.path(), "content"))? {
             Said::Text(t) => self.out.turns.push(Message { content: Some(Content::Text(t)), ..Message::new(role) }),
             Said::Blocks { mut parts, calls } => {
                 if !parts.is_empty() || !calls.is_empty() {
@@ -344,58 +334,77 @@ impl Walk<'_, '_> {
         Ok(())
     }
 
-    /// One content block at `at` (`dotted`: its path for an unknown key).
-    fn block(&mut self, s: &mut Skim<'_>, at: &str, dotted: &str) -> Result<Block, Fault> {
+    /// A turn's `content`: a string, or blocks (its tool results pushed as they come).
+    fn said(&mut self, span: &Span, at: &At<'_>) -> Result<Said, Fault> {
+        match self.text.as_bytes()[span.range.start] {
+            b'"' => Ok(Said::Text(self.literal(span, at)?)),
+            b'[' => {
+                let (mut parts, mut calls) = (Vec::new(), Vec::new());
+                let mut j = 0;
+                cursor(self.body, span).array(|s| {
+                    let here = at.index(j);
+                    match self.block(s, &here)? {
+                        Block::Text(t) => parts.push(ContentPart::Text { text: t }),
+                        Block::Image(image) => parts.push(image),
+                        Block::Call(c) => calls.push(c),
+                        Block::Result(m) => self.out.turns.push(m),
+                        Block::Document(Some(text), _) => parts.push(ContentPart::Text { text: text.into() }),
+                        Block::Document(None, _) => {
+                            return Err(Fault::Field(Error::invalid_param(
+                                here.key("source").path(),
+                                "PDF and file documents need an Anthropic upstream (text documents are sent as text)",
+                            )))
+                        }
+                        Block::Search(text) => parts.push(ContentPart::Text { text: text.into() }),
+                        Block::Reference(_) => {
+                            return Err(Fault::Field(Error::invalid_param(
+                                here.path(),
+                                "a tool_reference block belongs inside a tool_result",
+                            )))
+                        }
+                        Block::Thinking => {}
+                    }
+                    j += 1;
+                    Ok::<(), Fault>(())
+                })?;
+                Ok(Said::Blocks { parts, calls })
+            }
+            _ => Err(wrong_type(&at.path(), "a string or an array of content blocks")),
+        }
+    }
+
+    /// One content block at `at`.
+    fn block(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Block, Fault> {
         let members = self.members(s, at, "a content block")?;
         let kind = match members.iter().find(|(k, _)| k == "type") {
-            Some((_, span)) => self.string(span, &format!("{at}.type"))?,
-            None => return Err(missing(at, "type")),
+            Some((_, span)) => self.str_at(span, &at.key("type"))?,
+            None => return Err(missing(&at.path(), "type")),
         };
-        if !BLOCK_TYPES.contains(&kind.as_str()) {
-            return Err(unknown_variant(&format!("{at}.type"), &kind, &BLOCK_TYPES));
+        if !BLOCK_TYPES.contains(&&*kind) {
+            return Err(unknown_variant(&at.key("type").path(), &kind, &BLOCK_TYPES));
         }
         let names = block_keys(&kind);
         once(&members, names, at)?;
         once(&members, &["type"], at)?;
         let field = |name: &str| members.iter().find(|(k, _)| k == name).map(|(_, span)| span.clone());
-        let need = |name: &str| field(name).ok_or_else(|| missing(at, name));
+        let need = |name: &str| field(name).ok_or_else(|| missing(&at.path(), name));
         // The keys its type names but the walk does not read are checked; others are unknown.
         for (key, span) in &members {
             if key == "type" {
                 continue;
             }
-            if !names.contains(&key.as_str()) {
-                self.unknown.push(format!("{dotted}.{key}"));
-            } else if matches!(
-                key.as_str(),
-                "cache_control"
-                    | "citations"
-                    | "caller"
-                    | "toolset_name"
-                    | "transformations"
-                    | "context"
-                    | "thinking"
-                    | "signature"
-                    | "data"
-            ) || (key == "title" && kind == "document")
-            {
-                self.known(span, &format!("{at}.{key}"))?;
+            if !names.contains(&&**key) {
+                self.unknown.push(at.key(key).dotted());
+            } else if passed_over(key, &kind) {
+                self.known(span, &at.key(key))?;
             }
         }
-        let path = |name: &str| format!("{at}.{name}");
-        Ok(match kind.as_str() {
-            "text" => Block::Text(self.literal(&need("text")?, &path("text"))?),
-            "image" => {
-                Block::Image(ContentPart::ImageUrl { image_url: self.image_source(&need("source")?, at, dotted)? })
-            }
+        Ok(match &*kind {
+            "text" => Block::Text(self.literal(&need("text")?, &at.key("text"))?),
+            "image" => Block::Image(ContentPart::ImageUrl { image_url: self.image_source(&need("source")?, at)? }),
             "document" => {
                 let source = need("source")?;
-                let value: Value = walk::value(
-                    &self.text[source.range.clone()],
-                    &path("source"),
-                    &format!("{dotted}.source"),
-                    &mut Vec::new(),
-                )?;
+                let value: Value = walk::value(&self.text[source.range], &at.key("source"), &mut Vec::new())?;
                 let kind = value["media_type"].as_str().or(value["type"].as_str()).unwrap_or("file").to_owned();
                 Block::Document(document_text(&value), kind)
             }
@@ -403,76 +412,53 @@ impl Walk<'_, '_> {
                 // `input` as serde_json writes the value (`null` when there is none).
                 let arguments = match field("input") {
                     Some(span) => {
-                        let v: Value = walk::value(
-                            &self.text[span.range],
-                            &path("input"),
-                            &format!("{dotted}.input"),
-                            &mut Vec::new(),
-                        )?;
-                        v.to_string()
+                        walk::value::<Value>(&self.text[span.range], &at.key("input"), &mut Vec::new())?.to_string()
                     }
                     None => Value::Null.to_string(),
                 };
-                let id = self.string(&need("id")?, &path("id"))?;
-                let name = self.string(&need("name")?, &path("name"))?;
+                let id = self.string(&need("id")?, &at.key("id"))?;
+                let name = self.string(&need("name")?, &at.key("name"))?;
                 Block::Call(ToolCall { id, kind: ToolKind::Function, function: FunctionCall { name, arguments } })
             }
             "tool_result" => {
-                let id = self.string(&need("tool_use_id")?, &path("tool_use_id"))?;
+                let id = self.string(&need("tool_use_id")?, &at.key("tool_use_id"))?;
                 let is_error = match field("is_error") {
                     None => false,
                     Some(span) => match &self.text[span.range] {
                         "true" => true,
                         "false" => false,
-                        _ => return Err(wrong_type(&path("is_error"), "a boolean")),
+                        _ => return Err(wrong_type(&at.key("is_error").path(), "a boolean")),
                     },
                 };
-                let content =
-                    self.result_content(field("content"), &path("content"), &format!("{dotted}.content"), is_error)?;
+                let content = self.result_content(field("content"), &at.key("content"), is_error)?;
                 Block::Result(Message { content: Some(content), tool_call_id: Some(id), ..Message::new(Role::Tool) })
             }
             "search_result" => {
-                let source = self.string(&need("source")?, &path("source"))?;
-                let title = self.string(&need("title")?, &path("title"))?;
+                let source = self.str_at(&need("source")?, &at.key("source"))?;
+                let title = self.str_at(&need("title")?, &at.key("title"))?;
                 let content = need("content")?;
+                let within = at.key("content");
                 if self.text.as_bytes()[content.range.start] != b'[' {
-                    return Err(wrong_type(&path("content"), "an array of text blocks"));
+                    return Err(wrong_type(&within.path(), "an array of text blocks"));
                 }
                 let mut texts = Vec::new();
                 cursor(self.body, &content).array(|s| {
-                    let j = texts.len();
-                    let t =
-                        self.search_text(s, &format!("{}[{j}]", path("content")), &format!("{dotted}.content.{j}"))?;
+                    let t = self.text_block(s, &within.index(texts.len()))?;
                     texts.push(t);
                     Ok::<(), Fault>(())
                 })?;
+                let texts: Vec<Cow<'_, str>> = texts.iter().map(Text::as_str).collect();
                 Block::Search(format!("Search result: {title}\nSource: {source}\n{}", texts.join("\n")))
             }
-            "tool_reference" => Block::Reference(self.string(&need("tool_name")?, &path("tool_name"))?),
+            "tool_reference" => Block::Reference(self.string(&need("tool_name")?, &at.key("tool_name"))?),
             _ => Block::Thinking,
         })
-    }
-
-    /// One of a search result's text blocks: its text (empty when it has none).
-    fn search_text(&mut self, s: &mut Skim<'_>, at: &str, dotted: &str) -> Result<String, Fault> {
-        let mut text = String::new();
-        let members = self.members(s, at, "a text block")?;
-        once(&members, &["text", "type", "cache_control", "citations"], at)?;
-        for (key, span) in members {
-            let path = format!("{at}.{key}");
-            match key.as_str() {
-                "text" => text = self.string(&span, &path)?,
-                "type" | "cache_control" | "citations" => self.known(&span, &path)?,
-                _ => self.unknown.push(format!("{dotted}.{key}")),
-            }
-        }
-        Ok(text)
     }
 
     /// A tool result's content: a string as it is, its blocks' texts joined by lines (`null` or
     /// none: empty); with images, its texts and images in order as parts. An `is_error` result's
     /// text starts `Error: `.
-    fn result_content(&mut self, span: Option<Span>, at: &str, dotted: &str, is_error: bool) -> Result<Content, Fault> {
+    fn result_content(&mut self, span: Option<Span>, at: &At<'_>, is_error: bool) -> Result<Content, Fault> {
         let prefixed = |t: Text| if is_error { Text::from(format!("Error: {}", t.as_str())) } else { t };
         let span = match span {
             None => return Ok(Content::Text(prefixed(Text::new("")))),
@@ -484,13 +470,13 @@ impl Walk<'_, '_> {
         match self.text.as_bytes()[span.range.start] {
             b'"' => return Ok(Content::Text(prefixed(self.literal(&span, at)?))),
             b'[' => {}
-            _ => return Err(wrong_type(at, "a string or an array of content blocks")),
+            _ => return Err(wrong_type(&at.path(), "a string or an array of content blocks")),
         }
         // Each block it keeps, in order: a text or an image.
         let mut parts = Vec::new();
         let mut j = 0;
         cursor(self.body, &span).array(|s| {
-            match self.block(s, &format!("{at}[{j}]"), &format!("{dotted}.{j}"))? {
+            match self.block(s, &at.index(j))? {
                 Block::Text(t) => parts.push(ContentPart::Text { text: t }),
                 Block::Image(image) => parts.push(image),
                 Block::Reference(tool) => {
@@ -528,31 +514,31 @@ impl Walk<'_, '_> {
     }
 
     /// An image block's `source` as a URL: base64 data as a `data:` URL, or its `url`.
-    fn image_source(&mut self, span: &Span, at: &str, dotted: &str) -> Result<ImageUrl, Fault> {
-        let at = format!("{at}.source");
+    fn image_source(&mut self, span: &Span, block: &At<'_>) -> Result<ImageUrl, Fault> {
+        let at = block.key("source");
         let members = self.members(&mut cursor(self.body, span), &at, "an image source")?;
         let field = |name: &str| members.iter().find(|(k, _)| k == name).map(|(_, span)| span.clone());
         let kind = match field("type") {
-            Some(span) => self.string(&span, &format!("{at}.type"))?,
-            None => return Err(missing(&at, "type")),
+            Some(span) => self.str_at(&span, &at.key("type"))?,
+            None => return Err(missing(&at.path(), "type")),
         };
-        let names: &[&str] = match kind.as_str() {
+        let names: &[&str] = match &*kind {
             "base64" => &["media_type", "data"],
             "url" => &["url"],
-            other => return Err(unknown_variant(&format!("{at}.type"), other, &["base64", "url"])),
+            other => return Err(unknown_variant(&at.key("type").path(), other, &["base64", "url"])),
         };
         once(&members, names, &at)?;
         once(&members, &["type"], &at)?;
         for (key, _) in &members {
-            if key != "type" && !names.contains(&key.as_str()) {
-                self.unknown.push(format!("{dotted}.source.{key}"));
+            if key != "type" && !names.contains(&&**key) {
+                self.unknown.push(at.key(key).dotted());
             }
         }
         let string = |name: &str| match field(name) {
-            Some(span) => self.string(&span, &format!("{at}.{name}")),
-            None => Err(missing(&at, name)),
+            Some(span) => self.str_at(&span, &at.key(name)),
+            None => Err(missing(&at.path(), name)),
         };
-        let url = match kind.as_str() {
+        let url = match &*kind {
             "base64" => {
                 let (media_type, data) = (string("media_type")?, string("data")?);
                 let mut url = String::with_capacity(13 + media_type.len() + data.len());
@@ -562,7 +548,7 @@ impl Walk<'_, '_> {
                 url.push_str(&data);
                 url
             }
-            _ => string("url")?,
+            _ => string("url")?.into_owned(),
         };
         Ok(ImageUrl { url, detail: None })
     }
@@ -570,10 +556,10 @@ impl Walk<'_, '_> {
 
 /// Each of the keys `names` at most once (a duplicate of a key the type does not name is passed
 /// over, as serde passes over an unknown field).
-fn once(members: &[(String, Span)], names: &[&str], at: &str) -> Result<(), Fault> {
+fn once(members: &Members<'_>, names: &[&str], at: &At<'_>) -> Result<(), Fault> {
     for (i, (key, _)) in members.iter().enumerate() {
-        if names.contains(&key.as_str()) && members[..i].iter().any(|(k, _)| k == key) {
-            return Err(duplicate(at, key));
+        if names.contains(&&**key) && members[..i].iter().any(|(k, _)| k == key) {
+            return Err(duplicate(&at.path(), key));
         }
     }
     Ok(())

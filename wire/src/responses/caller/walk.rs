@@ -39,13 +39,15 @@ fn walk(json: &Bytes, at: &dyn Fn(usize) -> String) -> Result<Vec<Item>, Fault> 
     let mut s = Skim::new(json);
     let items = match s.next_byte() {
         Some(b'"') => {
-            let span = w.span_of(&mut s, "input")?;
-            vec![Item::Message(Role::User, Content::Text(w.text_at(span, "input")?))]
+            let input = || "input".to_owned();
+            let span = w.span_of(&mut s, &input)?;
+            vec![Item::Message(Role::User, Content::Text(w.text_at(span, &input)?))]
         }
         Some(b'[') => {
             let mut items = Vec::new();
             s.array(|s| {
-                let item = w.item(s, &at(items.len()))?;
+                let i = items.len();
+                let item = w.item(s, &|| at(i))?;
                 items.push(item);
                 Ok::<(), Fault>(())
             })?;
@@ -81,11 +83,17 @@ struct Fields {
     namespace: Option<Span>,
 }
 
-fn not_a_string(field: &str, at: &str) -> Fault {
+/// Where a value is, written out only for an error (no path is formatted while items are read
+/// without fault).
+type At<'a> = &'a dyn Fn() -> String;
+
+fn not_a_string(field: &str, at: At<'_>) -> Fault {
+    let at = at();
     Error::invalid_param(format!("{at}.{field}"), format!("{at}: '{field}' must be a string")).into()
 }
 
-fn needs_type(at: &str) -> Fault {
+fn needs_type(at: At<'_>) -> Fault {
+    let at = at();
     Error::invalid_param(format!("{at}.type"), format!("{at} needs a 'type'")).into()
 }
 
@@ -96,15 +104,15 @@ struct Walk<'j> {
 
 impl Walk<'_> {
     /// Skips the value at the cursor (a string checked as JSON has it): its span.
-    fn span_of(&self, s: &mut Skim<'_>, at: &str) -> Result<Span, Fault> {
+    fn span_of(&self, s: &mut Skim<'_>, at: At<'_>) -> Result<Span, Fault> {
         if s.next_byte() == Some(b'"') {
-            let (range, escaped) = s.checked_string().map_err(|e| bad_literal(at, &e, self.json))?;
+            let (range, escaped) = s.checked_string().map_err(|e| bad_literal(&at(), &e, self.json))?;
             return Ok(Span { range, escaped });
         }
         Ok(Span { range: s.value()?, escaped: false })
     }
 
-    fn item(&self, s: &mut Skim<'_>, at: &str) -> Result<Item, Fault> {
+    fn item(&self, s: &mut Skim<'_>, at: At<'_>) -> Result<Item, Fault> {
         if s.next_byte() != Some(b'{') {
             s.value()?;
             return Err(needs_type(at));
@@ -135,18 +143,20 @@ impl Walk<'_> {
                     Some("system") => Role::System,
                     Some("developer") => Role::Developer,
                     _ => {
+                        let at = at();
                         return Err(Error::invalid_param(
                             format!("{at}.role"),
                             format!("{at}: 'role' must be user, assistant, system or developer"),
                         )
-                        .into())
+                        .into());
                     }
                 };
-                let at = format!("{at}.content");
+                let at = || format!("{}.content", at());
                 let content = match f.content {
                     Some(c) if self.first(&c) == b'"' => Content::Text(self.text_at(c, &at)?),
                     Some(c) if self.first(&c) == b'[' => self.parts(c.range, &at)?,
                     _ => {
+                        let at = at();
                         let message = format!("{at} must be a string or an array of parts");
                         return Err(Error::invalid_param(&at, message).into());
                     }
@@ -164,15 +174,17 @@ impl Walk<'_> {
                 Ok(Item::Call(ToolCall { id, kind: ToolKind::Function, function: FunctionCall { name, arguments } }))
             }
             "function_call_output" => {
+                let output_at = || format!("{}.output", at());
                 let output = match f.output {
-                    Some(o) if self.first(&o) == b'"' => Content::Text(self.text_at(o, &format!("{at}.output"))?),
-                    Some(o) if self.first(&o) == b'[' => tool_output(self.parts(o.range, &format!("{at}.output"))?),
+                    Some(o) if self.first(&o) == b'"' => Content::Text(self.text_at(o, &output_at)?),
+                    Some(o) if self.first(&o) == b'[' => tool_output(self.parts(o.range, &output_at)?),
                     _ => {
+                        let at = at();
                         return Err(Error::invalid_param(
                             format!("{at}.output"),
                             format!("{at}: 'output' must be a string or parts"),
                         )
-                        .into())
+                        .into());
                     }
                 };
                 let call_id = self.string(&f.call_id, at)?.ok_or_else(|| not_a_string("call_id", at))?.into_owned();
@@ -180,13 +192,13 @@ impl Walk<'_> {
             }
             "reasoning" => Ok(Item::Reasoning),
             "item_reference" => Err(Error::invalid_param(
-                at,
+                at(),
                 "item references are not supported: send the item itself, or continue with previous_response_id",
             )
             .into()),
             "" => Err(needs_type(at)),
             other => Err(Error::invalid_param(
-                format!("{at}.type"),
+                format!("{}.type", at()),
                 format!("input items of type '{other}' need an OpenAI upstream"),
             )
             .into()),
@@ -194,12 +206,13 @@ impl Walk<'_> {
     }
 
     /// Content parts (`input_text`, `output_text`, `text`, `refusal`, `input_image`) at `span`.
-    fn parts(&self, span: Range<usize>, at: &str) -> Result<Content, Fault> {
+    fn parts(&self, span: Range<usize>, at: At<'_>) -> Result<Content, Fault> {
         // A cursor over the text up to the array's end, placed at the array: spans are the text's.
         let mut s = Skim::at(&self.json[..span.end], span.start);
         let mut out = Vec::new();
         s.array(|s| {
-            let at = format!("{at}[{}]", out.len());
+            let k = out.len();
+            let at = || format!("{}[{k}]", at());
             if s.next_byte() != Some(b'{') {
                 s.value()?;
                 return Err(needs_type(&at));
@@ -229,7 +242,7 @@ impl Walk<'_> {
                 Some("input_image") => {
                     let Some(url) = self.string(&url, &at)? else {
                         return Err(Error::invalid_param(
-                            at,
+                            at(),
                             "an input_image needs 'image_url' (uploaded files need an OpenAI upstream)",
                         )
                         .into());
@@ -239,7 +252,7 @@ impl Walk<'_> {
                 }
                 Some(other) => {
                     return Err(Error::invalid_param(
-                        format!("{at}.type"),
+                        format!("{}.type", at()),
                         format!("content parts of type '{other}' need an OpenAI upstream"),
                     )
                     .into())
@@ -262,15 +275,15 @@ impl Walk<'_> {
     }
 
     /// The string at `span`, decoded; `None` for no value or one that is not a string.
-    fn string(&self, span: &Option<Span>, at: &str) -> Result<Option<Cow<'_, str>>, Fault> {
+    fn string(&self, span: &Option<Span>, at: At<'_>) -> Result<Option<Cow<'_, str>>, Fault> {
         let Some(span) = span.as_ref().filter(|s| self.is_string(s)) else { return Ok(None) };
         let literal = &self.text[span.range.clone()];
-        string_text(literal, span.escaped).map(Some).ok_or_else(|| bad_string(at))
+        string_text(literal, span.escaped).map(Some).ok_or_else(|| bad_string(&at()))
     }
 
     /// The string at `span` as a `Text`, kept as the caller's literal, a slice of the body.
-    fn text_at(&self, span: Span, at: &str) -> Result<Text, Fault> {
-        Text::from_literal(self.json, &self.text[span.range], span.escaped).map_err(|_| bad_string(at))
+    fn text_at(&self, span: Span, at: At<'_>) -> Result<Text, Fault> {
+        Text::from_literal(self.json, &self.text[span.range], span.escaped).map_err(|_| bad_string(&at()))
     }
 }
 
