@@ -12,7 +12,6 @@ use ax_wire::openai::caller as openai;
 use ax_wire::responses::caller as responses;
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,9 +22,8 @@ use hyper::body::Incoming;
 
 use crate::body::{header_value, Body};
 use crate::error::{AxError, LimitKind};
-use crate::pipeline::{self, ops, ChatReply, Ended, ServedBy};
+use crate::pipeline::{self, codec, ops, ChatReply, Ended, Served};
 use crate::App;
-use ax_wire::canonical::Protocol;
 
 pub type Response = http::Response<Body>;
 
@@ -149,10 +147,10 @@ pub fn error_in(dialect: Dialect, e: &AxError, request_id: &str) -> Response {
     r
 }
 
-fn served_headers(r: &mut Response, s: &ServedBy<'_>) {
+fn served_headers(r: &mut Response, s: &Served<'_>) {
     let h = r.headers_mut();
-    h.insert(X_AX_UPSTREAM.clone(), s.upstream.clone());
-    h.insert(X_AX_MODEL.clone(), s.model_header.clone());
+    h.insert(X_AX_UPSTREAM.clone(), s.up.name_header.clone());
+    h.insert(X_AX_MODEL.clone(), s.model.name_header.clone());
     h.insert(X_AX_ATTEMPTS.clone(), HeaderValue::from(s.attempts));
     if let Some(f) = s.fallback {
         h.insert(X_AX_FALLBACK.clone(), header_value(f));
@@ -198,14 +196,11 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
             trace: pipeline::trace_of(&headers),
             key: headers::bearer_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
-            decode: |b: &Bytes, mode| Ok(openai::decode_chat(b, mode)?),
         };
-        let skim = |b, forwards: &dyn Fn(&str) -> bool| Ok(openai::skim_chat(b, forwards)?);
-        let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiChat, skim };
-        let events = |include_usage, model: &str| openai::Events::new(include_usage, &rid, model);
-        let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
+        let mut codec = codec::Chat { request_id: &rid };
+        let ended = pipeline::chat(&app, &snap, inbound, &mut codec).await;
         answer(ended, &rid, |reply, served| match reply {
-            ChatReply::Full(r) => json_response(StatusCode::OK, openai::encode_chat(r, &rid, served.model), &rid),
+            ChatReply::Full(r) => json_response(StatusCode::OK, openai::encode_chat(r, &rid, &served.model.name), &rid),
             ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
             ChatReply::Stream(s) => event_stream(s.into_body(), &rid),
         })
@@ -213,147 +208,24 @@ async fn chat_completions(app: Arc<App>, headers: HeaderMap, body: Incoming) -> 
     .await
 }
 
-/// What keeping a response needs, known once the body is read.
-#[derive(Clone)]
-struct Keep {
-    tenant: String,
-    previous: Option<String>,
-    input: Bytes,
-    /// The conversation was read from the shared store: the write goes behind the answer.
-    behind: bool,
-}
-
-/// What the Responses ingress learns as it reads the body: the new response's id, what the
-/// response says of how it was asked for, and (with `store`) what keeping it needs.
-struct Turn {
-    id: String,
-    echo: responses::Echo,
-    keep: Option<Keep>,
-}
-
 /// `POST /v1/responses`: the Responses API, forwarded to routes whose upstreams all offer it,
-/// translated for every other. With `store` (the default) the response is kept before the caller
-/// sees its end (one round trip to the store); `previous_response_id` reads the conversation it
-/// continues unless this data plane remembers it, and then the turn's write goes behind its
-/// answer: a turn waits on the store at most once.
+/// translated (and kept, with `store`) for every other (`pipeline::responses`).
 async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     model_call(app, headers, |app, rid, headers, start| async move {
         let snap = app.store.load();
-        let key = headers::bearer_key(&headers);
-        let turn: std::sync::OnceLock<Turn> = std::sync::OnceLock::new();
-        // The decoded request and the stored conversation it continues, for `decode`.
-        let decoded = std::sync::Mutex::new(None);
-        let namespaces = std::sync::OnceLock::new();
-        let (hdrs, snap_r, app_r, turn_r, decoded_r) = (&headers, &snap, &app, &turn, &decoded);
-        let read = move |limit, tenant: &str| {
-            let tenant = tenant.to_owned();
-            async move {
-                let (snap, app) = (snap_r, app_r);
-                let bytes = read_body(hdrs, body, limit).await?;
-                // A route whose upstreams all offer the Responses API is forwarded (the
-                // pipeline's skim): nothing to decode or store here, the upstream keeps its own.
-                if snap.forwarded.has(Protocol::OpenAiResponses) {
-                    let route = responses::alias_of(&bytes).and_then(|a| snap.routes.get(&a));
-                    if route.is_some_and(|r| r.protocols.has(Protocol::OpenAiResponses)) {
-                        return Ok(bytes);
-                    }
-                }
-                // Its `input` kept as a slice of the body, and its texts in turn.
-                let req = responses::decode(&bytes, snap.params)?;
-                let previous = req.previous_response_id().map(str::to_owned);
-                let prior = match &previous {
-                    Some(p) => {
-                        let param = Some("previous_response_id");
-                        Some(ops::stored_conversation(app, &tenant, p, snap.max_body_bytes, param).await?)
-                    }
-                    None => None,
-                };
-                let behind = prior.as_ref().is_some_and(|c| c.fetched);
-                let prior = prior.map(|c| c.links).unwrap_or_default();
-                let store = req.store();
-                let keep = store.then(|| Keep {
-                    tenant,
-                    previous: previous.clone(),
-                    input: req.raw_input(bytes.len()),
-                    behind,
-                });
-                let id = ops::new_response_id(previous.as_deref());
-                let _ = turn_r.set(Turn { id, echo: responses::Echo { store, previous_response_id: previous }, keep });
-                *decoded_r.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((req, prior));
-                Ok(bytes)
-            }
-        };
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
             trace: pipeline::trace_of(&headers),
-            key,
-            body: read,
-            decode: |bytes: &Bytes, mode| {
-                let taken = decoded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-                let (req, prior) = match taken {
-                    Some(d) => d,
-                    // A forwarded request that meets an upstream without the Responses API (a
-                    // long-context or downgrade alias): decoded here, and it cannot continue a
-                    // response the forwarding upstream stored.
-                    None => {
-                        let r = responses::decode(bytes, mode)?;
-                        if r.previous_response_id().is_some() {
-                            return Err(crate::AxError::invalid_param(
-                                "previous_response_id",
-                                "this request moved to an alias whose upstreams do not offer the Responses API: the stored response cannot be continued there",
-                            ));
-                        }
-                        (r, Vec::new())
-                    }
-                };
-                let mut ns = Vec::new();
-                let req = responses::to_canonical(req, &mut ns, &prior)?;
-                let _ = namespaces.set(ns);
-                Ok(req)
-            },
+            key: headers::bearer_key(&headers),
+            body: |limit, _| read_body(&headers, body, limit),
         };
-        let ns = || namespaces.get().cloned().unwrap_or_default();
-        // Read only once the body was read (answers and events come after).
-        let id = || turn.get().map_or_else(|| ops::new_response_id(None), |t| t.id.clone());
-        let echo = || turn.get().map(|t| t.echo.clone()).unwrap_or_default();
-        let keep = || turn.get().and_then(|t| t.keep.clone());
-        let saver = |id: String| -> Option<responses::Save> {
-            let k = keep()?;
-            let app = app.clone();
-            Some(Box::new(move |response: Bytes| -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
-                Box::pin(async move { save_response(&app, id, k, response).await })
-            }))
-        };
-        let events = |_include_usage, model: &str| {
-            let id = id();
-            let save = saver(id.clone());
-            responses::Events::new(&id, model, ns(), echo(), save)
-        };
-        let skim = |b, forwards: &dyn Fn(&str) -> bool| Ok(responses::skim_responses(b, forwards)?);
-        let forwarding = pipeline::Forwarding { protocol: Protocol::OpenAiResponses, skim };
-        let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
-        // A whole answer is kept before it is sent.
-        let whole = match (&ended, keep()) {
-            (pipeline::Ended::Answered(a), Some(k)) => match &a.reply {
-                ChatReply::Full(r) => {
-                    let id = id();
-                    Some((Bytes::from(responses::encode_response(r, &id, a.served.model, &ns(), &echo())), id, k))
-                }
-                _ => None,
-            },
-            _ => None,
-        };
-        let mut kept = None;
-        if let Some((body, id, k)) = whole {
-            save_response(&app, id, k, body.clone()).await;
-            kept = Some(body);
-        }
+        let mut codec = pipeline::responses::Responses::new(&app);
+        let ended = pipeline::chat(&app, &snap, inbound, &mut codec).await;
+        let kept = codec.keep_whole(&ended).await;
         answer(ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => {
-                let body = kept.unwrap_or_else(|| {
-                    Bytes::from(responses::encode_response(&r, &id(), served.model, &ns(), &echo()))
-                });
+                let body = kept.unwrap_or_else(|| codec.encode(&r, &served.model.name));
                 json_response(StatusCode::OK, body, &rid)
             }
             ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
@@ -361,15 +233,6 @@ async fn responses_api(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Res
         })
     })
     .await
-}
-
-/// Keeps a response; a store that fails is logged and counted, and the caller still gets the
-/// answer it paid for (a later `previous_response_id` naming it is then a 404).
-async fn save_response(app: &App, id: String, k: Keep, response: Bytes) {
-    let r = ops::NewResponse { id, tenant: k.tenant, previous: k.previous, input: k.input, response, behind: k.behind };
-    if let Err(e) = ops::keep_response(app, r).await {
-        tracing::warn!(code = e.code(), "response answered but not stored");
-    }
 }
 
 async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
@@ -381,9 +244,9 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
             trace: pipeline::trace_of(&headers),
             key: headers::bearer_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
-            decode: |b: &[u8], mode| Ok(openai::decode_embeddings(b, mode)?),
         };
-        let ended = pipeline::embeddings(&app, &snap, inbound).await;
+        let decode = |b: &[u8], mode| Ok(openai::decode_embeddings(b, mode)?);
+        let ended = pipeline::embeddings(&app, &snap, inbound, decode).await;
         answer(ended, &rid, |(resp, req), _| {
             json_response(StatusCode::OK, openai::encode_embeddings(&resp, &req), &rid)
         })
@@ -394,38 +257,23 @@ async fn embeddings(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Respon
 async fn messages(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Response {
     model_call(app, headers, |app, rid, headers, start| async move {
         let snap = app.store.load();
-        let version = headers::anthropic_version(&headers);
-        let beta = headers::anthropic_forwarded(&headers);
-        // Read when the request is decoded, for the answer's thinking blocks.
-        let hide_thinking = AtomicBool::new(false);
         let inbound = pipeline::Inbound {
             request_id: &rid,
             start,
             trace: pipeline::trace_of(&headers),
             key: headers::anthropic_key(&headers),
             body: |limit, _| read_body(&headers, body, limit),
-            decode: |bytes: &Bytes, mode| {
-                version.clone()?;
-                let (req, shows_thinking) = anthropic::decode_canonical(bytes, mode, false)?;
-                hide_thinking.store(!shows_thinking, Ordering::Relaxed);
-                Ok(req)
-            },
         };
-        let skim = |bytes, forwards: &dyn Fn(&str) -> bool| {
-            version.clone()?;
-            let mut skim = anthropic::skim_messages(bytes, forwards)?;
-            if let ax_wire::canonical::Skim::Forward(raw) = &mut skim {
-                raw.headers.clone_from(&beta);
-            }
-            Ok(skim)
+        let mut codec = codec::Messages {
+            request_id: &rid,
+            version: headers::anthropic_version(&headers),
+            beta: headers::anthropic_forwarded(&headers),
+            shows_thinking: true,
         };
-        let forwarding = pipeline::Forwarding { protocol: Protocol::AnthropicMessages, skim };
-        let shows_thinking = || !hide_thinking.load(Ordering::Relaxed);
-        let events = |_include_usage, model: &str| anthropic::Events::new(&rid, model, shows_thinking());
-        let ended = pipeline::chat(&app, &snap, inbound, Some(forwarding), events).await;
+        let ended = pipeline::chat(&app, &snap, inbound, &mut codec).await;
         answer_in(Dialect::Anthropic, ended, &rid, |reply, served| match reply {
             ChatReply::Full(r) => {
-                let body = anthropic::encode_message(&r, &rid, served.model, shows_thinking());
+                let body = anthropic::encode_message(&r, &rid, &served.model.name, codec.shows_thinking);
                 json_response(StatusCode::OK, body, &rid)
             }
             ChatReply::Forward { body, .. } => json_response(StatusCode::OK, body, &rid),
@@ -514,7 +362,7 @@ fn event_stream(body: Body, rid: &str) -> Response {
 }
 
 /// The HTTP answer to a call: the codec's body (`encode`) with the gateway's headers, or the error.
-fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &ServedBy<'_>) -> Response) -> Response {
+fn answer<R>(ended: Ended<'_, R>, rid: &str, encode: impl FnOnce(R, &Served<'_>) -> Response) -> Response {
     answer_in(Dialect::OpenAi, ended, rid, encode)
 }
 
@@ -523,7 +371,7 @@ fn answer_in<R>(
     dialect: Dialect,
     ended: Ended<'_, R>,
     rid: &str,
-    encode: impl FnOnce(R, &ServedBy<'_>) -> Response,
+    encode: impl FnOnce(R, &Served<'_>) -> Response,
 ) -> Response {
     match ended {
         Ended::Answered(a) => {

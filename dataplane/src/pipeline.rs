@@ -1,23 +1,26 @@
 //! The request pipeline: the stages every model call passes, in this order, whatever wire
 //! protocol the caller spoke. Ingress hands in the caller's key, a way to read the body and the
-//! protocol's decoder; it gets back an [`Ended`], which it turns into HTTP.
+//! caller's protocol (a [`codec::Codec`]); it gets back an [`Ended`], which it turns into HTTP.
+//! A chat call's stages are functions of their own (`chat_stages` calls them in order):
 //!
-//! 1. authenticate — key → SHA-256 → tenant (`Snapshot::authenticate`): 401.
-//! 2. read         — the body under `server.max_body_bytes`: 413.
-//! 3. decode       — the codec's decoder, into the canonical request: 400.
-//! 4. admit        — the alias exists (404) and the key may use it (403); the request is valid,
-//!    fits the alias's context budget or moves to its long-context alias.
-//! 5. guard        — budgets (may downgrade), then rate limits (`governance::guard`): 429.
-//! 6. route        — the ordered attempt plan (`routing::plan`), walked by `routing::failover`.
-//! 7. dispatch     — one upstream call per attempt (`upstream::call`), with the request as that
-//!    provider can honour it.
-//! 8. stream       — a streamed answer becomes the codec's events (`stream::EgressStream`).
-//! 9. meter        — one usage record (`metering::meter`); the guard's reservations settle to it
+//! 1. admit     — key → SHA-256 → tenant (`Snapshot::authenticate`): 401; the body under
+//!    `server.max_body_bytes`: 413; the codec's work once the caller is known (`prepare`).
+//! 2. choose    — forward or translate: the codec's skim names the alias; a route every
+//!    candidate of which speaks the caller's protocol is sent the caller's bytes, any other
+//!    request is decoded into the canonical model (400), its alias checked (404, 403).
+//! 3. budget    — the alias's context budget (may move to its long-context alias), budgets (may
+//!    downgrade), then rate limits (`governance::guard`): 429. The meter starts.
+//! 4. attempts  — the ordered plan (`routing::plan`) walked by `routing::failover`, one upstream
+//!    call per attempt (`upstream::call`) with the request as that provider can honour it; a
+//!    streamed answer becomes the codec's events (`stream::EgressStream`).
+//! 5. settle    — one usage record (`metering::meter`); the guard's reservations settle to it
 //!    (`Ledger`).
 //!
-//! A request refused at stages 1–5 still gets its record (`Meter::rejected`).
+//! A request refused at stages 1–3 still gets its record (`Meter::rejected`).
 
+pub mod codec;
 pub mod ops;
+pub mod responses;
 pub mod stream;
 
 use std::borrow::Cow;
@@ -28,18 +31,18 @@ use ax_protocol::config::ParamsMode;
 use ax_protocol::usage::UNKNOWN_ALIAS;
 use bytes::Bytes;
 
+pub use crate::config::snapshot::Served;
 use crate::config::snapshot::{KeyRef, Route, Snapshot, Tenant, Upstream};
 use crate::error::{AxError, Outcome};
 use crate::governance::guard::{self, Demand, Reservations};
 use crate::metering::meter::Meter;
-use crate::routing::failover::{self, AttemptCtx, Served};
+use crate::routing::failover::{self, AttemptCtx};
 use crate::routing::plan;
 use crate::trace::{Hop, TraceContext, Traceparent};
 use crate::upstream::call::{self, ChatOutcome};
 use crate::App;
-use ax_wire::canonical::{
-    ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, Protocol, RawChat, Skim, Usage,
-};
+use ax_wire::canonical::{ChatRequest, ChatResponse, EmbeddingsRequest, EmbeddingsResponse, RawChat, Skim, Usage};
+use codec::Codec;
 use stream::{EgressStream, StreamEncoder};
 
 /// How a call ended, for ingress to answer.
@@ -47,7 +50,7 @@ pub enum Ended<'s, R> {
     /// An upstream answered.
     Answered(Answer<'s, R>),
     /// Every attempt failed, or none could be made; `served` is the last attempt, if any.
-    Failed { error: AxError, served: Option<ServedBy<'s>> },
+    Failed { error: AxError, served: Option<Served<'s>> },
     /// Refused before any upstream was chosen.
     Rejected(AxError),
 }
@@ -55,7 +58,7 @@ pub enum Ended<'s, R> {
 /// An answer and what the gateway says of it (its `x-ax-*` headers).
 pub struct Answer<'s, R> {
     pub reply: R,
-    pub served: ServedBy<'s>,
+    pub served: Served<'s>,
     /// Micro-USD, when the serving model has prices.
     pub cost: Option<u64>,
     /// The long-context alias the request moved to.
@@ -64,32 +67,6 @@ pub struct Answer<'s, R> {
     pub degraded: Option<String>,
     /// `x-ax-budget-warning`, past a budget's threshold.
     pub warning: Option<String>,
-}
-
-/// Who served a call (the last attempt), as the answer's `x-ax-*` headers say it.
-#[derive(Clone, Copy)]
-pub struct ServedBy<'s> {
-    /// The upstream's name, as a header value made when the snapshot was built.
-    pub upstream: &'s http::HeaderValue,
-    /// The upstream's name for the model, and the same as a header value.
-    pub model: &'s str,
-    pub model_header: &'s http::HeaderValue,
-    /// Attempts made, the successful one included.
-    pub attempts: u32,
-    /// The fallback alias that served, when the requested alias failed.
-    pub fallback: Option<&'s str>,
-}
-
-impl<'s> From<&Served<'s>> for ServedBy<'s> {
-    fn from(s: &Served<'s>) -> Self {
-        Self {
-            upstream: &s.up.name_header,
-            model: &s.model.name,
-            model_header: &s.model.name_header,
-            attempts: s.attempts,
-            fallback: s.fallback,
-        }
-    }
 }
 
 /// A chat answer: whole (canonical, or in the caller's protocol as the upstream sent it), or a
@@ -122,17 +99,15 @@ impl Drop for Ledger {
     }
 }
 
-/// The request as ingress hands it in: its id, when it arrived, the caller's key, the body still
-/// to read (given the size limit and the authenticated caller's tenant id), and the codec's
-/// decoder.
-pub struct Inbound<'h, B, D> {
+/// The request as ingress hands it in: its id, when it arrived, the caller's key, and the body
+/// still to read (given the size limit and the authenticated caller's tenant id).
+pub struct Inbound<'h, B> {
     pub request_id: &'h str,
     pub start: Instant,
     /// The request's trace, when tracing is on (`trace_of`).
     pub trace: Option<TraceContext>,
     pub key: Option<&'h str>,
     pub body: B,
-    pub decode: D,
 }
 
 /// A decoded request that names the alias it wants.
@@ -208,10 +183,11 @@ where
     Ok((caller, bytes))
 }
 
-/// Stages 1–4 every model call shares: authenticate, read, decode, the alias exists and is allowed.
+/// An embeddings call's admission: authenticate, read, decode, the alias exists and is allowed.
 async fn admit<'s, T, B, Fut, D>(
     snap: &'s Snapshot,
-    inbound: Inbound<'_, B, D>,
+    inbound: Inbound<'_, B>,
+    decode: D,
 ) -> Result<(Caller<'s>, T, &'s Route), Rejection>
 where
     T: ModelRequest,
@@ -220,7 +196,7 @@ where
     D: FnOnce(&[u8], ParamsMode) -> Result<T, AxError>,
 {
     let (caller, bytes) = admit_body(snap, inbound.key, inbound.body).await?;
-    let req: T = (inbound.decode)(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
+    let req: T = decode(&bytes, snap.params).map_err(Rejection::of(&caller, None))?;
     drop(bytes);
     let route = route_of(snap, &caller, req.alias())?;
     Ok((caller, req, route))
@@ -263,85 +239,74 @@ fn for_provider<'r>(req: &'r ChatRequest, params: &[&'static str], up: &Upstream
     Cow::Owned(r)
 }
 
-/// The meter's view of who served.
-fn served<'s>(s: &Served<'s>) -> crate::metering::meter::Served<'s> {
-    crate::metering::meter::Served {
-        upstream: &s.up.name,
-        model: &s.model.name,
-        attempts: s.attempts,
-        fallback: s.fallback,
-        prices: s.model.prices,
-        provider: crate::metering::meter::genai_provider(s.up.kind),
-    }
-}
-
 /// Every attempt failed (or none could be made): the record says so.
-fn failed<'s, R>(error: AxError, mut ledger: Ledger, served_by: Option<Served<'s>>) -> Ended<'s, R> {
-    if let Some(s) = &served_by {
-        ledger.meter.served_by(served(s));
+fn failed<'s, R>(error: AxError, mut ledger: Ledger, served: Option<Served<'s>>) -> Ended<'s, R> {
+    if let Some(s) = &served {
+        ledger.meter.served_by(s);
     }
     ledger.finish(error.status().as_u16(), Some(error.code()));
-    Ended::Failed { error, served: served_by.as_ref().map(ServedBy::from) }
+    Ended::Failed { error, served }
 }
-
-/// How callers of a codec are served by upstreams of their own protocol (the same-protocol fast
-/// path): the protocol, and the codec's skim of a body (what the stages need of it, without
-/// decoding it).
-pub struct Forwarding<S> {
-    pub protocol: Protocol,
-    pub skim: S,
-}
-
-/// A codec's skim as a plain function.
-pub type Skimmer = fn(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>;
-
-/// For a protocol no upstream speaks natively: every request is decoded.
-pub const NO_FORWARDING: Option<Forwarding<Skimmer>> = None;
 
 /// A chat request as the stages carry it: the caller's bytes with what the gateway read of them
 /// (every upstream of the caller's protocol is sent those), or decoded into the canonical model.
-#[expect(clippy::large_enum_variant, reason = "one per request, held in the request's own future")]
 enum Request {
-    Forward(RawChat),
+    /// `decoded`: the canonical request too, when an upstream of another protocol may serve it
+    /// (a long-context or downgrade alias that translates) or its content is recorded.
+    Forward {
+        raw: RawChat,
+        decoded: Option<ChatRequest>,
+    },
     Canonical(ChatRequest),
 }
 
 impl Request {
     fn stream(&self) -> bool {
         match self {
-            Self::Forward(r) => r.stream,
+            Self::Forward { raw, .. } => raw.stream,
             Self::Canonical(r) => r.stream,
         }
     }
 
     fn include_usage(&self) -> bool {
         match self {
-            Self::Forward(r) => r.include_usage,
+            Self::Forward { raw, .. } => raw.include_usage,
             Self::Canonical(r) => r.include_usage(),
         }
     }
+
+    /// The canonical request, when there is one.
+    fn canonical(&self) -> Option<&ChatRequest> {
+        match self {
+            Self::Forward { decoded, .. } => decoded.as_ref(),
+            Self::Canonical(c) => Some(c),
+        }
+    }
+
+    /// A forwarded request decoded too (once), for an upstream of another protocol or a span's
+    /// content.
+    fn decode<C: Codec>(&mut self, codec: &mut C, mode: ParamsMode) -> Result<(), AxError> {
+        if let Self::Forward { raw, decoded: decoded @ None } = self {
+            *decoded = Some(canonical(codec, &raw.body, mode)?);
+        }
+        Ok(())
+    }
 }
 
-/// A chat completion. `decode` is the codec's full decoder; `forwarding`, when the codec has
-/// one, lets upstreams of the caller's protocol be sent the caller's bytes; `events` makes the
-/// codec's stream encoder (whether the caller asked for usage, the name of the model that
-/// serves).
-pub async fn chat<'s, B, Fut, D, S, E>(
+/// A chat completion, in the protocol of `codec`: its stages, and the record of a refusal.
+pub async fn chat<'s, B, Fut, C>(
     app: &App,
     snap: &'s Snapshot,
-    inbound: Inbound<'_, B, D>,
-    forwarding: Option<Forwarding<S>>,
-    events: impl Fn(bool, &str) -> E,
-) -> Ended<'s, ChatReply<E>>
+    inbound: Inbound<'_, B>,
+    codec: &mut C,
+) -> Ended<'s, ChatReply<C::Events>>
 where
     B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
-    D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
-    S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
-    E: StreamEncoder,
+    C: Codec,
 {
     let (rid, start, trace) = (inbound.request_id, inbound.start, inbound.trace);
-    recorded(chat_stages(app, snap, inbound, forwarding, events).await, rid, start, trace)
+    recorded(chat_stages(app, snap, inbound, codec).await, rid, start, trace)
 }
 
 /// A call's end, with the record of a refusal written.
@@ -366,11 +331,8 @@ pub fn trace_of(headers: &http::HeaderMap) -> Option<TraceContext> {
 
 /// The canonical request from the caller's bytes: decoded (its texts kept as slices of the
 /// bytes) and validated.
-fn canonical<D>(decode: &D, bytes: &Bytes, mode: ParamsMode) -> Result<ChatRequest, AxError>
-where
-    D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
-{
-    let req = decode(bytes, mode)?;
+fn canonical<C: Codec>(codec: &mut C, bytes: &Bytes, mode: ParamsMode) -> Result<ChatRequest, AxError> {
+    let req = codec.decode(bytes, mode)?;
     req.validate()?;
     Ok(req)
 }
@@ -378,16 +340,13 @@ where
 /// The canonical request and its route: decoded (field paths, strict checks), the alias checked,
 /// validated: every reason to refuse it before any quota is taken.
 #[expect(clippy::result_large_err, reason = "a refusal is the rare path, and returned once")]
-fn decoded_request<'s, D>(
+fn decoded_request<'s, C: Codec>(
     snap: &'s Snapshot,
     caller: &Caller<'_>,
-    decode: &D,
+    codec: &mut C,
     bytes: &Bytes,
-) -> Result<(Request, &'s Route), Rejection>
-where
-    D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
-{
-    let mut req = decode(bytes, snap.params).map_err(Rejection::of(caller, None))?;
+) -> Result<(Request, &'s Route), Rejection> {
+    let mut req = codec.decode(bytes, snap.params).map_err(Rejection::of(caller, None))?;
     let route = route_of(snap, caller, &req.model)?;
     let alias = Some(route.alias.as_str());
     req.validate().map_err(AxError::from).map_err(Rejection::of(caller, alias))?;
@@ -421,168 +380,182 @@ fn unknown_fields(snap: &Snapshot, route: &Route, req: &mut ChatRequest) -> Resu
     }
 }
 
-async fn chat_stages<'s, B, Fut, D, S, E>(
-    app: &App,
+/// Stage 1–3 of a chat call: the caller, its body, the codec's work on it.
+async fn admit_chat<'s, B, Fut, C>(
     snap: &'s Snapshot,
-    inbound: Inbound<'_, B, D>,
-    forwarding: Option<Forwarding<S>>,
-    events: impl Fn(bool, &str) -> E,
-) -> Result<Ended<'s, ChatReply<E>>, Rejection>
+    key: Option<&str>,
+    body: B,
+    codec: &mut C,
+) -> Result<(Caller<'s>, Bytes), Rejection>
 where
     B: FnOnce(u64, &'s str) -> Fut,
     Fut: Future<Output = Result<Bytes, AxError>>,
-    D: Fn(&Bytes, ParamsMode) -> Result<ChatRequest, AxError>,
-    S: FnOnce(Bytes, &dyn Fn(&str) -> bool) -> Result<Skim, AxError>,
-    E: StreamEncoder,
+    C: Codec,
 {
-    let Inbound { request_id: rid, start, trace, key, body, decode } = inbound;
     let (caller, bytes) = admit_body(snap, key, body).await?;
-    // With forwarding, the skim names the alias and the route decides: a route every candidate
-    // of which speaks the caller's protocol is served from the caller's bytes; any other is
-    // decoded here, before any quota is taken, as before the fast path.
-    // A snapshot in which no route forwards the caller's protocol decodes at once.
-    let forwarding = forwarding.filter(|f| snap.forwarded.has(f.protocol));
-    let protocol = forwarding.as_ref().map(|f| f.protocol);
-    let speaks = |protocols: ax_wire::canonical::Protocols| protocol.is_some_and(|p| protocols.has(p));
-    let (req, route) = match forwarding {
-        Some(f) => {
-            let forwards = |alias: &str| snap.routes.get(alias).is_some_and(|r| speaks(r.protocols));
-            match (f.skim)(bytes, &forwards).map_err(Rejection::of(&caller, None))? {
-                Skim::Forward(raw) => {
-                    let route = route_of(snap, &caller, &raw.model)?;
-                    if speaks(route.protocols) {
-                        (Request::Forward(raw), route)
-                    } else {
-                        decoded_request(snap, &caller, &decode, &raw.body)?
-                    }
-                }
-                Skim::Decode(bytes) => decoded_request(snap, &caller, &decode, &bytes)?,
+    codec.prepare(snap, &caller.tenant.id, &bytes).await.map_err(Rejection::of(&caller, None))?;
+    Ok((caller, bytes))
+}
+
+/// Stage 4: forward or translate. With a protocol some route forwards, the codec's skim names
+/// the alias and the route decides: a route every candidate of which speaks the caller's
+/// protocol is served from the caller's bytes; any other is decoded here, before any quota is
+/// taken. A snapshot in which no route forwards the caller's protocol decodes at once.
+#[expect(clippy::result_large_err, reason = "a refusal is the rare path, and returned once")]
+fn choose<'s, C: Codec>(
+    snap: &'s Snapshot,
+    caller: &Caller<'_>,
+    codec: &mut C,
+    bytes: Bytes,
+) -> Result<(Request, &'s Route), Rejection> {
+    let Some(protocol) = C::FORWARDS.filter(|p| snap.forwarded.has(*p)) else {
+        return decoded_request(snap, caller, codec, &bytes);
+    };
+    let forwards = |alias: &str| snap.routes.get(alias).is_some_and(|r| r.protocols.has(protocol));
+    match codec.skim(bytes, &forwards).map_err(Rejection::of(caller, None))? {
+        Skim::Forward(raw) => {
+            let route = route_of(snap, caller, &raw.model)?;
+            if route.protocols.has(protocol) {
+                Ok((Request::Forward { raw, decoded: None }, route))
+            } else {
+                decoded_request(snap, caller, codec, &raw.body)
             }
         }
-        None => decoded_request(snap, &caller, &decode, &bytes)?,
-    };
+        Skim::Decode(bytes) => decoded_request(snap, caller, codec, &bytes),
+    }
+}
+
+/// What the budget stage lets through: the route to serve, the request's ledger, what the
+/// answer says of budgets.
+struct Budgeted<'s> {
+    route: &'s Route,
+    long_context: Option<&'s str>,
+    ledger: Ledger,
+    degraded: Option<String>,
+    warning: Option<String>,
+}
+
+/// Stage 5: the context budget (a prompt over the alias's limit goes to its long-context alias,
+/// if any), then budgets (may downgrade to a cheaper alias), then the requested alias's rate
+/// limits: checked after every other reason to refuse, so a refused request uses no one's quota.
+/// The request's meter starts here.
+async fn budget<'s>(
+    app: &App,
+    snap: &'s Snapshot,
+    caller: &Caller<'s>,
+    route: &'s Route,
+    needs: &plan::Needs,
+    stream: bool,
+    (request_id, start): (&str, Instant),
+) -> Result<Budgeted<'s>, Rejection> {
     let alias = route.alias.as_str();
-    let needs = match &req {
-        Request::Forward(r) => plan::forward_needs(r, snap.default_max_tokens),
-        Request::Canonical(r) => plan::chat_needs(r, snap.default_max_tokens),
-    };
-    // Context budget: a prompt over the alias's limit goes to its long-context alias, if any.
-    let (route, long_context) = match route.max_prompt_tokens {
+    let (served_route, long_context) = match route.max_prompt_tokens {
         Some(limit) if needs.prompt_estimate > u64::from(limit) => match &route.long_context_alias {
             Some(l) => (snap.routes.get(l).unwrap_or(route), Some(l.as_str())),
             None => {
                 let e = AxError::PromptTooLong { alias: alias.to_owned(), estimated: needs.prompt_estimate, limit };
-                return Err(Rejection::of(&caller, Some(alias))(e));
+                return Err(Rejection::of(caller, Some(alias))(e));
             }
         },
         _ => (route, None),
     };
-    // Budgets (may downgrade to a cheaper alias), then the requested alias's rate limits:
-    // checked after every other reason to refuse, so a refused request uses no one's quota.
-    let requested = snap.routes.get(alias).unwrap_or(route);
     let demand = Demand { prompt_tokens: needs.prompt_estimate, reserve_tokens: needs.reserve_tokens };
-    let passed = guard::run(app.fleet.as_ref(), snap, caller.tenant, caller.key, requested, route, demand)
+    let passed = guard::run(app.fleet.as_ref(), snap, caller.tenant, caller.key, route, served_route, demand)
         .await
-        .map_err(Rejection::of(&caller, Some(alias)))?;
+        .map_err(Rejection::of(caller, Some(alias)))?;
     let guard::Passed { route, reservations, degraded, warning } = passed;
-    let mut meter = Meter::new(rid, &caller.tenant.id, &caller.key.key_id, alias, req.stream(), start);
-    // A forwarded request that meets an upstream of another protocol (a long-context or
-    // downgrade alias that translates) is decoded then, once; or here, when its content is
-    // recorded.
-    let decoded: std::sync::OnceLock<ChatRequest> = std::sync::OnceLock::new();
-    if let Some(t) = &trace {
-        let (max_tokens, temperature) = match &req {
-            Request::Forward(r) => (r.max_output, r.temperature),
-            Request::Canonical(c) => (c.max_completion_tokens.or(c.max_tokens), c.temperature),
-        };
-        meter.trace(trace, max_tokens, temperature);
-        // The tenant's prompts and completions go into its sampled requests' spans.
-        if t.sampled && caller.tenant.trace_content {
-            match &req {
-                Request::Canonical(c) => meter.record_content(c),
-                Request::Forward(raw) => {
-                    if let Ok(c) = canonical(&decode, &raw.body, snap.params) {
-                        meter.record_content(decoded.get_or_init(|| c));
-                    }
-                }
-            }
-        }
-    }
-    let records_content = meter.records_content();
+    let mut meter = Meter::new(request_id, &caller.tenant.id, &caller.key.key_id, alias, stream, start);
     meter.prompt_estimate(needs.prompt_estimate);
     meter.degraded(degraded.clone());
-    let mut ledger = Ledger { meter, reservations };
-    let mut attempt_log = failover::AttemptLog::default();
-    let include_usage = req.include_usage();
-    let (req, needs, events, decoded, decode) = (&req, &needs, &events, &decoded, &decode);
-    let trace = trace.as_ref();
-    let origin = failover::Origin { request_id: rid, start, fleet: app.fleet.as_ref() };
-    // Boxed: the attempts' state (~4.5 KiB) is built once in its box, not inline in every future
-    // that holds this one (each of which is moved whole, so copied, before it first runs).
-    let result = Box::pin(failover::run(snap, route, needs, origin, &mut attempt_log, |a| async move {
-        let AttemptCtx { up, model, deadlines, guard, attempt, io } = a;
-        let traceparent = trace.map(|t| t.traceparent(attempt));
-        let hop = Hop { request_id: rid, traceparent: traceparent.as_ref().map(Traceparent::as_bytes), io: Some(&io) };
-        let outcome = match req {
-            Request::Forward(raw) if up.speaks.has(raw.protocol) => {
-                call::chat_forward(up, model, raw, hop, deadlines).await
-            }
-            Request::Forward(raw) => {
-                let canon = match decoded.get() {
-                    Some(c) => Ok(c),
-                    None => canonical(decode, &raw.body, snap.params).map(|c| decoded.get_or_init(|| c)),
-                };
-                match canon {
-                    Ok(c) => {
-                        let c = for_provider(c, &needs.params, up);
-                        call::chat(up, model, &c, snap.default_max_tokens, hop, deadlines).await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            Request::Canonical(c) => {
+    Ok(Budgeted { route, long_context, ledger: Ledger { meter, reservations }, degraded, warning })
+}
+
+/// The request's trace on its meter, and (for a sampled request of a tenant that records them)
+/// its prompt, decoding a forwarded request for it.
+fn traced<C: Codec>(
+    meter: &mut Meter,
+    trace: Option<TraceContext>,
+    req: &mut Request,
+    codec: &mut C,
+    snap: &Snapshot,
+    records: bool,
+) {
+    let Some(t) = &trace else { return };
+    let sampled = t.sampled;
+    let (max_tokens, temperature) = match &*req {
+        Request::Forward { raw, .. } => (raw.max_output, raw.temperature),
+        Request::Canonical(c) => (c.max_completion_tokens.or(c.max_tokens), c.temperature),
+    };
+    meter.trace(trace, max_tokens, temperature);
+    if sampled && records && req.decode(codec, snap.params).is_ok() {
+        if let Some(c) = req.canonical() {
+            meter.record_content(c);
+        }
+    }
+}
+
+/// Stage 6: one attempt, on the upstream failover chose.
+async fn attempt<'s, C: Codec>(
+    snap: &'s Snapshot,
+    req: &Request,
+    needs: &plan::Needs,
+    codec: &C,
+    (rid, trace, records_content): (&str, Option<&TraceContext>, bool),
+    a: AttemptCtx<'s>,
+) -> Result<ChatReply<C::Events>, (AxError, failover::AttemptHealth)> {
+    let AttemptCtx { up, model, deadlines, guard, attempt, io } = a;
+    let traceparent = trace.map(|t| t.traceparent(attempt));
+    let hop = Hop { request_id: rid, traceparent: traceparent.as_ref().map(Traceparent::as_bytes), io: Some(&io) };
+    let outcome = match req {
+        Request::Forward { raw, .. } if up.speaks.has(raw.protocol) => {
+            call::chat_forward(up, model, raw, hop, deadlines).await
+        }
+        _ => match req.canonical() {
+            Some(c) => {
                 let c = for_provider(c, &needs.params, up);
                 call::chat(up, model, &c, snap.default_max_tokens, hop, deadlines).await
             }
-        };
-        match outcome {
-            Err(e) => Err((e, guard)),
-            Ok(ChatOutcome::Full(r)) => {
-                let mut guard = guard;
-                if let Some(u) = &r.usage {
-                    guard.usage(u.total());
-                }
-                guard.finish(Outcome::Success);
-                Ok(ChatReply::Full(r))
-            }
-            Ok(ChatOutcome::Forward { body, usage, facts }) => {
-                let mut guard = guard;
-                if let Some(u) = &usage {
-                    guard.usage(u.total());
-                }
-                guard.finish(Outcome::Success);
-                Ok(ChatReply::Forward { body, usage, facts })
-            }
-            Ok(ChatOutcome::Stream(mut us)) => {
-                if records_content {
-                    us.record_content(up.kind);
-                }
-                let n = match req {
-                    Request::Canonical(c) => c.n.unwrap_or(1),
-                    Request::Forward(_) => decoded.get().and_then(|c| c.n).unwrap_or(1),
-                };
-                let enc = events(include_usage, &model.name);
-                EgressStream::open(us, enc, n, guard).await.map(ChatReply::Stream)
-            }
-        }
-    }))
-    .await;
-    ledger.meter.attempts(attempt_log.list, attempt_log.answering);
-    let (reply, served_by) = match result {
-        Ok(x) => x,
-        Err((e, s)) => return Ok(failed(e, ledger, s)),
+            // Not reached: a request whose route has an upstream of another protocol is decoded
+            // before its attempts.
+            None => Err(AxError::Internal),
+        },
     };
-    ledger.meter.served_by(served(&served_by));
+    let mut guard = guard;
+    match outcome {
+        Err(e) => Err((e, guard)),
+        Ok(ChatOutcome::Full(r)) => {
+            if let Some(u) = &r.usage {
+                guard.usage(u.total());
+            }
+            guard.finish(Outcome::Success);
+            Ok(ChatReply::Full(r))
+        }
+        Ok(ChatOutcome::Forward { body, usage, facts }) => {
+            if let Some(u) = &usage {
+                guard.usage(u.total());
+            }
+            guard.finish(Outcome::Success);
+            Ok(ChatReply::Forward { body, usage, facts })
+        }
+        Ok(ChatOutcome::Stream(mut us)) => {
+            if records_content {
+                us.record_content(up.kind);
+            }
+            let n = req.canonical().and_then(|c| c.n).unwrap_or(1);
+            let enc = codec.events(req.include_usage(), &model.name);
+            EgressStream::open(us, enc, n, guard).await.map(ChatReply::Stream)
+        }
+    }
+}
+
+/// Stage 7: the answer's usage and cost on the record; a whole answer's record is written now,
+/// a stream's when it ends (its ledger goes with it).
+fn settle<'s, E>(reply: ChatReply<E>, served: Served<'s>, req: &Request, b: Budgeted<'s>) -> Ended<'s, ChatReply<E>>
+where
+    E: StreamEncoder,
+{
+    let Budgeted { long_context, mut ledger, degraded, warning, .. } = b;
+    ledger.meter.served_by(&served);
     let mut cost = None;
     let reply = match reply {
         ChatReply::Full(r) => {
@@ -602,8 +575,8 @@ where
                 ledger.meter.usage(u);
             }
             ledger.meter.answered(facts);
-            if let (true, Request::Forward(raw)) = (ledger.meter.records_content(), req) {
-                let kind = served_by.up.kind;
+            if let (true, Request::Forward { raw, .. }) = (ledger.meter.records_content(), req) {
+                let kind = served.up.kind;
                 if let Some(answer) = crate::metering::content::forwarded_answer(kind, raw.protocol, &body) {
                     ledger.meter.completion(&answer);
                 }
@@ -617,15 +590,64 @@ where
             ChatReply::Stream(s)
         }
     };
-    let served = ServedBy::from(&served_by);
-    Ok(Ended::Answered(Answer { reply, served, cost, long_context, degraded, warning }))
+    Ended::Answered(Answer { reply, served, cost, long_context, degraded, warning })
+}
+
+/// The stages of a chat call, in order: admit → forward or translate → budget → attempts →
+/// settle.
+async fn chat_stages<'s, B, Fut, C>(
+    app: &App,
+    snap: &'s Snapshot,
+    inbound: Inbound<'_, B>,
+    codec: &mut C,
+) -> Result<Ended<'s, ChatReply<C::Events>>, Rejection>
+where
+    B: FnOnce(u64, &'s str) -> Fut,
+    Fut: Future<Output = Result<Bytes, AxError>>,
+    C: Codec,
+{
+    let Inbound { request_id: rid, start, trace, key, body } = inbound;
+    let (caller, bytes) = admit_chat(snap, key, body, codec).await?;
+    let (mut req, route) = choose(snap, &caller, codec, bytes)?;
+    let needs = match &req {
+        Request::Forward { raw, .. } => plan::forward_needs(raw, snap.default_max_tokens),
+        Request::Canonical(r) => plan::chat_needs(r, snap.default_max_tokens),
+    };
+    let mut b = budget(app, snap, &caller, route, &needs, req.stream(), (rid, start)).await?;
+    let records = caller.tenant.trace_content;
+    traced(&mut b.ledger.meter, trace, &mut req, codec, snap, records);
+    // A forwarded request whose route (a long-context or downgrade alias) has an upstream of
+    // another protocol is decoded now, once.
+    if let Request::Forward { raw, .. } = &req {
+        if !b.route.protocols.has(raw.protocol) {
+            if let Err(e) = req.decode(codec, snap.params) {
+                return Ok(failed(e, b.ledger, None));
+            }
+        }
+    }
+    let records_content = b.ledger.meter.records_content();
+    let mut attempt_log = failover::AttemptLog::default();
+    let origin = failover::Origin { request_id: rid, start, fleet: app.fleet.as_ref() };
+    let (req_ref, needs_ref, codec_ref, trace_ref) = (&req, &needs, &*codec, trace.as_ref());
+    // Boxed: the attempts' state (~4.5 KiB) is built once in its box, not inline in every future
+    // that holds this one (each of which is moved whole, so copied, before it first runs).
+    let result = Box::pin(failover::run(snap, b.route, needs_ref, origin, &mut attempt_log, |a| {
+        attempt(snap, req_ref, needs_ref, codec_ref, (rid, trace_ref, records_content), a)
+    }))
+    .await;
+    b.ledger.meter.attempts(attempt_log.list, attempt_log.answering);
+    match result {
+        Ok((reply, served)) => Ok(settle(reply, served, &req, b)),
+        Err((e, served)) => Ok(failed(e, b.ledger, served)),
+    }
 }
 
 /// An embeddings call.
 pub async fn embeddings<'s, B, Fut, D>(
     app: &App,
     snap: &'s Snapshot,
-    inbound: Inbound<'_, B, D>,
+    inbound: Inbound<'_, B>,
+    decode: D,
 ) -> Ended<'s, (EmbeddingsResponse, EmbeddingsRequest)>
 where
     B: FnOnce(u64, &'s str) -> Fut,
@@ -633,13 +655,14 @@ where
     D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
 {
     let (rid, start, trace) = (inbound.request_id, inbound.start, inbound.trace);
-    recorded(embeddings_stages(app, snap, inbound).await, rid, start, trace)
+    recorded(embeddings_stages(app, snap, inbound, decode).await, rid, start, trace)
 }
 
 async fn embeddings_stages<'s, B, Fut, D>(
     app: &App,
     snap: &'s Snapshot,
-    inbound: Inbound<'_, B, D>,
+    inbound: Inbound<'_, B>,
+    decode: D,
 ) -> Result<Ended<'s, (EmbeddingsResponse, EmbeddingsRequest)>, Rejection>
 where
     B: FnOnce(u64, &'s str) -> Fut,
@@ -647,7 +670,7 @@ where
     D: FnOnce(&[u8], ParamsMode) -> Result<EmbeddingsRequest, AxError>,
 {
     let (rid, start, trace) = (inbound.request_id, inbound.start, inbound.trace);
-    let (caller, req, route) = admit::<EmbeddingsRequest, _, _, _>(snap, inbound).await?;
+    let (caller, req, route) = admit::<EmbeddingsRequest, _, _, _>(snap, inbound, decode).await?;
     let alias = route.alias.as_str();
     let needs = plan::embeddings_needs(&req);
     let demand = Demand { prompt_tokens: needs.prompt_estimate, reserve_tokens: needs.reserve_tokens };
@@ -688,12 +711,12 @@ where
     if resp.model.is_empty() || resp.model == req.model {
         resp.model.clone_from(&served_by.model.name);
     }
-    ledger.meter.served_by(served(&served_by));
+    ledger.meter.served_by(&served_by);
     ledger.meter.usage(&ax_wire::canonical::Usage { prompt_tokens: resp.prompt_tokens, ..Default::default() });
     let cost = ledger.meter.cost_micro_usd();
     ledger.finish(200, None);
     // Embeddings answers carry no budget headers (the record says whether a budget downgraded it).
-    let served = ServedBy::from(&served_by);
-    let answer = Answer { reply: (resp, req), served, cost, long_context: None, degraded: None, warning: None };
+    let answer =
+        Answer { reply: (resp, req), served: served_by, cost, long_context: None, degraded: None, warning: None };
     Ok(Ended::Answered(answer))
 }

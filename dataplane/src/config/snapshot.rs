@@ -105,6 +105,18 @@ pub struct Upstream {
     client_fingerprint: [u8; 32],
 }
 
+/// Who served a call (its last attempt): the one type the answer's `x-ax-*` headers, the usage
+/// record and the logs read.
+#[derive(Clone, Copy)]
+pub struct Served<'s> {
+    pub up: &'s Upstream,
+    pub model: &'s Model,
+    /// Attempts made, the successful one included.
+    pub attempts: u32,
+    /// The fallback alias that served, when the requested alias failed.
+    pub fallback: Option<&'s str>,
+}
+
 /// Where an upstream's requests go: a closed set, matched exhaustively by dispatch.
 #[derive(Debug)]
 pub enum Backend {

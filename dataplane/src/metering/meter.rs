@@ -5,7 +5,7 @@
 //! if the caller went away first, when it is dropped (marked incomplete, with the tokens generated
 //! until then). Records go to the durable spool (`spool`) and to the `ax::usage` log target.
 
-use crate::config::snapshot::Map;
+use crate::config::snapshot::{Map, Served};
 use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -235,18 +235,6 @@ impl Handles {
     }
 }
 
-/// Who served a request, as the record says it.
-#[derive(Clone, Copy)]
-pub struct Served<'a> {
-    pub upstream: &'a str,
-    pub model: &'a str,
-    pub attempts: u32,
-    pub fallback: Option<&'a str>,
-    pub prices: Option<ax_protocol::price::Prices>,
-    /// `gen_ai.provider.name` of the upstream (`genai_provider`).
-    pub provider: &'static str,
-}
-
 /// A traced request: its trace context and what its span says of the request.
 struct Traced {
     ctx: crate::trace::TraceContext,
@@ -336,15 +324,15 @@ impl Meter {
 
     /// The attempt that answered the caller (or the last one, when all failed): its upstream and
     /// model, its number, the fallback alias it served, and the model's prices.
-    pub fn served_by(&mut self, s: Served<'_>) {
+    pub fn served_by(&mut self, s: &Served<'_>) {
         let r = &mut self.record;
-        s.upstream.clone_into(&mut r.upstream);
-        s.model.clone_into(&mut r.model);
+        s.up.name.clone_into(&mut r.upstream);
+        s.model.name.clone_into(&mut r.model);
         r.attempts = s.attempts;
         r.retry_of = (s.attempts > 1).then(|| attempt_id(&r.request_id, s.attempts - 1));
         r.fallback = s.fallback.map(str::to_owned);
-        self.prices = s.prices;
-        self.provider = Some(s.provider);
+        self.prices = s.model.prices;
+        self.provider = Some(genai_provider(s.up.kind));
     }
 
     /// The request's trace (exported with the record), with its output cap and temperature.

@@ -20,7 +20,7 @@ use ax_protocol::usage::AttemptRecord;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::config::snapshot::{Candidate, Model, Route, Snapshot, Upstream};
+use crate::config::snapshot::{Candidate, Model, Route, Served, Snapshot, Upstream};
 use crate::error::AxError;
 use crate::error::Outcome;
 use crate::governance::fleet::Fleet;
@@ -29,17 +29,6 @@ use crate::routing::plan::{self, Needs};
 use crate::state::health::{Admission, ModelHealth, Permit, UpstreamHealth};
 use crate::trace::AttemptIo;
 use crate::upstream::call::Deadlines;
-
-/// Who served, for headers, metering and logs.
-#[derive(Clone, Copy)]
-pub struct Served<'s> {
-    pub up: &'s Upstream,
-    pub model: &'s Model,
-    /// Attempts made, the successful one included.
-    pub attempts: u32,
-    /// The fallback alias that served, when the requested alias failed.
-    pub fallback: Option<&'s str>,
-}
 
 /// Everything one attempt needs.
 pub struct AttemptCtx<'s> {
