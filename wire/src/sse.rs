@@ -178,17 +178,27 @@ pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
 /// forwarded: they serve a reconnecting `EventSource`, and a stream through ax cannot be resumed.
 pub fn forward_event(event: Option<&str>, data: &str) -> Bytes {
     let name = event.unwrap_or_default();
-    let lines = memchr::memchr_iter(b'\n', data.as_bytes()).count() + 1;
-    let mut b = BytesMut::with_capacity(data.len() + name.len() + 6 * lines + 10);
+    let mut rest = data.as_bytes();
+    // Room for one line; an event whose data spans several (rare) grows it.
+    let mut b = BytesMut::with_capacity(rest.len() + name.len() + 17);
     if !name.is_empty() {
         b.put_slice(b"event: ");
         b.put_slice(name.as_bytes());
         b.put_u8(b'\n');
     }
-    for line in data.split('\n') {
+    loop {
         b.put_slice(b"data: ");
-        b.put_slice(line.as_bytes());
-        b.put_u8(b'\n');
+        match memchr::memchr(b'\n', rest) {
+            Some(i) => {
+                b.put_slice(&rest[..=i]);
+                rest = &rest[i + 1..];
+            }
+            None => {
+                b.put_slice(rest);
+                b.put_u8(b'\n');
+                break;
+            }
+        }
     }
     b.put_u8(b'\n');
     b.freeze()

@@ -66,6 +66,9 @@ pub enum At<'a> {
     Root(&'a str),
     Index(&'a At<'a>, usize),
     Key(&'a At<'a>, &'a str),
+    /// A key as the body has it (decoded only when the path is written), and whether it holds
+    /// escapes.
+    Raw(&'a At<'a>, &'a [u8], bool),
 }
 
 impl<'a> At<'a> {
@@ -75,6 +78,10 @@ impl<'a> At<'a> {
 
     pub fn key(&'a self, key: &'a str) -> At<'a> {
         At::Key(self, key)
+    }
+
+    pub fn raw_key(&'a self, raw: &'a [u8], escaped: bool) -> At<'a> {
+        At::Raw(self, raw, escaped)
     }
 
     /// `messages[3].content[1].type`.
@@ -103,6 +110,11 @@ impl<'a> At<'a> {
                 parent.write(out, dotted);
                 out.push('.');
                 out.push_str(key);
+            }
+            At::Raw(parent, raw, escaped) => {
+                parent.write(out, dotted);
+                out.push('.');
+                out.push_str(&super::skim::key_text(raw, *escaped).unwrap_or_default());
             }
         }
     }

@@ -95,9 +95,134 @@ struct Span {
     escaped: bool,
 }
 
-/// An object's members: each key (borrowed from the body unless it holds escapes) and its
-/// value's span, in order. On the stack for the keys a block has.
-type Members<'b> = SmallVec<[(Cow<'b, str>, Span); 8]>;
+/// The keys the walk reads or checks, a bit each: a key is matched once, where its object is
+/// read, and every later question (is it named, is it read, is it there twice) is a mask. (Keys
+/// held as strings and compared by name cost a ~50 KB conversation a fifth more instructions.)
+mod key {
+    pub const TYPE: u32 = 1;
+    pub const TEXT: u32 = 1 << 1;
+    pub const CACHE_CONTROL: u32 = 1 << 2;
+    pub const CITATIONS: u32 = 1 << 3;
+    pub const SOURCE: u32 = 1 << 4;
+    pub const TRANSFORMATIONS: u32 = 1 << 5;
+    pub const TITLE: u32 = 1 << 6;
+    pub const CONTEXT: u32 = 1 << 7;
+    pub const ID: u32 = 1 << 8;
+    pub const NAME: u32 = 1 << 9;
+    pub const INPUT: u32 = 1 << 10;
+    pub const CALLER: u32 = 1 << 11;
+    pub const TOOLSET_NAME: u32 = 1 << 12;
+    pub const TOOL_USE_ID: u32 = 1 << 13;
+    pub const CONTENT: u32 = 1 << 14;
+    pub const IS_ERROR: u32 = 1 << 15;
+    pub const TOOL_NAME: u32 = 1 << 16;
+    pub const THINKING: u32 = 1 << 17;
+    pub const SIGNATURE: u32 = 1 << 18;
+    pub const DATA: u32 = 1 << 19;
+    pub const ROLE: u32 = 1 << 20;
+    pub const MEDIA_TYPE: u32 = 1 << 21;
+    pub const URL: u32 = 1 << 22;
+
+    const NAMES: [&str; 23] = [
+        "type",
+        "text",
+        "cache_control",
+        "citations",
+        "source",
+        "transformations",
+        "title",
+        "context",
+        "id",
+        "name",
+        "input",
+        "caller",
+        "toolset_name",
+        "tool_use_id",
+        "content",
+        "is_error",
+        "tool_name",
+        "thinking",
+        "signature",
+        "data",
+        "role",
+        "media_type",
+        "url",
+    ];
+
+    /// The bit of a key (0: one the walk does not name).
+    pub fn bit(key: &[u8]) -> u32 {
+        match key {
+            b"type" => TYPE,
+            b"text" => TEXT,
+            b"cache_control" => CACHE_CONTROL,
+            b"citations" => CITATIONS,
+            b"source" => SOURCE,
+            b"transformations" => TRANSFORMATIONS,
+            b"title" => TITLE,
+            b"context" => CONTEXT,
+            b"id" => ID,
+            b"name" => NAME,
+            b"input" => INPUT,
+            b"caller" => CALLER,
+            b"toolset_name" => TOOLSET_NAME,
+            b"tool_use_id" => TOOL_USE_ID,
+            b"content" => CONTENT,
+            b"is_error" => IS_ERROR,
+            b"tool_name" => TOOL_NAME,
+            b"thinking" => THINKING,
+            b"signature" => SIGNATURE,
+            b"data" => DATA,
+            b"role" => ROLE,
+            b"media_type" => MEDIA_TYPE,
+            b"url" => URL,
+            _ => 0,
+        }
+    }
+
+    /// The name of a bit.
+    pub fn name(bit: u32) -> &'static str {
+        NAMES.get(bit.trailing_zeros() as usize).copied().unwrap_or_default()
+    }
+}
+
+/// One member of an object: its key's bit and the key as the body has it, its value's span.
+struct Member<'t> {
+    bit: u32,
+    raw: &'t [u8],
+    escaped: bool,
+    span: Span,
+}
+
+/// An object's members, in order, on the stack for the keys a block has; the bits seen, and
+/// those seen twice.
+#[derive(Default)]
+struct Members<'t> {
+    list: SmallVec<[Member<'t>; 8]>,
+    twice: u32,
+}
+
+impl Members<'_> {
+    /// The value of the key `bit`, when the object has it.
+    fn get(&self, bit: u32) -> Option<&Span> {
+        self.list.iter().find(|m| m.bit == bit).map(|m| &m.span)
+    }
+
+    /// Each of the keys in `mask` at most once (a duplicate of a key the type does not name is
+    /// passed over, as serde passes over an unknown field): the first repeated, in order.
+    fn once(&self, mask: u32, at: &At<'_>) -> Result<(), Fault> {
+        if self.twice & mask == 0 {
+            return Ok(());
+        }
+        let mut seen = 0;
+        for m in &self.list {
+            if m.bit & mask & seen != 0 {
+                return Err(duplicate(&at.path(), key::name(m.bit)));
+            }
+            seen |= m.bit;
+        }
+        Ok(())
+    }
+}
 
 /// What a turn's `content` holds, before its role is known (keys come in any order).
 enum Said {
@@ -135,36 +260,33 @@ const BLOCK_TYPES: [&str; 9] = [
 ];
 
 /// The keys each block type names besides `type`: what strict mode lets through inside a block.
-fn block_keys(kind: &str) -> &'static [&'static str] {
+fn block_keys(kind: &str) -> u32 {
+    use key::*;
     match kind {
-        "text" => &["text", "cache_control", "citations"],
-        "image" => &["source", "cache_control", "transformations"],
-        "document" => &["source", "cache_control", "title", "context", "citations"],
-        "tool_use" => &["id", "name", "input", "cache_control", "caller", "toolset_name"],
-        "tool_result" => &["tool_use_id", "content", "is_error", "cache_control", "toolset_name"],
-        "search_result" => &["source", "title", "content", "citations", "cache_control"],
-        "tool_reference" => &["tool_name", "cache_control"],
-        "thinking" => &["thinking", "signature"],
-        "redacted_thinking" => &["data"],
-        _ => &[],
+        "text" => TEXT | CACHE_CONTROL | CITATIONS,
+        "image" => SOURCE | CACHE_CONTROL | TRANSFORMATIONS,
+        "document" => SOURCE | CACHE_CONTROL | TITLE | CONTEXT | CITATIONS,
+        "tool_use" => ID | NAME | INPUT | CACHE_CONTROL | CALLER | TOOLSET_NAME,
+        "tool_result" => TOOL_USE_ID | CONTENT | IS_ERROR | CACHE_CONTROL | TOOLSET_NAME,
+        "search_result" => SOURCE | TITLE | CONTENT | CITATIONS | CACHE_CONTROL,
+        "tool_reference" => TOOL_NAME | CACHE_CONTROL,
+        "thinking" => THINKING | SIGNATURE,
+        "redacted_thinking" => DATA,
+        _ => 0,
     }
 }
 
 /// The keys a type names that the walk checks and passes over (`title` is read only in a search
 /// result).
-fn passed_over(key: &str, kind: &str) -> bool {
-    matches!(
-        key,
-        "cache_control"
-            | "citations"
-            | "caller"
-            | "toolset_name"
-            | "transformations"
-            | "context"
-            | "thinking"
-            | "signature"
-            | "data"
-    ) || (key == "title" && kind == "document")
+fn passed_over(kind: &str) -> u32 {
+    use key::*;
+    let always =
+        CACHE_CONTROL | CITATIONS | CALLER | TOOLSET_NAME | TRANSFORMATIONS | CONTEXT | THINKING | SIGNATURE | DATA;
+    if kind == "document" {
+        always | TITLE
+    } else {
+        always
+    }
 }
 
 struct Walk<'b, 'u> {
@@ -218,20 +340,27 @@ impl<'b> Walk<'b, '_> {
         walk::value::<Known>(&self.text[span.range.clone()], at, &mut Vec::new()).map(drop)
     }
 
-    /// The members of the object at the cursor, in order.
-    fn members<'t>(&self, s: &mut Skim<'t>, at: &At<'_>, what: &str) -> Result<Members<'t>, Fault> {
+    /// The members of the object at the cursor, in order, into `out` (on the caller's stack).
+    fn members<'t>(&self, s: &mut Skim<'t>, at: &At<'_>, what: &str, out: &mut Members<'t>) -> Result<(), Fault> {
         if s.next_byte() != Some(b'{') {
             s.value()?;
             return Err(wrong_type(&at.path(), what));
         }
-        let mut out = Members::new();
-        s.object(|k, escaped, s| {
-            let key = key_text(k, escaped).ok_or_else(|| bad_key(&at.path()))?;
-            let span = self.span_of(s, &at.key(&key))?;
-            out.push((key, span));
+        let mut seen = 0;
+        s.object(|raw, escaped, s| {
+            // The body is UTF-8 (checked whole): a key without escapes is text.
+            let bit = if escaped {
+                key::bit(key_text(raw, true).ok_or_else(|| bad_key(&at.path()))?.as_bytes())
+            } else {
+                key::bit(raw)
+            };
+            let span = self.span_of(s, &at.raw_key(raw, escaped))?;
+            out.twice |= seen & bit;
+            seen |= bit;
+            out.list.push(Member { bit, raw, escaped, span });
             Ok::<(), Fault>(())
         })?;
-        Ok(out)
+        Ok(())
     }
 
     /// `system`: a string, or text blocks joined by blank lines (`null`: none).
@@ -266,13 +395,15 @@ impl<'b> Walk<'b, '_> {
     /// `type` is any value.
     fn text_block(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Text, Fault> {
         let mut text = None;
-        let members = self.members(s, at, "a text block")?;
-        once(&members, &["text", "type", "cache_control", "citations"], at)?;
-        for (key, span) in &members {
-            match &**key {
-                "text" => text = Some(self.literal(span, &at.key(key))?),
-                "type" | "cache_control" | "citations" => self.known(span, &at.key(key))?,
-                _ => self.unknown.push(at.key(key).dotted()),
+        let mut members = Members::default();
+        self.members(s, at, "a text block", &mut members)?;
+        members.once(key::TEXT | key::TYPE | key::CACHE_CONTROL | key::CITATIONS, at)?;
+        for m in &members.list {
+            let here = at.raw_key(m.raw, m.escaped);
+            match m.bit {
+                key::TEXT => text = Some(self.literal(&m.span, &here)?),
+                key::TYPE | key::CACHE_CONTROL | key::CITATIONS => self.known(&m.span, &here)?,
+                _ => self.unknown.push(here.dotted()),
             }
         }
         Ok(text.unwrap_or_else(|| Text::new("")))
@@ -296,12 +427,13 @@ impl<'b> Walk<'b, '_> {
     /// one message of its role.
     fn turn(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<(), Fault> {
         let (mut role, mut said) = (None, None);
-        let members = self.members(s, at, "a message object")?;
-        once(&members, &["role", "content"], at)?;
-        for (key, span) in &members {
-            let here = at.key(key);
-            match &**key {
-                "role" => {
+        let mut members = Members::default();
+        self.members(s, at, "a message object", &mut members)?;
+        members.once(key::ROLE | key::CONTENT, at)?;
+        for m in &members.list {
+            let (here, span) = (at.raw_key(m.raw, m.escaped), &m.span);
+            match m.bit {
+                key::ROLE => {
                     role = Some(match &*self.str_at(span, &here)? {
                         "user" => Role::User,
                         "assistant" => Role::Assistant,
@@ -309,7 +441,7 @@ impl<'b> Walk<'b, '_> {
                         other => return Err(unknown_variant(&here.path(), other, &["user", "assistant", "system"])),
                     })
                 }
-                "content" => said = Some(self.said(span, &here)?),
+                key::CONTENT => said = Some(self.said(span, &here)?),
                 _ => self.unknown.push(here.dotted()),
             }
         }
@@ -375,28 +507,30 @@ impl<'b> Walk<'b, '_> {
 
     /// One content block at `at`.
     fn block(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Block, Fault> {
-        let members = self.members(s, at, "a content block")?;
-        let kind = match members.iter().find(|(k, _)| k == "type") {
-            Some((_, span)) => self.str_at(span, &at.key("type"))?,
+        let mut members = Members::default();
+        self.members(s, at, "a content block", &mut members)?;
+        let kind = match members.get(key::TYPE) {
+            Some(span) => self.str_at(span, &at.key("type"))?,
             None => return Err(missing(&at.path(), "type")),
         };
         if !BLOCK_TYPES.contains(&&*kind) {
             return Err(unknown_variant(&at.key("type").path(), &kind, &BLOCK_TYPES));
         }
         let names = block_keys(&kind);
-        once(&members, names, at)?;
-        once(&members, &["type"], at)?;
-        let field = |name: &str| members.iter().find(|(k, _)| k == name).map(|(_, span)| span.clone());
+        members.once(names, at)?;
+        members.once(key::TYPE, at)?;
+        let field = |name: &str| members.get(key::bit(name.as_bytes())).cloned();
         let need = |name: &str| field(name).ok_or_else(|| missing(&at.path(), name));
         // The keys its type names but the walk does not read are checked; others are unknown.
-        for (key, span) in &members {
-            if key == "type" {
+        let passed = passed_over(&kind);
+        for m in &members.list {
+            if m.bit == key::TYPE {
                 continue;
             }
-            if !names.contains(&&**key) {
-                self.unknown.push(at.key(key).dotted());
-            } else if passed_over(key, &kind) {
-                self.known(span, &at.key(key))?;
+            if m.bit & names == 0 {
+                self.unknown.push(at.raw_key(m.raw, m.escaped).dotted());
+            } else if m.bit & passed != 0 {
+                self.known(&m.span, &at.raw_key(m.raw, m.escaped))?;
             }
         }
         Ok(match &*kind {
@@ -516,22 +650,23 @@ impl<'b> Walk<'b, '_> {
     /// An image block's `source` as a URL: base64 data as a `data:` URL, or its `url`.
     fn image_source(&mut self, span: &Span, block: &At<'_>) -> Result<ImageUrl, Fault> {
         let at = block.key("source");
-        let members = self.members(&mut cursor(self.body, span), &at, "an image source")?;
-        let field = |name: &str| members.iter().find(|(k, _)| k == name).map(|(_, span)| span.clone());
+        let mut members = Members::default();
+        self.members(&mut cursor(self.body, span), &at, "an image source", &mut members)?;
+        let field = |name: &str| members.get(key::bit(name.as_bytes())).cloned();
         let kind = match field("type") {
             Some(span) => self.str_at(&span, &at.key("type"))?,
             None => return Err(missing(&at.path(), "type")),
         };
-        let names: &[&str] = match &*kind {
-            "base64" => &["media_type", "data"],
-            "url" => &["url"],
+        let names = match &*kind {
+            "base64" => key::MEDIA_TYPE | key::DATA,
+            "url" => key::URL,
             other => return Err(unknown_variant(&at.key("type").path(), other, &["base64", "url"])),
         };
-        once(&members, names, &at)?;
-        once(&members, &["type"], &at)?;
-        for (key, _) in &members {
-            if key != "type" && !names.contains(&&**key) {
-                self.unknown.push(at.key(key).dotted());
+        members.once(names, &at)?;
+        members.once(key::TYPE, &at)?;
+        for m in &members.list {
+            if m.bit != key::TYPE && m.bit & names == 0 {
+                self.unknown.push(at.raw_key(m.raw, m.escaped).dotted());
             }
         }
         let string = |name: &str| match field(name) {
@@ -552,17 +687,6 @@ impl<'b> Walk<'b, '_> {
         };
         Ok(ImageUrl { url, detail: None })
     }
-}
-
-/// Each of the keys `names` at most once (a duplicate of a key the type does not name is passed
-/// over, as serde passes over an unknown field).
-fn once(members: &Members<'_>, names: &[&str], at: &At<'_>) -> Result<(), Fault> {
-    for (i, (key, _)) in members.iter().enumerate() {
-        if names.contains(&&**key) && members[..i].iter().any(|(k, _)| k == key) {
-            return Err(duplicate(&at.path(), key));
-        }
-    }
-    Ok(())
 }
 
 /// A cursor at the value at `span` of `body`.
