@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::canonical::{Chunk, FinishReason, StreamItem};
+use crate::canonical::{Chunk, Content, ContentPart, FinishReason, StreamItem};
 use crate::Reported;
 
 fn ev(data: serde_json::Value) -> SseEvent {
@@ -317,12 +317,26 @@ fn a_forwarded_openai_event_counts_its_deltas_and_usage() {
 }
 
 #[test]
+fn a_key_no_content_part_names_is_judged_by_the_parameter_mode() {
+    let body = bytes::Bytes::from_static(
+        br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_hint":1}]}]}"#,
+    );
+    let strict = crate::openai::caller::decode_chat(&body, ax_protocol::config::ParamsMode::Strict);
+    assert!(
+        matches!(&strict, Err(crate::Error::UnsupportedParameter { param, .. }) if param == "messages.0.content.0.cache_hint"),
+        "{strict:?}"
+    );
+    let lenient = crate::openai::caller::decode_chat(&body, ax_protocol::config::ParamsMode::Lenient).unwrap();
+    assert_eq!(lenient.messages[0].content, Some(Content::Parts(vec![ContentPart::Text { text: "hi".into() }])));
+}
+
+#[test]
 fn a_callers_text_goes_upstream_as_written() {
     let body = r#"{"model":"m","messages":[
         {"role":"system","content":"rule \"one\"\n"},
         {"role":"developer","content":[{"type":"text","text":"rule\ttwo"}]},
         {"role":"user","content":"caf\u00e9 \ud83d\ude00\\n"},
-        {"role":"user","content":[{"type":"text","text":"a part\u0021","cache_hint":1}]},
+        {"role":"user","content":[{"type":"text","text":"a part\u0021"}]},
         {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
         {"role":"tool","tool_call_id":"c1","content":"{\"ok\":true}"}]}"#;
     let req = crate::openai::caller::decode_chat(
