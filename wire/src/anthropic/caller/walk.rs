@@ -340,6 +340,39 @@ impl<'b> Walk<'b, '_> {
         walk::value::<Known>(&self.text[span.range.clone()], at, &mut Vec::new()).map(drop)
     }
 
+    /// The bit of a key of the object at `at`. The body is UTF-8 (checked whole): a key without
+    /// escapes is text.
+    fn bit_of(&self, raw: &[u8], escaped: bool, at: &At<'_>) -> Result<u32, Fault> {
+        if !escaped {
+            return Ok(key::bit(raw));
+        }
+        Ok(key::bit(key_text(raw, true).ok_or_else(|| bad_key(&at.path()))?.as_bytes()))
+    }
+
+    /// A turn's role. Its name as written (no escapes, so no control characters either) is the
+    /// common case, read without the checked skim.
+    fn role(&self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Role, Fault> {
+        const ROLES: [&str; 3] = ["user", "assistant", "system"];
+        let named = |name: &[u8]| match name {
+            b"user" => Some(Role::User),
+            b"assistant" => Some(Role::Assistant),
+            b"system" => Some(Role::System),
+            _ => None,
+        };
+        if s.next_byte() == Some(b'"') {
+            let (range, escaped) = s.string()?;
+            if let (false, Some(role)) = (escaped, named(&self.body[range.start + 1..range.end - 1])) {
+                return Ok(role);
+            }
+            let mut checked = Skim::at(&self.body[..range.end], range.start);
+            let span = self.span_of(&mut checked, at)?;
+            let name = self.str_at(&span, at)?;
+            return named(name.as_bytes()).ok_or_else(|| unknown_variant(&at.path(), &name, &ROLES));
+        }
+        self.span_of(s, at)?;
+        Err(wrong_type(&at.path(), "a string"))
+    }
+
     /// The members of the object at the cursor, in order, into `out` (on the caller's stack).
     fn members<'t>(&self, s: &mut Skim<'t>, at: &At<'_>, what: &str, out: &mut Members<'t>) -> Result<(), Fault> {
         if s.next_byte() != Some(b'{') {
@@ -348,12 +381,7 @@ impl<'b> Walk<'b, '_> {
         }
         let mut seen = 0;
         s.object(|raw, escaped, s| {
-            // The body is UTF-8 (checked whole): a key without escapes is text.
-            let bit = if escaped {
-                key::bit(key_text(raw, true).ok_or_else(|| bad_key(&at.path()))?.as_bytes())
-            } else {
-                key::bit(raw)
-            };
+            let bit = self.bit_of(raw, escaped, at)?;
             let span = self.span_of(s, &at.raw_key(raw, escaped))?;
             out.twice |= seen & bit;
             seen |= bit;
@@ -425,26 +453,34 @@ impl<'b> Walk<'b, '_> {
 
     /// One turn: its tool results pushed as they come (tool messages), then its other blocks as
     /// one message of its role.
+    ///
+    /// Read as it comes (a turn's keys are two, and its content is most of the body): each value
+    /// where its key is, a repeated key refused where it repeats, as serde reads a struct.
     fn turn(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<(), Fault> {
-        let (mut role, mut said) = (None, None);
-        let mut members = Members::default();
-        self.members(s, at, "a message object", &mut members)?;
-        members.once(key::ROLE | key::CONTENT, at)?;
-        for m in &members.list {
-            let (here, span) = (at.raw_key(m.raw, m.escaped), &m.span);
-            match m.bit {
-                key::ROLE => {
-                    role = Some(match &*self.str_at(span, &here)? {
-                        "user" => Role::User,
-                        "assistant" => Role::Assistant,
-                        "system" => Role::System,
-                        other => return Err(unknown_variant(&here.path(), other, &["user", "assistant", "system"])),
-                    })
-                }
-                key::CONTENT => said = Some(self.said(span, &here)?),
-                _ => self.unknown.push(here.dotted()),
-            }
+        if s.next_byte() != Some(b'{') {
+            s.value()?;
+            return Err(wrong_type(&at.path(), "a message object"));
         }
+        let (mut role, mut said, mut seen) = (None, None, 0);
+        s.object(|raw, escaped, s| {
+            let bit = self.bit_of(raw, escaped, at)?;
+            let here = at.raw_key(raw, escaped);
+            if bit & (key::ROLE | key::CONTENT) == 0 {
+                self.span_of(s, &here)?;
+                self.unknown.push(here.dotted());
+                return Ok(());
+            }
+            if seen & bit != 0 {
+                return Err(duplicate(&at.path(), key::name(bit)));
+            }
+            seen |= bit;
+            if bit == key::ROLE {
+                role = Some(self.role(s, &here)?);
+            } else {
+                said = Some(self.said(s, &here)?);
+            }
+            Ok::<(), Fault>(())
+        })?;
         let role = role.ok_or_else(|| missing(&at.path(), "role"))?;
         match said.ok_or_else(|| missing(&at.path(), "content"))? {
             Said::Text(t) => self.out.turns.push(Message { content: Some(Content::Text(t)), ..Message::new(role) }),
@@ -467,13 +503,16 @@ impl<'b> Walk<'b, '_> {
     }
 
     /// A turn's `content`: a string, or blocks (its tool results pushed as they come).
-    fn said(&mut self, span: &Span, at: &At<'_>) -> Result<Said, Fault> {
-        match self.text.as_bytes()[span.range.start] {
-            b'"' => Ok(Said::Text(self.literal(span, at)?)),
-            b'[' => {
+    fn said(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Said, Fault> {
+        match s.next_byte() {
+            Some(b'"') => {
+                let span = self.span_of(s, at)?;
+                Ok(Said::Text(self.literal(&span, at)?))
+            }
+            Some(b'[') => {
                 let (mut parts, mut calls) = (Vec::new(), Vec::new());
                 let mut j = 0;
-                cursor(self.body, span).array(|s| {
+                s.array(|s| {
                     let here = at.index(j);
                     match self.block(s, &here)? {
                         Block::Text(t) => parts.push(ContentPart::Text { text: t }),
@@ -501,7 +540,10 @@ impl<'b> Walk<'b, '_> {
                 })?;
                 Ok(Said::Blocks { parts, calls })
             }
-            _ => Err(wrong_type(&at.path(), "a string or an array of content blocks")),
+            _ => {
+                s.value()?;
+                Err(wrong_type(&at.path(), "a string or an array of content blocks"))
+            }
         }
     }
 
