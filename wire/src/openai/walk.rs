@@ -79,19 +79,23 @@ impl Walk<'_> {
         let mut out = Vec::new();
         let messages = At::Root("messages");
         s.array(|s| {
-            let m = self.message(s, &messages.index(out.len()))?;
-            out.push(m);
+            // Read in place: a message is a few hundred bytes, moved twice more if returned.
+            let at = messages.index(out.len());
+            out.push(Message::new(Role::User));
+            if let Some(m) = out.last_mut() {
+                self.message(s, &at, m)?;
+            }
             Ok::<(), Fault>(())
         })?;
         Ok(out)
     }
 
-    fn message(&mut self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Message, Fault> {
+    /// One message, read into `m` (a new one).
+    fn message(&mut self, s: &mut Skim<'_>, at: &At<'_>, m: &mut Message) -> Result<(), Fault> {
         if s.next_byte() != Some(b'{') {
             return Err(wrong_type(&at.path(), "a message object"));
         }
         let mut role = None;
-        let mut m = Message::new(Role::User);
         let mut seen = 0u8;
         s.object(|k, escaped, s| {
             let key = key_bytes(k, escaped).ok_or_else(|| bad_key(&at.path()))?;
@@ -132,7 +136,7 @@ impl Walk<'_> {
             Ok(())
         })?;
         m.role = role.ok_or_else(|| missing(&at.path(), "role"))?;
-        Ok(m)
+        Ok(())
     }
 
     fn role(&self, s: &mut Skim<'_>, at: &At<'_>) -> Result<Role, Fault> {
