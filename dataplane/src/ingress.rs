@@ -1,9 +1,9 @@
 //! Ingress: the HTTP surface, and the one place where `AxError` becomes HTTP.
 //!
-//! The route table (`router`) sends each model endpoint through its wire protocol's codec
-//! (`openai`): the caller's key, body and decoder go into the pipeline (`crate::pipeline`), and
-//! what comes out is encoded back with the gateway's `x-ax-*` headers. Operational endpoints
-//! (`/healthz`, `/readyz`, `/metrics`, `/admin/health`, `/v1/models`) are answered here.
+//! The route table (`router`) sends each model endpoint into the pipeline (`crate::pipeline`)
+//! with the caller's key, a reader of its body and its protocol's codec (`pipeline::codec`), and
+//! what comes out is encoded back (`ax_wire`) with the gateway's `x-ax-*` headers. Operational
+//! endpoints (`/healthz`, `/readyz`, `/metrics`, `/admin/health`, `/v1/models`) are answered here.
 
 pub mod headers;
 

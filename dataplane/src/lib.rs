@@ -1,24 +1,24 @@
-//! ax data plane: one OpenAI-compatible endpoint in front of many model providers.
+//! ax data plane: one endpoint in front of many model providers, in the protocol each caller
+//! speaks.
 //!
-//! The modules are the stages of a request (ARCHITECTURE.md walks one through them), in layers:
-//! a module imports only from the layers below its own (checked by `tests/layering.rs`).
+//! The modules are the stages of a request, in layers: a module imports only from the layers
+//! below its own (the list `tests/tests/e2e/layering.rs` checks), and every layer may use the
+//! codecs of `ax_wire`.
 //!
-//! 5. Edges: `ingress` (HTTP: the route table, a wire protocol's codec such as `ingress::openai`,
-//!    and the one place an `AxError` becomes an HTTP answer) and `control` (the control-plane link).
-//! 4. `pipeline`: the stages every call passes, in order, whatever protocol the caller spoke:
-//!    authenticate, read, decode, admit, guard, route, fail over, dispatch, stream, meter.
-//! 3. The stages: `governance` (budgets and rate limits, fleet-wide through Redis), `routing`
-//!    (from an alias to the ordered attempt plan, and failover over it), `upstream` (one call to
+//! 6. Edges: `ingress` (HTTP: the route table, bodies under their limit, and the one place an
+//!    `AxError` becomes an HTTP answer) and `control` (the control-plane link).
+//! 5. `pipeline`: the stages every model call passes, in order, whatever protocol the caller
+//!    spoke (admit, forward or translate, budget, attempts, settle), and the callers' codecs.
+//! 4. `routing`: from an alias to the ordered attempt plan, and failover over it.
+//! 3. `governance` (budgets and rate limits, fleet-wide through Redis), `upstream` (one call to
 //!    one upstream's backend, under its deadlines) and `metering` (one usage record per request,
-//!    its durable spool, metrics).
+//!    its durable spool, metrics, spans).
 //! 2. `config`: the YAML file, reloads, and the compiled immutable `Snapshot` swapped whole
-//!    through `SnapshotStore`; nothing on the request path locks.
-//! 1. `providers` (pure translation between the canonical model and each provider's wire
-//!    format), `state` (live counters, spend, breakers and statistics, carried across snapshots)
-//!    `transport` (the upstream HTTP/1 client and its per-thread pools) and `response_store`
-//!    (the Responses API's stored responses: Redis, or bounded process memory).
-//! 0. `error`, `canonical` (the protocol-neutral request and answer), `sse` (event framing),
-//!    `body` and `worker`, used by all of them.
+//!    through `SnapshotStore`.
+//! 1. `state` (live counters, spend, breakers and statistics, carried across snapshots),
+//!    `transport` (the upstream HTTP/1 client and its per-thread pools) and `response_store` (the
+//!    Responses API's stored responses: Redis, or bounded process memory).
+//! 0. `error`, `body`, `worker` and `trace`, used by all of them.
 
 pub mod body;
 pub mod config;

@@ -1,9 +1,8 @@
 //! The canonical request, response and stream-chunk model every stage works on.
 //!
-//! It is spelled with OpenAI Chat Completions field names (ax's ingress protocol), so decoding
-//! ingress is one serde pass, but every loosely typed OpenAI field (string-or-array content,
-//! `stop`, `tool_choice`) is a closed Rust type here. Only `providers::*` translate it to and
-//! from other wire formats.
+//! It is spelled with OpenAI Chat Completions field names, but every loosely typed OpenAI field
+//! (string-or-array content, `stop`, `tool_choice`) is a closed Rust type here. Only the protocol
+//! modules (`openai`, `anthropic`, `responses`, `gemini`) translate it to and from wire formats.
 
 // ---------------------------------------------------------------------------------------------
 // Estimates

@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions and every compatible API (DeepSeek, Qwen, vLLM, Ollama, Azure).
 //!
 //! The upstream side: canonical requests encoded for an OpenAI-compatible server, its answers,
-//! streams and errors decoded. Callers who speak OpenAI are answered by `ingress::openai`.
+//! streams and errors decoded. Callers who speak OpenAI are answered by `openai::caller`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
