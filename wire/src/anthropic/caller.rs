@@ -59,9 +59,9 @@ pub struct MessagesRequest {
     #[serde(default)]
     tool_choice: Option<ToolChoiceIn>,
     #[serde(default)]
-    metadata: Option<MetadataIn>,
+    metadata: Option<super::Metadata<'static>>,
     #[serde(default)]
-    thinking: Option<ThinkingIn>,
+    thinking: Option<super::Thinking>,
     #[serde(default)]
     output_config: Option<OutputConfigIn>,
     #[serde(default, rename = "context_management")]
@@ -86,18 +86,6 @@ pub struct MessagesRequest {
     _user_profile_id: Option<Known>,
     #[serde(default, rename = "workspace_id")]
     _workspace_id: Option<Known>,
-}
-
-/// `thinking`: `enabled` with a budget, `adaptive` (the model decides; its effort in
-/// `output_config`), or `disabled`; `display: omitted` returns thinking blocks without their text.
-#[derive(Deserialize)]
-struct ThinkingIn {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    budget_tokens: Option<u32>,
-    #[serde(default)]
-    display: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -139,7 +127,7 @@ impl MessagesRequest {
                 ))
             }
         };
-        Ok(match self.thinking.as_ref().map(|t| (t.kind.as_str(), t.budget_tokens)) {
+        Ok(match self.thinking.as_ref().map(|t| (&*t.kind, t.budget_tokens)) {
             None => (effort, None),
             Some(("disabled", _)) => (None, None),
             Some(("enabled", Some(budget))) => (effort.or(Some(ReasoningEffort::of_budget(budget))), Some(budget)),
@@ -211,12 +199,6 @@ struct ToolChoiceIn {
     name: Option<String>,
     #[serde(default)]
     disable_parallel_tool_use: Option<bool>,
-}
-
-#[derive(Deserialize)]
-struct MetadataIn {
-    #[serde(default)]
-    user_id: Option<String>,
 }
 
 /// A Messages body in the canonical model, and whether the caller wants the thinking text: its
@@ -307,7 +289,7 @@ fn canonical(r: MessagesRequest, for_counting: bool, walked: walk::Walked) -> Re
         tools: (!tools.is_empty()).then_some(tools),
         tool_choice,
         parallel_tool_calls: parallel,
-        user: r.metadata.and_then(|m| m.user_id),
+        user: r.metadata.and_then(|m| m.user_id).map(std::borrow::Cow::into_owned),
         reasoning_effort,
         thinking_budget,
         response_format,

@@ -13,11 +13,12 @@ use serde_json::Value;
 
 use bytes::Bytes;
 
+use super::{Metadata, Thinking, Usage as AnthropicUsage};
 use crate::adapter::{classify, error_body, status_of_error_type, tool_arguments, Ctx};
 use crate::canonical::TextOut;
 use crate::canonical::{
     ChatRequest, ChatResponse, Choice, Content, ContentPart, FinishReason, FunctionCall, ReasoningEffort,
-    ResponseFormat, Role, ToolCall, ToolChoice, ToolKind, Usage,
+    ResponseFormat, Role, ToolCall, ToolChoice, ToolKind,
 };
 use crate::json::read::IsError;
 use crate::json::write::{copied, write_json, write_str, write_text};
@@ -65,13 +66,6 @@ struct AnthropicRest<'a> {
     output_config: Option<Value>,
 }
 
-#[derive(Serialize)]
-struct Thinking {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    budget_tokens: u32,
-}
-
 /// `max_tokens`, and extended thinking for a request with a reasoning control to a model that
 /// takes one (a budget of at least Anthropic's 1,024, below `max_tokens`, which counts it).
 ///
@@ -105,12 +99,7 @@ fn thinking(ctx: &Ctx<'_>, r: &ChatRequest) -> (u32, Option<Thinking>) {
     if budget < MIN {
         return (answer, None);
     }
-    (max_tokens, Some(Thinking { kind: "enabled", budget_tokens: budget }))
-}
-
-#[derive(Serialize)]
-struct Metadata<'a> {
-    user_id: &'a str,
+    (max_tokens, Some(Thinking { kind: Cow::Borrowed("enabled"), budget_tokens: Some(budget), display: None }))
 }
 
 struct AnthropicMessage<'a> {
@@ -418,7 +407,11 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, Error> {
         tools,
         tool_choice,
         // Both name the end user for abuse detection; `user` when a caller sends both.
-        metadata: r.user.as_deref().or(r.safety_identifier.as_deref()).map(|user_id| Metadata { user_id }),
+        metadata: r
+            .user
+            .as_deref()
+            .or(r.safety_identifier.as_deref())
+            .map(|user_id| Metadata { user_id: Some(Cow::Borrowed(user_id)) }),
         thinking,
         output_config: match &r.response_format {
             Some(ResponseFormat::JsonSchema { json_schema }) => {
@@ -475,52 +468,6 @@ enum RespBlock {
     },
     #[serde(other)]
     Other,
-}
-
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
-struct AnthropicUsage {
-    #[serde(default)]
-    input_tokens: Option<u64>,
-    #[serde(default)]
-    output_tokens: Option<u64>,
-    #[serde(default)]
-    cache_creation_input_tokens: Option<u64>,
-    #[serde(default)]
-    cache_read_input_tokens: Option<u64>,
-    /// The cache writes by how long they are kept.
-    #[serde(default)]
-    cache_creation: Option<CacheCreation>,
-}
-
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
-struct CacheCreation {
-    #[serde(default)]
-    ephemeral_1h_input_tokens: u64,
-}
-
-impl AnthropicUsage {
-    /// Folds a later report into this one (message_delta repeats or extends message_start's).
-    fn merge(&mut self, later: AnthropicUsage) {
-        self.input_tokens = later.input_tokens.or(self.input_tokens);
-        self.output_tokens = later.output_tokens.or(self.output_tokens);
-        self.cache_creation_input_tokens = later.cache_creation_input_tokens.or(self.cache_creation_input_tokens);
-        self.cache_read_input_tokens = later.cache_read_input_tokens.or(self.cache_read_input_tokens);
-        self.cache_creation = later.cache_creation.or(self.cache_creation);
-    }
-
-    fn canonical(self) -> Usage {
-        let write = self.cache_creation_input_tokens.unwrap_or(0);
-        let read = self.cache_read_input_tokens.unwrap_or(0);
-        Usage {
-            // `input_tokens` excludes cached tokens: the prompt is all three together.
-            prompt_tokens: self.input_tokens.unwrap_or(0) + write + read,
-            completion_tokens: self.output_tokens.unwrap_or(0),
-            cached_tokens: read,
-            cache_write_tokens: write,
-            cache_write_1h_tokens: self.cache_creation.map_or(0, |c| c.ephemeral_1h_input_tokens).min(write),
-            reasoning_tokens: 0,
-        }
-    }
 }
 
 pub fn finish_reason(raw: &str) -> FinishReason {

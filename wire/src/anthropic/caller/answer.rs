@@ -24,39 +24,6 @@ fn stop_reason(f: Option<&FinishReason>) -> (&str, Option<&str>) {
     }
 }
 
-/// Usage as Anthropic reports it: `input_tokens` without either cache count, the cache writes
-/// split by how long they are kept.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UsageOut {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_creation_input_tokens: u64,
-    pub cache_read_input_tokens: u64,
-    pub cache_creation: CacheCreationOut,
-}
-
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheCreationOut {
-    pub ephemeral_5m_input_tokens: u64,
-    pub ephemeral_1h_input_tokens: u64,
-}
-
-impl From<&Usage> for UsageOut {
-    fn from(u: &Usage) -> Self {
-        let hour = u.cache_write_1h_tokens.min(u.cache_write_tokens);
-        Self {
-            input_tokens: u.prompt_tokens.saturating_sub(u.cached_tokens + u.cache_write_tokens),
-            output_tokens: u.completion_tokens,
-            cache_creation_input_tokens: u.cache_write_tokens,
-            cache_read_input_tokens: u.cached_tokens,
-            cache_creation: CacheCreationOut {
-                ephemeral_5m_input_tokens: u.cache_write_tokens - hour,
-                ephemeral_1h_input_tokens: hour,
-            },
-        }
-    }
-}
-
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum BlockOut<'a> {
@@ -77,7 +44,7 @@ struct MessageOut<'a> {
     stop_sequence: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     provider_stop_reason: Option<&'a str>,
-    usage: UsageOut,
+    usage: crate::anthropic::Usage,
 }
 
 /// A tool call's arguments as the object Anthropic's `input` is (an empty object for none).
@@ -120,7 +87,7 @@ pub fn encode_message(r: &ChatResponse, request_id: &str, model: &str, show_thin
         stop_reason: stop,
         stop_sequence: None,
         provider_stop_reason: provider,
-        usage: UsageOut::from(&r.usage.unwrap_or_default()),
+        usage: crate::anthropic::Usage::from(&r.usage.unwrap_or_default()),
     };
     serde_json::to_vec(&out).unwrap_or_default()
 }
@@ -322,7 +289,7 @@ impl StreamEncoder for Events {
         let mut out = Vec::with_capacity(256);
         self.close_block(&mut out);
         let (stop, provider) = stop_reason(self.finish.as_ref());
-        let usage = UsageOut::from(&usage.copied().unwrap_or_default());
+        let usage = crate::anthropic::Usage::from(&usage.copied().unwrap_or_default());
         let mut delta = serde_json::json!({ "type": "message_delta",
             "delta": { "stop_reason": stop, "stop_sequence": null }, "usage": usage });
         if let Some(p) = provider {

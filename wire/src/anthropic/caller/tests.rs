@@ -216,17 +216,18 @@ proptest! {
             prop_assert_eq!(got.completion_tokens, want.output, "{}", shape);
             prop_assert_eq!(got.reasoning_tokens, want.thinking, "{}", shape);
 
-            let out = UsageOut::from(&got);
-            prop_assert_eq!(out, UsageOut {
-                input_tokens: want.uncached,
-                output_tokens: want.output,
-                cache_creation_input_tokens: want.write,
-                cache_read_input_tokens: want.read,
-                cache_creation: CacheCreationOut {
+            let out = crate::anthropic::Usage::from(&got);
+            prop_assert_eq!(out, crate::anthropic::Usage {
+                input_tokens: Some(want.uncached),
+                output_tokens: Some(want.output),
+                cache_creation_input_tokens: Some(want.write),
+                cache_read_input_tokens: Some(want.read),
+                cache_creation: Some(crate::anthropic::CacheCreation {
                     ephemeral_5m_input_tokens: want.write - want.hour,
                     ephemeral_1h_input_tokens: want.hour,
-                },
+                }),
             }, "{}", shape);
+            prop_assert_eq!(out.canonical(), Usage { reasoning_tokens: 0, ..got }, "{}: read back as written", shape);
             let openai: Value = serde_json::to_value(got).unwrap();
             prop_assert_eq!(&openai["prompt_tokens"], &json!(want.uncached + want.read + want.write));
             prop_assert_eq!(&openai["prompt_tokens_details"]["cached_tokens"], &json!(want.read));
