@@ -4,11 +4,13 @@
 //! Written here rather than with serde: through a serde serializer (sonic-rs or serde_json) a
 //! record's 25 fields and its attempt's 11 cost ~7,000 instructions, a tenth of a whole ~1 KB
 //! request at the default log level (callgrind, session 23); this writes the keys as constants
-//! and the strings, mostly short and plain, with one scan each (~1,500). The output is the
+//! and the values through the one hand writer (`ax_wire::json::write`: a short plain string is
+//! copied after one scan), ~1,500. The output is the
 //! `Serialize` derive's, field for field and in its order: a test compares the two on arbitrary
 //! records, so a field added to `UsageRecord` and not here fails it.
 
 use ax_protocol::usage::{AttemptRecord, UsageRecord};
+use ax_wire::json::write::{boolean, opt_string, opt_uint, string, uint};
 
 /// Appends `rec` as JSON (no newline).
 pub fn write(out: &mut Vec<u8>, rec: &UsageRecord) {
@@ -101,61 +103,6 @@ fn attempt(out: &mut Vec<u8>, a: &AttemptRecord) {
     out.extend_from_slice(b",\"received_bytes\":");
     uint(out, a.received_bytes);
     out.push(b'}');
-}
-
-fn uint(out: &mut Vec<u8>, n: u64) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-}
-
-fn opt_uint(out: &mut Vec<u8>, n: Option<u64>) {
-    match n {
-        Some(n) => uint(out, n),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn boolean(out: &mut Vec<u8>, b: bool) {
-    out.extend_from_slice(if b { b"true" } else { b"false" });
-}
-
-fn opt_string(out: &mut Vec<u8>, s: Option<&str>) {
-    match s {
-        Some(s) => string(out, s),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-/// A JSON string: copied as it is when nothing in it needs escaping (ids, names and codes, the
-/// usual case), else escaped as serde_json escapes.
-fn string(out: &mut Vec<u8>, s: &str) {
-    if plain(s.as_bytes()) {
-        out.reserve(s.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
-        // Writing into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, s);
-    }
-}
-
-/// Nothing in `b` needs escaping: no control character, quote or backslash. Eight bytes at a
-/// time (the classic "has a zero byte" test on the word, its XOR with `"` and with `\\`, and
-/// its bytes below 0x20), the rest one by one.
-fn plain(b: &[u8]) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
-    let mut words = b.chunks_exact(8);
-    for c in &mut words {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        // A byte below 0x20 is one where `b - 0x20` borrows, for a byte without its high bit.
-        let control = w.wrapping_sub(0x20 * ONES) & !w & HIGH;
-        if control | zero(w ^ (b'"' as u64 * ONES)) | zero(w ^ (b'\\' as u64 * ONES)) != 0 {
-            return false;
-        }
-    }
-    words.remainder().iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 #[cfg(test)]
@@ -258,13 +205,6 @@ mod tests {
             write(&mut out, &rec);
             prop_assert_eq!(String::from_utf8(out.clone()).unwrap(), serde_json::to_string(&rec).unwrap());
             prop_assert_eq!(serde_json::from_slice::<UsageRecord>(&out).unwrap(), rec);
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn plain_is_what_a_byte_at_a_time_says(b in proptest::collection::vec(any::<u8>(), 0..40)) {
-            prop_assert_eq!(plain(&b), b.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\'));
         }
     }
 

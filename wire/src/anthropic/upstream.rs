@@ -384,7 +384,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, Error> {
     out.buf.extend_from_slice(b"{\"model\":");
     write_json(&mut out.buf, ctx.model)?;
     out.buf.extend_from_slice(b",\"max_tokens\":");
-    out.buf.extend_from_slice(itoa::Buffer::new().format(max_tokens).as_bytes());
+    crate::json::write::uint(&mut out.buf, u64::from(max_tokens));
     if let Some(system) = system {
         out.buf.extend_from_slice(b",\"system\":");
         write_text(&mut out, &system)?;

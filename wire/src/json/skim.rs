@@ -280,8 +280,8 @@ impl<'a> Skim<'a> {
     }
 }
 
-/// Whether a string's bytes go into JSON as they are: no quote, backslash or control character.
-pub fn plain(b: &[u8]) -> bool {
+/// Whether a long string's bytes go into JSON as they are (`json::write::plain` for any).
+pub(crate) fn plain_long(b: &[u8]) -> bool {
     memchr::memchr2(b'"', b'\\', b).is_none() && least(b) >= 0x20
 }
 

@@ -198,7 +198,7 @@ impl Events {
     fn close_block(&mut self, out: &mut Vec<u8>) {
         if let Some((index, _)) = self.open.take() {
             out.extend_from_slice(b"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":");
-            out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+            crate::json::write::uint(out, index as u64);
             out.extend_from_slice(b"}\n\n");
         }
     }
@@ -227,7 +227,7 @@ impl Events {
     /// freed (~2,000 instructions an event).
     fn delta(out: &mut Vec<u8>, index: u32, kind: &str, field: &str, text: &str) {
         out.extend_from_slice(b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":");
-        out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+        crate::json::write::uint(out, index as u64);
         out.extend_from_slice(b",\"delta\":{\"type\":\"");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\",\"");

@@ -288,7 +288,7 @@ fn delta_event(out: &mut Vec<u8>, seq: &mut u64, delta: Delta, item_id: &str, in
     out.extend_from_slice(b"\",\"item_id\":");
     let _ = serde_json::to_writer(&mut *out, item_id);
     out.extend_from_slice(b",\"output_index\":");
-    out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+    crate::json::write::uint(out, index as u64);
     if let Some(part) = part {
         out.extend_from_slice(b",\"");
         out.extend_from_slice(part.as_bytes());
@@ -300,7 +300,7 @@ fn delta_event(out: &mut Vec<u8>, seq: &mut u64, delta: Delta, item_id: &str, in
         out.extend_from_slice(b",\"logprobs\":[]");
     }
     out.extend_from_slice(b",\"sequence_number\":");
-    out.extend_from_slice(itoa::Buffer::new().format(*seq).as_bytes());
+    crate::json::write::uint(out, *seq);
     *seq += 1;
     out.extend_from_slice(b"}\n\n");
 }
