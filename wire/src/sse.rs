@@ -13,6 +13,16 @@ pub struct SseEvent {
     pub event: Option<String>,
     /// All `data:` lines joined with `\n`.
     pub data: String,
+    /// Whether the data came in several `data:` lines (and so holds `\n`): known to the decoder
+    /// as it joins them, so an event forwarded again is framed without scanning its data.
+    pub multiline: bool,
+}
+
+impl SseEvent {
+    pub fn new(event: Option<String>, data: String) -> Self {
+        let multiline = data.contains('\n');
+        Self { event, data, multiline }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +45,8 @@ pub struct SseDecoder {
     event: Option<Vec<u8>>,
     data: Vec<u8>,
     has_data: bool,
+    /// The event's data came in more than one line so far.
+    multiline: bool,
     /// The previous chunk ended in `\r`: a `\n` at the start of the next one belongs to it.
     skip_lf: bool,
 }
@@ -56,7 +68,16 @@ impl SseDecoder {
 
     /// A decoder that refuses an event (or a line) over `max_event` bytes.
     pub fn with_limit(max_event: usize) -> Self {
-        Self { max_event, buf: Vec::new(), pos: 0, event: None, data: Vec::new(), has_data: false, skip_lf: false }
+        Self {
+            max_event,
+            buf: Vec::new(),
+            pos: 0,
+            event: None,
+            data: Vec::new(),
+            has_data: false,
+            multiline: false,
+            skip_lf: false,
+        }
     }
 
     pub fn push(&mut self, chunk: &[u8]) {
@@ -130,6 +151,7 @@ impl SseDecoder {
             b"data" => {
                 if self.has_data {
                     self.data.push(b'\n');
+                    self.multiline = true;
                 }
                 self.data.extend_from_slice(value);
                 self.has_data = true;
@@ -148,15 +170,17 @@ impl SseDecoder {
         let event = self.event.take();
         if !self.has_data {
             self.data.clear();
+            self.multiline = false;
             return Ok(None);
         }
         self.has_data = false;
+        let multiline = std::mem::take(&mut self.multiline);
         let data = String::from_utf8(std::mem::take(&mut self.data)).map_err(|_| SseError::InvalidUtf8)?;
         let event = match event {
             Some(e) => Some(String::from_utf8(e).map_err(|_| SseError::InvalidUtf8)?),
             None => None,
         };
-        Ok(Some(SseEvent { event, data }))
+        Ok(Some(SseEvent { event, data, multiline }))
     }
 }
 
@@ -176,29 +200,26 @@ pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
 /// `\n`; written as one line, the newline would end the field and a spec-following client would
 /// read a truncated payload), then the blank line. The `id:` and `retry:` fields are not
 /// forwarded: they serve a reconnecting `EventSource`, and a stream through ax cannot be resumed.
-pub fn forward_event(event: Option<&str>, data: &str) -> Bytes {
-    let name = event.unwrap_or_default();
-    let mut rest = data.as_bytes();
+pub fn forward_event(ev: &SseEvent) -> Bytes {
+    let name = ev.event.as_deref().unwrap_or_default();
+    let data = ev.data.as_bytes();
     // Room for one line; an event whose data spans several (rare) grows it.
-    let mut b = BytesMut::with_capacity(rest.len() + name.len() + 17);
+    let mut b = BytesMut::with_capacity(data.len() + name.len() + 17);
     if !name.is_empty() {
         b.put_slice(b"event: ");
         b.put_slice(name.as_bytes());
         b.put_u8(b'\n');
     }
-    loop {
-        b.put_slice(b"data: ");
-        match memchr::memchr(b'\n', rest) {
-            Some(i) => {
-                b.put_slice(&rest[..=i]);
-                rest = &rest[i + 1..];
-            }
-            None => {
-                b.put_slice(rest);
-                b.put_u8(b'\n');
-                break;
-            }
+    if ev.multiline {
+        for line in data.split(|&c| c == b'\n') {
+            b.put_slice(b"data: ");
+            b.put_slice(line);
+            b.put_u8(b'\n');
         }
+    } else {
+        b.put_slice(b"data: ");
+        b.put_slice(data);
+        b.put_u8(b'\n');
     }
     b.put_u8(b'\n');
     b.freeze()
@@ -231,10 +252,10 @@ mod tests {
         assert_eq!(
             evs,
             vec![
-                SseEvent { event: Some("a".into()), data: "one\ntwo".into() },
-                SseEvent { event: None, data: "x".into() },
-                SseEvent { event: None, data: "y".into() },
-                SseEvent { event: None, data: String::new() },
+                SseEvent::new(Some("a".into()), "one\ntwo".into()),
+                SseEvent::new(None, "x".into()),
+                SseEvent::new(None, "y".into()),
+                SseEvent::new(None, String::new()),
             ]
         );
     }
@@ -244,7 +265,7 @@ mod tests {
         let input = "data: 你好🙂\r\n\r\n".as_bytes();
         // Split between \r and \n and inside the emoji.
         let evs = decode_all(&[&input[..9], &input[9..15], &input[15..17], &input[17..]]).unwrap();
-        assert_eq!(evs, vec![SseEvent { event: None, data: "你好🙂".into() }]);
+        assert_eq!(evs, vec![SseEvent::new(None, "你好🙂".into())]);
     }
 
     #[test]
@@ -281,11 +302,14 @@ mod tests {
             (None, ""),
             (Some("ping"), "{}"),
         ] {
-            let wire = forward_event(event, data);
+            let wire = forward_event(&SseEvent::new(event.map(str::to_owned), data.to_owned()));
             let evs = decode_all(&[&wire]).unwrap();
-            assert_eq!(evs, vec![SseEvent { event: event.map(str::to_owned), data: data.to_owned() }], "{wire:?}");
+            assert_eq!(evs, vec![SseEvent::new(event.map(str::to_owned), data.to_owned())], "{wire:?}");
         }
-        assert_eq!(&forward_event(None, "a\nb")[..], b"data: a\ndata: b\n\n");
+        assert_eq!(&forward_event(&SseEvent::new(None, "a\nb".into()))[..], b"data: a\ndata: b\n\n");
+        // The decoder says which events came in several lines.
+        let evs = decode_all(&[b"data: a\ndata: b\n\ndata: c\n\n"]).unwrap();
+        assert_eq!(evs.iter().map(|e| e.multiline).collect::<Vec<_>>(), [true, false]);
     }
 
     #[test]
@@ -330,7 +354,7 @@ mod tests {
                     wire.push_str(nl);
                 }
                 wire.push_str(nl);
-                expected.push(SseEvent { event: name.clone(), data: lines.join("\n") });
+                expected.push(SseEvent::new(name.clone(), lines.join("\n")));
             }
             let bytes = wire.as_bytes();
             let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();

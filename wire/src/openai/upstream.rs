@@ -694,7 +694,7 @@ impl ForwardState {
         }
         let deltas = c.choices.iter().filter(|ch| ch.delta.as_ref().is_some_and(DeltaGlance::carries)).count();
         Ok(Some(StreamItem::Raw(RawEvent {
-            bytes: crate::sse::forward_event(ev.event.as_deref(), &ev.data),
+            bytes: crate::sse::forward_event(ev),
             usage_only: c.choices.is_empty(),
             usage: c.usage.map(Usage::from),
             deltas: u32::try_from(deltas).unwrap_or(u32::MAX),

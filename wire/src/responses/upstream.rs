@@ -155,7 +155,7 @@ impl ResponsesForwardState {
             | "response.refusal.delta" => deltas = 1,
             _ => {}
         }
-        let bytes = crate::sse::forward_event(ev.event.as_deref(), &ev.data);
+        let bytes = crate::sse::forward_event(ev);
         Ok(Some(StreamItem::Raw(RawEvent { bytes, usage_only: false, usage, deltas })))
     }
 

@@ -7,7 +7,7 @@ use crate::canonical::{Chunk, Content, ContentPart, FinishReason, StreamItem};
 use crate::Reported;
 
 fn ev(data: serde_json::Value) -> SseEvent {
-    SseEvent { event: None, data: data.to_string() }
+    SseEvent::new(None, data.to_string())
 }
 
 fn chunk(item: Option<StreamItem>) -> Chunk {
@@ -135,7 +135,7 @@ fn openai_compatible_quirks() {
     let opening =
         json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "" }, "finish_reason": null }] });
     assert_eq!(s.on_event(&ev(opening)).unwrap(), None);
-    assert_eq!(s.on_event(&SseEvent { event: None, data: "[DONE]".into() }).unwrap(), Some(StreamItem::Done));
+    assert_eq!(s.on_event(&SseEvent::new(None, "[DONE]".into())).unwrap(), Some(StreamItem::Done));
     assert!(!s.finished, "[DONE] without a finish reason is not a finish");
 }
 

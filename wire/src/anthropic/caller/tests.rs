@@ -103,7 +103,7 @@ fn stream_events_are_anthropics_with_the_texts_escaped() {
 }
 
 fn event(data: Value) -> SseEvent {
-    SseEvent { event: None, data: data.to_string() }
+    SseEvent::new(None, data.to_string())
 }
 
 /// The usage of a whole stream, as its decoder reports it last.

@@ -276,7 +276,7 @@ impl ForwardState {
             }
             _ => {}
         }
-        let bytes = crate::sse::forward_event(ev.event.as_deref(), &ev.data);
+        let bytes = crate::sse::forward_event(ev);
         let item = RawEvent { bytes, usage: Some(self.usage.canonical()), deltas, usage_only: false };
         if g.kind == "message_stop" {
             self.finished = true;
