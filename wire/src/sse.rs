@@ -203,26 +203,29 @@ pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
 pub fn forward_event(ev: &SseEvent) -> Bytes {
     let name = ev.event.as_deref().unwrap_or_default();
     let data = ev.data.as_bytes();
-    // Room for one line; an event whose data spans several (rare) grows it.
-    let mut b = BytesMut::with_capacity(data.len() + name.len() + 17);
+    // Sized exactly: a `Vec` whose length is its capacity becomes `Bytes` without another
+    // allocation (any other takes one more for its shared header).
+    let lines = if ev.multiline { data.iter().filter(|&&c| c == b'\n').count() + 1 } else { 1 };
+    let head = if name.is_empty() { 0 } else { name.len() + 8 };
+    let mut b = Vec::with_capacity(head + data.len() + 7 * lines - (lines - 1) + 1);
     if !name.is_empty() {
-        b.put_slice(b"event: ");
-        b.put_slice(name.as_bytes());
-        b.put_u8(b'\n');
+        b.extend_from_slice(b"event: ");
+        b.extend_from_slice(name.as_bytes());
+        b.push(b'\n');
     }
     if ev.multiline {
         for line in data.split(|&c| c == b'\n') {
-            b.put_slice(b"data: ");
-            b.put_slice(line);
-            b.put_u8(b'\n');
+            b.extend_from_slice(b"data: ");
+            b.extend_from_slice(line);
+            b.push(b'\n');
         }
     } else {
-        b.put_slice(b"data: ");
-        b.put_slice(data);
-        b.put_u8(b'\n');
+        b.extend_from_slice(b"data: ");
+        b.extend_from_slice(data);
+        b.push(b'\n');
     }
-    b.put_u8(b'\n');
-    b.freeze()
+    b.push(b'\n');
+    Bytes::from(b)
 }
 
 #[cfg(test)]

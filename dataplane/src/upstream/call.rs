@@ -491,15 +491,7 @@ impl UpstreamStream {
         loop {
             tokio::select! {
                 biased;
-                item = Self::next_item(source, facts, recording) => {
-                    if let (Some(s), Some(Ok(StreamItem::Chunk(c)))) = (strict.as_mut(), &item) {
-                        if let Err(e) = s.check_chunk(c) {
-                            end(source, facts);
-                            return Some(Err(e.into()));
-                        }
-                    }
-                    return item;
-                }
+                item = Self::next_item(source, facts, recording, strict) => return item,
                 () = t.deadline.as_mut() => {
                     end(source, facts);
                     return Some(Err(AxError::UpstreamTimeout));
@@ -518,12 +510,21 @@ impl UpstreamStream {
         }
     }
 
+    /// The next item, recorded when the answer is, and checked when its tools are strict (a call
+    /// that breaks its schema ends the stream as an error).
     async fn next_item(
         source: &mut Source,
         facts: &mut AnswerFacts,
         recording: &mut Option<Box<Recording>>,
+        strict: &mut Option<Box<ax_wire::strict::StrictTools>>,
     ) -> Option<Result<StreamItem, AxError>> {
         let item = Self::next_decoded(source, facts, recording).await;
+        if let (Some(s), Some(Ok(StreamItem::Chunk(c)))) = (strict.as_mut(), &item) {
+            if let Err(e) = s.check_chunk(c) {
+                end(source, facts);
+                return Some(Err(e.into()));
+            }
+        }
         if let (Some(r), Some(Ok(StreamItem::Chunk(c)))) = (recording.as_mut(), &item) {
             if r.shadow.is_none() {
                 r.transcript.chunk(c);
