@@ -111,6 +111,8 @@ pub enum StreamDecoder {
     AnthropicForward(anthropic::upstream::ForwardState),
     /// A Responses stream to a Responses caller: events forwarded as they came.
     ResponsesForward(responses::upstream::ResponsesForwardState),
+    /// A Gemini stream to a Gemini caller: events forwarded as they came.
+    GeminiForward(gemini::upstream::ForwardState),
     Anthropic(anthropic::upstream::StreamState),
     Gemini(gemini::StreamState),
 }
@@ -138,7 +140,8 @@ impl StreamDecoder {
                 Some(Self::OpenAiForward(openai::upstream::ForwardState::default()))
             }
             ProviderKind::Anthropic => Some(Self::AnthropicForward(anthropic::upstream::ForwardState::default())),
-            ProviderKind::Gemini | ProviderKind::Mock => None,
+            ProviderKind::Gemini => Some(Self::GeminiForward(gemini::upstream::ForwardState::default())),
+            ProviderKind::Mock => None,
         }
     }
 
@@ -153,6 +156,7 @@ impl StreamDecoder {
             Self::OpenAiForward(s) => s.on_event(ev),
             Self::AnthropicForward(s) => s.on_event(ev),
             Self::ResponsesForward(s) => s.on_event(ev),
+            Self::GeminiForward(s) => s.on_event(ev),
             Self::Anthropic(s) => s.on_event(ev),
             Self::Gemini(s) => s.on_event(ev),
         }
@@ -165,6 +169,7 @@ impl StreamDecoder {
             Self::OpenAiForward(s) => s.facts(),
             Self::AnthropicForward(s) => s.facts(),
             Self::ResponsesForward(s) => s.facts(),
+            Self::GeminiForward(s) => s.facts(),
             Self::Anthropic(s) => std::mem::take(&mut s.facts),
             Self::Gemini(s) => std::mem::take(&mut s.facts),
         }
@@ -178,6 +183,7 @@ impl StreamDecoder {
             Self::OpenAiForward(s) => s.finished(),
             Self::AnthropicForward(s) => s.finished(),
             Self::ResponsesForward(s) => s.finished(),
+            Self::GeminiForward(s) => s.finished(),
             Self::Anthropic(s) => s.finished,
             Self::Gemini(s) => s.finished,
         };

@@ -13,6 +13,8 @@ pub enum Protocol {
     AnthropicMessages,
     /// OpenAI Responses (OpenAI's own API, and servers configured with `responses_api`).
     OpenAiResponses,
+    /// Gemini's `generateContent` (the model in the path, not the body).
+    GeminiGenerate,
 }
 
 /// A set of protocols: those an upstream speaks, or that every upstream of a route speaks.
@@ -27,6 +29,7 @@ impl Protocols {
             Protocol::OpenAiChat => 1,
             Protocol::AnthropicMessages => 2,
             Protocol::OpenAiResponses => 4,
+            Protocol::GeminiGenerate => 8,
         }
     }
 
@@ -51,7 +54,7 @@ impl Protocols {
         Self(self.0 | other.0)
     }
 
-    pub const ALL: Self = Self(7);
+    pub const ALL: Self = Self(15);
 }
 
 /// What a codec's skim made of a body: a request to forward, or (its model's route translates)
@@ -72,7 +75,8 @@ pub struct RawChat {
     pub body: bytes::Bytes,
     /// The alias named.
     pub model: String,
-    /// Where the model's value is in `body`, quotes included.
+    /// Where the model's value is in `body`, quotes included; empty where the protocol names the
+    /// model in the path (Gemini), so the body is sent whole.
     pub model_span: std::ops::Range<usize>,
     /// What every upstream of the protocol needs besides the model, in body order and not
     /// overlapping `model_span`: a span of `body` and what replaces it.
@@ -95,6 +99,9 @@ impl RawChat {
     /// The body for an upstream whose name for the model is `model`: slices of the caller's
     /// bytes around the replacements (nothing of the body is copied).
     pub fn body_for(&self, model: &str) -> Vec<bytes::Bytes> {
+        if self.model_span.is_empty() && self.edits.is_empty() {
+            return vec![self.body.clone()];
+        }
         let name = serde_json::to_vec(model).unwrap_or_else(|_| b"\"\"".to_vec());
         let model_edit = (self.model_span.clone(), bytes::Bytes::from(name));
         let mut edits: Vec<&(std::ops::Range<usize>, bytes::Bytes)> = self.edits.iter().collect();

@@ -1,0 +1,777 @@
+//! Gemini's own API as an ingress (`generateContent`, `streamGenerateContent`, `countTokens`,
+//! `embedContent`, `batchEmbedContents`): what a caller sends, read for the forward path
+//! (`skim_generate`) or decoded into the canonical model (`decode_generate`); the answer, its
+//! stream events and errors in Gemini's shapes (`answer`).
+//!
+//! The model is in the path, not the body: the body goes to a Gemini upstream as the caller wrote
+//! it (unknown fields, `thoughtSignature`s, `safetySettings` included), to the upstream model's
+//! own URL.
+//!
+//! Decoding is one serde pass over types that borrow from the body (texts as slices of it, kept
+//! as their JSON literals when they hold no escape). Function calls: Gemini's `functionCall` may
+//! carry an `id` (ax hands one out on every call it translates); without one, a call gets the id
+//! `call_<turn>_<part>` and a `functionResponse` answers the first open call of its name. A
+//! `thoughtSignature` (a Gemini upstream's own, or the placeholder
+//! `skip_thought_signature_validator` the Gemini CLI inserts) is accepted on every part and
+//! means nothing to another protocol's upstream.
+//!
+//! `parameters` and `responseSchema` are Gemini's OpenAPI subset (`"type": "OBJECT"`,
+//! `nullable`, counts as strings); they are rewritten as JSON Schema for other upstreams
+//! (`json_schema`). `parametersJsonSchema` and `responseJsonSchema` are JSON Schema already.
+
+mod answer;
+mod schema;
+
+pub use answer::{
+    embed_request, encode_answer, encode_batch_embeddings, encode_count, encode_embedding, encode_model,
+    encode_models, error_body, status_text, ArrayFraming, Events,
+};
+
+use std::borrow::Cow;
+
+use ax_protocol::config::ParamsMode;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::canonical::{
+    estimate_tokens, ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, ImageUrl, JsonSchema, Message,
+    Protocol, RawChat, ReasoningEffort, ResponseFormat, Role, Skim, Stop, Text, Tool, ToolCall, ToolChoice,
+    ToolKind, IMAGE_TOKENS, MESSAGE_TOKENS,
+};
+use crate::json::decode::Known;
+use crate::Error;
+
+/// A `GenerateContentRequest` (and `countTokens`' `generateContentRequest`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerateRequest<'a> {
+    #[serde(default, borrow)]
+    contents: Vec<ContentIn<'a>>,
+    #[serde(default, borrow)]
+    system_instruction: Option<ContentIn<'a>>,
+    #[serde(default)]
+    tools: Vec<ToolIn>,
+    #[serde(default)]
+    tool_config: Option<ToolConfigIn>,
+    #[serde(default)]
+    generation_config: Option<GenerationConfigIn>,
+    /// Only a Gemini upstream has Gemini's safety filters: read, and meant for it alone.
+    #[serde(default)]
+    safety_settings: Option<Known>,
+    /// A Gemini cache resource: only a Gemini upstream has it.
+    #[serde(default)]
+    cached_content: Option<String>,
+    #[serde(default)]
+    labels: Option<Known>,
+    /// `countTokens`' `generateContentRequest` names a model; the path's is the one used.
+    #[serde(default)]
+    model: Option<Known>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ContentIn<'a> {
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
+    role: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    parts: Vec<PartIn<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PartIn<'a> {
+    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
+    text: Option<Cow<'a, str>>,
+    #[serde(default)]
+    thought: Option<bool>,
+    #[serde(default)]
+    thought_signature: Option<Known>,
+    #[serde(default)]
+    inline_data: Option<Blob>,
+    #[serde(default)]
+    file_data: Option<FileData>,
+    #[serde(default)]
+    function_call: Option<FunctionCallIn>,
+    #[serde(default)]
+    function_response: Option<FunctionResponseIn>,
+    #[serde(default)]
+    executable_code: Option<Value>,
+    #[serde(default)]
+    code_execution_result: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Blob {
+    mime_type: String,
+    data: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FileData {
+    #[serde(default)]
+    mime_type: Option<String>,
+    file_uri: String,
+}
+
+#[derive(Deserialize)]
+struct FunctionCallIn {
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+    #[serde(default)]
+    args: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct FunctionResponseIn {
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+    #[serde(default)]
+    response: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolIn {
+    #[serde(default)]
+    function_declarations: Vec<FunctionDeclaration>,
+    // Google's built-in tools: a Gemini upstream's alone (the parameter policy decides elsewhere).
+    #[serde(default)]
+    google_search: Option<Known>,
+    #[serde(default)]
+    google_search_retrieval: Option<Known>,
+    #[serde(default)]
+    url_context: Option<Known>,
+    #[serde(default)]
+    code_execution: Option<Known>,
+    #[serde(default)]
+    google_maps: Option<Known>,
+    #[serde(default)]
+    file_search: Option<Known>,
+    #[serde(default)]
+    computer_use: Option<Known>,
+}
+
+impl ToolIn {
+    /// The built-in tool it names, if any (`tools.googleSearch`).
+    fn builtin(&self) -> Option<&'static str> {
+        [
+            (self.google_search.is_some(), "tools.googleSearch"),
+            (self.google_search_retrieval.is_some(), "tools.googleSearchRetrieval"),
+            (self.url_context.is_some(), "tools.urlContext"),
+            (self.code_execution.is_some(), "tools.codeExecution"),
+            (self.google_maps.is_some(), "tools.googleMaps"),
+            (self.file_search.is_some(), "tools.fileSearch"),
+            (self.computer_use.is_some(), "tools.computerUse"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FunctionDeclaration {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+    #[serde(default)]
+    parameters_json_schema: Option<Value>,
+    /// What the function returns: nothing another upstream can take.
+    #[serde(default)]
+    response: Option<Known>,
+    #[serde(default)]
+    response_json_schema: Option<Known>,
+    #[serde(default)]
+    behavior: Option<Known>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolConfigIn {
+    #[serde(default)]
+    function_calling_config: Option<FunctionCallingConfig>,
+    #[serde(default)]
+    retrieval_config: Option<Known>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FunctionCallingConfig {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    allowed_function_names: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct GenerationConfigIn {
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    top_k: Option<f64>,
+    #[serde(default)]
+    max_output_tokens: Option<u32>,
+    #[serde(default)]
+    stop_sequences: Option<Vec<String>>,
+    #[serde(default)]
+    candidate_count: Option<u32>,
+    #[serde(default)]
+    seed: Option<i64>,
+    #[serde(default)]
+    presence_penalty: Option<f64>,
+    #[serde(default)]
+    frequency_penalty: Option<f64>,
+    #[serde(default)]
+    response_mime_type: Option<String>,
+    #[serde(default)]
+    response_schema: Option<Value>,
+    #[serde(default)]
+    response_json_schema: Option<Value>,
+    #[serde(default)]
+    response_logprobs: Option<bool>,
+    #[serde(default)]
+    logprobs: Option<u32>,
+    #[serde(default)]
+    response_modalities: Option<Vec<String>>,
+    #[serde(default)]
+    thinking_config: Option<ThinkingConfigIn>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThinkingConfigIn {
+    #[serde(default)]
+    thinking_budget: Option<i64>,
+    #[serde(default)]
+    thinking_level: Option<String>,
+    #[serde(default)]
+    include_thoughts: Option<bool>,
+}
+
+/// A decoded request: the canonical request, and whether the caller sees thoughts
+/// (`thinkingConfig.includeThoughts`).
+pub struct Decoded {
+    pub request: ChatRequest,
+    pub shows_thoughts: bool,
+}
+
+/// A parameter another protocol's upstream cannot honour: refused in strict mode, dropped with a
+/// warning in lenient.
+fn unsupported(param: &str, mode: ParamsMode) -> Result<(), Error> {
+    match mode {
+        ParamsMode::Strict => Err(Error::UnsupportedParameter { param: param.to_owned(), provider: "ax" }),
+        ParamsMode::Lenient => {
+            tracing::warn!(param, "dropped a Gemini parameter only a Gemini upstream takes");
+            Ok(())
+        }
+    }
+}
+
+/// A text of the caller's as canonical text: a slice of the body kept as its JSON literal when
+/// it borrows (no escapes), else the decoded string.
+fn text_of(body: &Bytes, t: Cow<'_, str>) -> Text {
+    match t {
+        Cow::Borrowed(s) if within(body, s.as_bytes()) => {
+            // A borrowed string had no escapes: its literal is the text between the quotes.
+            let start = s.as_ptr() as usize - body.as_ptr() as usize;
+            let literal = &body[start - 1..start + s.len() + 1];
+            std::str::from_utf8(literal)
+                .ok()
+                .and_then(|l| Text::from_literal(body, l, false).ok())
+                .unwrap_or_else(|| Text::new(s))
+        }
+        Cow::Borrowed(s) => Text::new(s),
+        Cow::Owned(s) => Text::from(s),
+    }
+}
+
+/// Whether `inner` lies inside `outer` (strictly: its quotes around it).
+fn within(outer: &[u8], inner: &[u8]) -> bool {
+    let (start, at) = (outer.as_ptr() as usize, inner.as_ptr() as usize);
+    at > start && at + inner.len() < start + outer.len()
+}
+
+/// The body of `model`'s `generateContent` / `streamGenerateContent` as the canonical request.
+pub fn decode_generate(body: &Bytes, model: &str, stream: bool, mode: ParamsMode) -> Result<Decoded, Error> {
+    let r: GenerateRequest<'_> = crate::json::decode::json_borrowed(body, mode)?;
+    canonical(body, r, model, stream, mode)
+}
+
+/// `countTokens`: `{contents}` or `{generateContentRequest}`, decoded whatever the mode (counting
+/// drops nothing a model would act on).
+pub fn decode_count(body: &Bytes, model: &str) -> Result<ChatRequest, Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct CountRequest<'a> {
+        #[serde(default, borrow)]
+        contents: Vec<ContentIn<'a>>,
+        #[serde(default, borrow)]
+        generate_content_request: Option<GenerateRequest<'a>>,
+    }
+    let c: CountRequest<'_> = crate::json::decode::json_borrowed(body, ParamsMode::Lenient)?;
+    let r = match c.generate_content_request {
+        Some(r) => r,
+        None => GenerateRequest {
+            contents: c.contents,
+            system_instruction: None,
+            tools: Vec::new(),
+            tool_config: None,
+            generation_config: None,
+            safety_settings: None,
+            cached_content: None,
+            labels: None,
+            model: None,
+        },
+    };
+    Ok(canonical(body, r, model, false, ParamsMode::Lenient)?.request)
+}
+
+fn canonical(
+    body: &Bytes,
+    r: GenerateRequest<'_>,
+    model: &str,
+    stream: bool,
+    mode: ParamsMode,
+) -> Result<Decoded, Error> {
+    if r.cached_content.is_some() {
+        unsupported("cachedContent", mode)?;
+    }
+    // Read so that they are known; a Gemini upstream alone acts on them.
+    let _ = (r.safety_settings, r.labels, r.model);
+    let mut messages = Vec::with_capacity(r.contents.len() + 1);
+    if let Some(sys) = r.system_instruction {
+        let text: Vec<Text> = sys.parts.into_iter().filter_map(|p| p.text).map(|t| text_of(body, t)).collect();
+        if !text.is_empty() {
+            messages.push(Message { content: Some(join(text)), ..Message::new(Role::System) });
+        }
+    }
+    let mut calls = Calls::default();
+    for (i, c) in r.contents.into_iter().enumerate() {
+        match c.role.as_deref() {
+            Some("model") => model_turn(body, c.parts, i, &mut calls, &mut messages, mode)?,
+            None | Some("user") | Some("function") => user_turn(body, c.parts, i, &mut calls, &mut messages)?,
+            Some(other) => {
+                return Err(Error::invalid_param(
+                    format!("contents[{i}].role"),
+                    format!("contents[{i}].role '{other}' is not 'user' or 'model'"),
+                ))
+            }
+        }
+    }
+    let mut req = ChatRequest { model: model.to_owned(), messages, stream, ..ChatRequest::default() };
+    tools(&mut req, r.tools, r.tool_config, mode)?;
+    let shows_thoughts = generation(&mut req, r.generation_config.unwrap_or_default(), mode)?;
+    if stream {
+        // Gemini's stream always carries usage.
+        req.stream_options = Some(crate::canonical::StreamOptions { include_usage: true });
+    }
+    Ok(Decoded { request: req, shows_thoughts })
+}
+
+/// Texts joined into one content (a text alone kept as it came).
+fn join(mut texts: Vec<Text>) -> Content {
+    if texts.len() == 1 {
+        return Content::Text(texts.remove(0));
+    }
+    Content::Parts(texts.into_iter().map(|text| ContentPart::Text { text }).collect())
+}
+
+/// The function calls made so far that no response has answered yet: (id, name).
+#[derive(Default)]
+struct Calls {
+    open: Vec<(String, String)>,
+}
+
+impl Calls {
+    /// The id a `functionResponse` answers: its own when a call has it, else the first open call
+    /// of its name.
+    fn answer(&mut self, id: Option<&str>, name: &str) -> Option<String> {
+        let at = match id {
+            Some(id) => self.open.iter().position(|(i, _)| i == id),
+            None => None,
+        }
+        .or_else(|| self.open.iter().position(|(_, n)| n == name))?;
+        Some(self.open.remove(at).0)
+    }
+}
+
+fn model_turn(
+    body: &Bytes,
+    parts: Vec<PartIn<'_>>,
+    i: usize,
+    calls: &mut Calls,
+    out: &mut Vec<Message>,
+    mode: ParamsMode,
+) -> Result<(), Error> {
+    let mut texts = Vec::new();
+    let mut tool_calls = Vec::new();
+    for (j, p) in parts.into_iter().enumerate() {
+        let _ = p.thought_signature;
+        if p.thought == Some(true) {
+            // A model's earlier thoughts: not sent back to another protocol's upstream.
+            continue;
+        }
+        if let Some(t) = p.text {
+            texts.push(text_of(body, t));
+        }
+        if let Some(fc) = p.function_call {
+            let id = fc.id.filter(|id| !id.is_empty()).unwrap_or_else(|| format!("call_{i}_{j}"));
+            let args = fc.args.unwrap_or_else(|| Value::Object(Default::default()));
+            calls.open.push((id.clone(), fc.name.clone()));
+            tool_calls.push(ToolCall {
+                id,
+                kind: ToolKind::Function,
+                function: FunctionCall { name: fc.name, arguments: args.to_string() },
+            });
+        }
+        code_parts(p.executable_code, p.code_execution_result, &mut texts);
+        if p.inline_data.is_some() || p.file_data.is_some() {
+            unsupported(&format!("contents[{i}].parts[{j}] (a model turn's media)"), mode)?;
+        }
+    }
+    if texts.is_empty() && tool_calls.is_empty() {
+        return Ok(());
+    }
+    out.push(Message {
+        content: (!texts.is_empty()).then(|| join(texts)),
+        tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+        ..Message::new(Role::Assistant)
+    });
+    Ok(())
+}
+
+/// Code Gemini ran (`codeExecution`) as text another upstream reads.
+fn code_parts(code: Option<Value>, result: Option<Value>, texts: &mut Vec<Text>) {
+    for (label, v) in [("Code", code), ("Code result", result)] {
+        if let Some(v) = v {
+            let body = v.get("code").or_else(|| v.get("output")).and_then(Value::as_str).map_or_else(
+                || v.to_string(),
+                str::to_owned,
+            );
+            texts.push(Text::from(format!("{label}:\n{body}")));
+        }
+    }
+}
+
+fn user_turn(
+    body: &Bytes,
+    parts: Vec<PartIn<'_>>,
+    i: usize,
+    calls: &mut Calls,
+    out: &mut Vec<Message>,
+) -> Result<(), Error> {
+    let mut content: Vec<ContentPart> = Vec::new();
+    for (j, p) in parts.into_iter().enumerate() {
+        let at = || format!("contents[{i}].parts[{j}]");
+        let _ = p.thought_signature;
+        if let Some(t) = p.text {
+            content.push(ContentPart::Text { text: text_of(body, t) });
+        }
+        if let Some(b) = p.inline_data {
+            if !b.mime_type.starts_with("image/") {
+                return Err(Error::invalid_param(
+                    format!("{}.inlineData.mimeType", at()),
+                    format!("'{}' reaches only a Gemini upstream; other upstreams take images", b.mime_type),
+                ));
+            }
+            let url = format!("data:{};base64,{}", b.mime_type, b.data);
+            content.push(ContentPart::ImageUrl { image_url: ImageUrl { url, detail: None } });
+        }
+        if let Some(f) = p.file_data {
+            let mime = f.mime_type.as_deref().unwrap_or("image/*");
+            if !mime.starts_with("image/") {
+                return Err(Error::invalid_param(
+                    format!("{}.fileData.mimeType", at()),
+                    format!("'{mime}' reaches only a Gemini upstream; other upstreams take images"),
+                ));
+            }
+            content.push(ContentPart::ImageUrl { image_url: ImageUrl { url: f.file_uri, detail: None } });
+        }
+        if let Some(fr) = p.function_response {
+            let Some(id) = calls.answer(fr.id.as_deref(), &fr.name) else {
+                return Err(Error::invalid_param(
+                    format!("{}.functionResponse", at()),
+                    format!("functionResponse '{}' answers no earlier functionCall", fr.name),
+                ));
+            };
+            let result = fr.response.unwrap_or(Value::Null).to_string();
+            let m = Message { content: Some(Content::Text(Text::from(result))), tool_call_id: Some(id), ..Message::new(Role::Tool) };
+            // Tool results come right after their calls; the turn's other parts follow them.
+            out.push(m);
+        }
+        let mut texts = Vec::new();
+        code_parts(p.executable_code, p.code_execution_result, &mut texts);
+        content.extend(texts.into_iter().map(|text| ContentPart::Text { text }));
+        if p.function_call.is_some() {
+            return Err(Error::invalid_param(
+                format!("{}.functionCall", at()),
+                "a functionCall belongs in a 'model' turn",
+            ));
+        }
+    }
+    if content.is_empty() {
+        return Ok(());
+    }
+    let content = if content.iter().all(|p| matches!(p, ContentPart::Text { .. })) {
+        join(content.into_iter().filter_map(|p| if let ContentPart::Text { text } = p { Some(text) } else { None }).collect())
+    } else {
+        Content::Parts(content)
+    };
+    out.push(Message { content: Some(content), ..Message::new(Role::User) });
+    Ok(())
+}
+
+fn tools(req: &mut ChatRequest, tools: Vec<ToolIn>, config: Option<ToolConfigIn>, mode: ParamsMode) -> Result<(), Error> {
+    let mut out = Vec::new();
+    for (i, t) in tools.into_iter().enumerate() {
+        if let Some(name) = t.builtin() {
+            unsupported(name, mode)?;
+        }
+        let _ = (i, &t.google_search);
+        for f in t.function_declarations {
+            let _ = (f.response, f.response_json_schema, f.behavior);
+            let parameters = match (f.parameters_json_schema, f.parameters) {
+                (Some(s), _) => Some(s),
+                (None, Some(p)) => Some(schema::json_schema(p)),
+                (None, None) => None,
+            };
+            out.push(Tool {
+                kind: ToolKind::Function,
+                function: FunctionDef { name: f.name, description: f.description, parameters, strict: None },
+            });
+        }
+    }
+    let cfg = config.and_then(|c| {
+        let _ = c.retrieval_config;
+        c.function_calling_config
+    });
+    if let Some(cfg) = cfg {
+        let allowed = cfg.allowed_function_names.unwrap_or_default();
+        req.tool_choice = match cfg.mode.as_deref().unwrap_or("AUTO") {
+            "AUTO" | "MODE_UNSPECIFIED" | "VALIDATED" => Some(ToolChoice::Auto),
+            "NONE" => Some(ToolChoice::None),
+            "ANY" if allowed.len() == 1 => Some(ToolChoice::Function(allowed[0].clone())),
+            "ANY" => {
+                if !allowed.is_empty() {
+                    // The model may call only these: the others are not offered.
+                    out.retain(|t| allowed.contains(&t.function.name));
+                }
+                Some(ToolChoice::Required)
+            }
+            other => {
+                return Err(Error::invalid_param(
+                    "toolConfig.functionCallingConfig.mode",
+                    format!("unknown mode '{other}' (expected AUTO, ANY, NONE or VALIDATED)"),
+                ))
+            }
+        };
+    }
+    if !out.is_empty() {
+        req.tools = Some(out);
+    } else if matches!(req.tool_choice, Some(ToolChoice::Auto | ToolChoice::None)) {
+        req.tool_choice = None;
+    }
+    Ok(())
+}
+
+/// `generationConfig` onto the canonical request; whether the caller sees thoughts.
+fn generation(req: &mut ChatRequest, g: GenerationConfigIn, mode: ParamsMode) -> Result<bool, Error> {
+    req.temperature = g.temperature;
+    req.top_p = g.top_p;
+    if g.top_k.is_some() {
+        unsupported("generationConfig.topK", mode)?;
+    }
+    req.max_tokens = g.max_output_tokens;
+    req.stop = g.stop_sequences.filter(|s| !s.is_empty()).map(Stop);
+    req.n = g.candidate_count.filter(|n| *n != 1);
+    req.seed = g.seed;
+    req.presence_penalty = g.presence_penalty;
+    req.frequency_penalty = g.frequency_penalty;
+    req.logprobs = g.response_logprobs;
+    req.top_logprobs = g.logprobs;
+    if let Some(m) = g.response_modalities {
+        if m.iter().any(|x| !x.eq_ignore_ascii_case("text")) {
+            unsupported("generationConfig.responseModalities", mode)?;
+        }
+    }
+    let schema = match (g.response_json_schema, g.response_schema) {
+        (Some(s), _) => Some(s),
+        (None, Some(s)) => Some(schema::json_schema(s)),
+        (None, None) => None,
+    };
+    req.response_format = match g.response_mime_type.as_deref() {
+        Some("application/json") => Some(match schema {
+            Some(schema) => ResponseFormat::JsonSchema {
+                json_schema: JsonSchema { name: "response".into(), description: None, schema: Some(schema), strict: None },
+            },
+            None => ResponseFormat::JsonObject,
+        }),
+        None | Some("text/plain") if schema.is_none() => None,
+        None | Some("text/plain") => {
+            return Err(Error::invalid_param(
+                "generationConfig.responseSchema",
+                "a response schema needs responseMimeType 'application/json'",
+            ))
+        }
+        Some(other) => {
+            unsupported(&format!("generationConfig.responseMimeType ({other})"), mode)?;
+            None
+        }
+    };
+    let mut shows = false;
+    if let Some(t) = g.thinking_config {
+        shows = t.include_thoughts == Some(true);
+        match (t.thinking_budget, t.thinking_level.as_deref()) {
+            (Some(0), _) => req.reasoning_effort = Some(ReasoningEffort::None),
+            (Some(b), _) if b > 0 => {
+                let b = u32::try_from(b).unwrap_or(u32::MAX);
+                req.thinking_budget = Some(b);
+                req.reasoning_effort = Some(ReasoningEffort::of_budget(b));
+            }
+            // -1: the model decides.
+            (Some(_), _) => req.reasoning_effort = Some(ReasoningEffort::Medium),
+            (None, Some(level)) => {
+                req.reasoning_effort = Some(match level.to_ascii_uppercase().as_str() {
+                    "MINIMAL" => ReasoningEffort::Minimal,
+                    "LOW" => ReasoningEffort::Low,
+                    "MEDIUM" | "THINKING_LEVEL_UNSPECIFIED" => ReasoningEffort::Medium,
+                    "HIGH" => ReasoningEffort::High,
+                    other => {
+                        return Err(Error::invalid_param(
+                            "generationConfig.thinkingConfig.thinkingLevel",
+                            format!("unknown thinkingLevel '{other}' (expected MINIMAL, LOW, MEDIUM or HIGH)"),
+                        ))
+                    }
+                });
+            }
+            (None, None) => {}
+        }
+    }
+    Ok(shows)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The forward path
+
+/// What the stages need of a Gemini body to forward it (to a Gemini upstream, as written): the
+/// model comes from the path; the rest is read without decoding the body (`forwards(model)`
+/// false: the route translates, the body is decoded).
+pub fn skim_generate(body: Bytes, model: &str, stream: bool, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, Error> {
+    if !forwards(model) {
+        return Ok(Skim::Decode(body));
+    }
+    let read = skim_fields(&body).map_err(|e| Error::InvalidJson(e.what))?;
+    if read.contents == 0 {
+        return Err(Error::invalid_param("contents", "'contents' must not be empty"));
+    }
+    Ok(Skim::Forward(RawChat {
+        protocol: Protocol::GeminiGenerate,
+        model: model.to_owned(),
+        // The model is in the path: nothing of the body is replaced.
+        model_span: 0..0,
+        edits: Vec::new(),
+        stream,
+        include_usage: true,
+        max_output: read.max_output,
+        temperature: read.temperature,
+        needs_tools: read.tools,
+        needs_vision: read.images > 0,
+        needs_json: read.json,
+        prompt_estimate: estimate_tokens(read.text) + MESSAGE_TOKENS * read.contents + IMAGE_TOKENS * read.images,
+        headers: Vec::new(),
+        body,
+    }))
+}
+
+#[derive(Default)]
+struct Skimmed {
+    contents: u64,
+    text: usize,
+    images: u64,
+    tools: bool,
+    json: bool,
+    max_output: Option<u32>,
+    temperature: Option<f64>,
+}
+
+fn skim_fields(body: &[u8]) -> Result<Skimmed, crate::json::skim::SkimError> {
+    use crate::json::skim::{key_bytes, Skim as Walk, SkimError};
+    let mut read = Skimmed::default();
+    let mut s = Walk::new(body);
+    if s.next_byte() != Some(b'{') {
+        return Err(SkimError { at: s.pos(), what: "the body must be a JSON object".into() });
+    }
+    fn parts(s: &mut Walk<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
+        s.object(|k, esc, s| {
+            if key_bytes(k, esc).as_deref() != Some(b"parts") {
+                s.value()?;
+                return Ok(());
+            }
+            s.array(|s| {
+                if s.next_byte() != Some(b'{') {
+                    s.value()?;
+                    return Ok(());
+                }
+                s.object(|k, esc, s| {
+                    match key_bytes(k, esc).as_deref() {
+                        Some(b"inlineData" | b"fileData") => {
+                            read.images += 1;
+                            s.value()?;
+                        }
+                        _ => read.text += s.value()?.len(),
+                    }
+                    Ok(())
+                })
+            })
+        })
+    }
+    s.object(|k, esc, s| {
+        match key_bytes(k, esc).as_deref() {
+            Some(b"contents") => s.array(|s| {
+                read.contents += 1;
+                if s.next_byte() == Some(b'{') {
+                    parts(s, &mut read)
+                } else {
+                    s.value().map(|_| ())
+                }
+            })?,
+            Some(b"systemInstruction") if s.next_byte() == Some(b'{') => parts(s, &mut read)?,
+            Some(b"tools") => {
+                let span = s.value()?;
+                read.text += span.len();
+                let v = &body[span];
+                read.tools = v.first() == Some(&b'[') && memchr::memmem::find(v, b"functionDeclarations").is_some();
+            }
+            Some(b"generationConfig") if s.next_byte() == Some(b'{') => s.object(|k, esc, s| {
+                match key_bytes(k, esc).as_deref() {
+                    Some(b"maxOutputTokens") => read.max_output = s.decode()?,
+                    Some(b"temperature") => read.temperature = s.decode()?,
+                    Some(b"responseMimeType") => read.json = s.value_bytes()? == b"\"application/json\"",
+                    _ => {
+                        s.value()?;
+                    }
+                }
+                Ok(())
+            })?,
+            _ => {
+                s.value()?;
+            }
+        }
+        Ok(())
+    })?;
+    s.end()?;
+    Ok(read)
+}
+
+#[cfg(test)]
+mod tests;
