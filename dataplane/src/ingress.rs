@@ -5,6 +5,7 @@
 //! what comes out is encoded back (`ax_wire`) with the gateway's `x-ax-*` headers. Operational
 //! endpoints (`/healthz`, `/readyz`, `/metrics`, `/admin/health`, `/v1/models`) are answered here.
 
+pub mod gemini;
 pub mod headers;
 
 use ax_wire::anthropic::caller as anthropic;
@@ -41,16 +42,29 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
         "/v1/responses" if post => responses_api(app, parts.headers, body).await,
         "/v1/messages/count_tokens" if post => Box::pin(count_tokens(app, parts.headers, body)).await,
         "/v1/embeddings" if post => embeddings(app, parts.headers, body).await,
+        p if post && gemini::call_path(p).is_some() => gemini::call(app, parts, body).await,
+        "/v1beta/models" if get => gemini::models(&app, &parts),
+        p if get && gemini::model_path(p).is_some() => {
+            gemini::model(&app, &parts, &gemini::model_path(p).unwrap_or_default())
+        }
+        "/v1/models" if get && gemini::authenticates(&parts) => gemini::models(&app, &parts),
         "/v1/models" if get => models(&app, &parts.headers),
         "/healthz" if get => healthz(),
         "/readyz" if get => readyz(&app),
         "/metrics" if get => metrics(&app),
         "/admin/health" if get => admin_health(&app, &parts.headers),
+        p if get && model_id(p).is_some() && gemini::authenticates(&parts) => {
+            let id = percent_encoding::percent_decode_str(model_id(p).unwrap_or_default()).decode_utf8_lossy();
+            gemini::model(&app, &parts, &id)
+        }
         p if get && model_id(p).is_some() => model(&app, &parts.headers, model_id(p).unwrap_or_default()),
         p if p.starts_with("/v1/responses/") => stored_response(&app, &parts).await,
         "/v1/chat/completions" | "/v1/embeddings" | "/v1/responses" => method_not_allowed(&parts, "POST"),
         "/v1/messages" | "/v1/messages/count_tokens" => method_not_allowed(&parts, "POST"),
-        "/v1/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => method_not_allowed(&parts, "GET, HEAD"),
+        "/v1/models" | "/v1beta/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => {
+            method_not_allowed(&parts, "GET, HEAD")
+        }
+        p if gemini::call_path(p).is_some() => method_not_allowed(&parts, "POST"),
         p if model_id(p).is_some() => method_not_allowed(&parts, "GET, HEAD"),
         _ => not_found(&parts),
     };
@@ -62,7 +76,7 @@ fn model_id(path: &str) -> Option<&str> {
     path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
 }
 
-static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_AX_UPSTREAM: HeaderName = HeaderName::from_static("x-ax-upstream");
 static X_AX_MODEL: HeaderName = HeaderName::from_static("x-ax-model");
 static X_AX_ATTEMPTS: HeaderName = HeaderName::from_static("x-ax-attempts");
@@ -91,12 +105,14 @@ fn json_response(status: StatusCode, body: impl Into<Bytes>, request_id: &str) -
     r
 }
 
-/// Whose error shape a caller gets: OpenAI's (`{"error":{message,type,code,param}}`) or
-/// Anthropic's (`{"type":"error","error":{type,message}}`, 529 for overloaded).
+/// Whose error shape a caller gets: OpenAI's (`{"error":{message,type,code,param}}`),
+/// Anthropic's (`{"type":"error","error":{type,message}}`, 529 for overloaded) or Google's
+/// (`{"error":{code,message,status,details}}`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     OpenAi,
     Anthropic,
+    Gemini,
 }
 
 static X_AX_ERROR_CODE: HeaderName = HeaderName::from_static("x-ax-error-code");
@@ -120,6 +136,7 @@ pub fn error_in(dialect: Dialect, e: &AxError, request_id: &str) -> Response {
             let status = StatusCode::from_u16(anthropic::status(e)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             json_response(status, anthropic::error_body(e, request_id), request_id)
         }
+        Dialect::Gemini => json_response(e.status(), ax_wire::gemini::caller::error_body(e, request_id), request_id),
     };
     r.headers_mut().insert(X_AX_ERROR_CODE.clone(), HeaderValue::from_static(e.code()));
     if let Some(ra) = e.retry_after() {
@@ -297,7 +314,8 @@ async fn count_tokens(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Resp
         let (req, _) = anthropic::decode_canonical(&bytes, ax_protocol::config::ParamsMode::Lenient, true)?;
         let beta = headers::anthropic_forwarded(&headers);
         let body = |model: &str| anthropic::with_model(bytes.clone(), model);
-        ops::count_tokens(&app, headers::anthropic_key(&headers), &req, body, &beta, &rid).await
+        let protocol = ax_wire::canonical::Protocol::AnthropicMessages;
+        ops::count_tokens(&app, headers::anthropic_key(&headers), &req, protocol, body, &beta, &rid).await
     };
     match counted.await {
         Ok(n) => {
@@ -424,7 +442,7 @@ fn models(app: &App, headers: &HeaderMap) -> Response {
     };
     let body = match dialect {
         Dialect::Anthropic => anthropic::encode_models(&aliases),
-        Dialect::OpenAi => openai::encode_models(&aliases),
+        Dialect::OpenAi | Dialect::Gemini => openai::encode_models(&aliases),
     };
     json_response(StatusCode::OK, body, &rid)
 }
@@ -439,7 +457,7 @@ fn model(app: &App, headers: &HeaderMap, raw_id: &str) -> Response {
     }
     let body = match dialect {
         Dialect::Anthropic => anthropic::encode_model(&id),
-        Dialect::OpenAi => openai::encode_model(&id),
+        Dialect::OpenAi | Dialect::Gemini => openai::encode_model(&id),
     };
     json_response(StatusCode::OK, body, &rid)
 }

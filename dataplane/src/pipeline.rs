@@ -411,7 +411,7 @@ fn choose<'s, C: Codec>(
     let Some(protocol) = C::FORWARDS.filter(|p| snap.forwarded.has(*p)) else {
         return decoded_request(snap, caller, codec, &bytes);
     };
-    let forwards = |alias: &str| snap.routes.get(alias).is_some_and(|r| r.protocols.has(protocol));
+    let forwards = |alias: &str| snap.route(alias).is_some_and(|r| r.protocols.has(protocol));
     match codec.skim(bytes, &forwards).map_err(Rejection::of(caller, None))? {
         Skim::Forward(raw) => {
             let route = route_of(snap, caller, &raw.model)?;

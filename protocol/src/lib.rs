@@ -5,13 +5,14 @@
 //! rules such a configuration must satisfy, applied by both planes; the data plane compiles what
 //! passes into its live snapshot. `price` turns configured USD prices into exact integer
 //! micro-USD. `usage` is the per-call usage record. `admin` holds the admin API bodies the UI
-//! shares with the control plane. `health` is a data plane's health table (its `/admin/health`,
+//! shares with the control plane. `glob`: aliases with `*` in them, and which alias serves a name. `health` is a data plane's health table (its `/admin/health`,
 //! and its summary to the control plane). `snapshot` is the websocket between the planes. `cpu` checks
 //! that the machine has the instruction sets the binary was built for.
 
 pub mod admin;
 pub mod config;
 pub mod cpu;
+pub mod glob;
 pub mod health;
 pub mod price;
 pub mod snapshot;

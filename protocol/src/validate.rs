@@ -341,7 +341,10 @@ fn tenant<'s>(
     let mut p = Problems::default();
     if !t.allowed_aliases.iter().any(|a| a == "*") {
         for (j, a) in t.allowed_aliases.iter().enumerate() {
-            if !aliases.contains(a.as_str()) {
+            // A glob allows every alias it matches (and names at least one).
+            let known = aliases.contains(a.as_str())
+                || (crate::glob::is_glob(a) && aliases.iter().any(|x| crate::glob::matches(a, x)));
+            if !known {
                 p.add(err(format!("tenants[{i}].allowed_aliases[{j}]"), format!("unknown alias '{a}'")));
             }
         }

@@ -61,6 +61,8 @@ pub struct Snapshot {
     pub default_max_tokens: u32,
     pub upstreams: Vec<Upstream>,
     pub routes: Map<String, Route>,
+    /// The aliases that are globs (`ax_protocol::glob`), in the order they are tried.
+    pub globs: Vec<String>,
     pub tenants: Vec<Tenant>,
     /// SHA-256 of an API key → the key's owner.
     pub keys: Map<[u8; 32], KeyRef>,
@@ -223,14 +225,22 @@ pub struct Tenant {
 #[derive(Debug)]
 pub enum Allowed {
     All,
-    Some(HashSet<String>),
+    /// The aliases named, and the globs among them (each allows the aliases it matches).
+    Some {
+        names: HashSet<String>,
+        globs: Vec<String>,
+    },
 }
 
 impl Allowed {
+    /// Whether the tenant may use the route `alias` (a route's own alias: a glob route is allowed
+    /// by its pattern).
     pub fn permits(&self, alias: &str) -> bool {
         match self {
             Self::All => true,
-            Self::Some(set) => set.contains(alias),
+            Self::Some { names, globs } => {
+                names.contains(alias) || globs.iter().any(|g| ax_protocol::glob::matches(g, alias))
+            }
         }
     }
 }
@@ -285,10 +295,22 @@ impl Snapshot {
     /// The route of `alias` for `tenant`: `model_not_found` when the alias does not exist,
     /// `model_not_allowed` when the tenant may not use it.
     pub fn route_for(&self, tenant: &Tenant, alias: &str) -> Result<&Route, crate::AxError> {
-        match self.routes.get(alias) {
+        match self.route(alias) {
             None => Err(crate::AxError::ModelNotFound(alias.to_owned())),
-            Some(_) if !tenant.allowed.permits(alias) => Err(crate::AxError::ModelNotAllowed(alias.to_owned())),
+            Some(route) if !tenant.allowed.permits(&route.alias) => {
+                Err(crate::AxError::ModelNotAllowed(alias.to_owned()))
+            }
             Some(route) => Ok(route),
+        }
+    }
+
+    /// The route that serves the model name a caller sent: its exact alias, else the longest glob
+    /// alias that matches (`ax_protocol::glob`). Its records and limits are the route's alias's.
+    pub fn route(&self, name: &str) -> Option<&Route> {
+        match self.routes.get(name) {
+            Some(r) => Some(r),
+            None if self.globs.is_empty() => None,
+            None => self.globs.iter().find(|g| ax_protocol::glob::matches(g, name)).and_then(|g| self.routes.get(g)),
         }
     }
 
@@ -453,7 +475,10 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
         let allowed = if t.allowed_aliases.iter().any(|a| a == "*") {
             Allowed::All
         } else {
-            Allowed::Some(t.allowed_aliases.iter().cloned().collect())
+            Allowed::Some {
+                names: t.allowed_aliases.iter().cloned().collect(),
+                globs: ax_protocol::glob::ordered(t.allowed_aliases.iter().map(String::as_str)),
+            }
         };
         for (k, vk) in t.keys.iter().zip(v.keys) {
             let prev_key = prev_keys.get(k.id.as_str());
@@ -507,6 +532,7 @@ fn compile(spec: &ConfigSpec, valid: Valid, version: u64, prev: Option<&Snapshot
         max_body_bytes: spec.server.max_body_bytes,
         default_max_tokens: spec.server.default_max_tokens,
         upstreams,
+        globs: ax_protocol::glob::ordered(routes.keys().map(String::as_str)),
         routes,
         tenants,
         keys,
@@ -555,6 +581,10 @@ fn compile_upstream(
         .map(|(m, vm)| Model {
             count_url: match (u.provider, &vm.chat) {
                 (ProviderKind::Anthropic, Some(chat)) => format!("{chat}/count_tokens").parse().ok(),
+                (ProviderKind::Gemini, Some(chat)) => chat
+                    .to_string()
+                    .strip_suffix(":generateContent")
+                    .and_then(|m| format!("{m}:countTokens").parse().ok()),
                 _ => None,
             },
             responses_url: match &vm.chat {
@@ -611,7 +641,8 @@ fn compile_upstream(
                 }
                 ProviderKind::Openai | ProviderKind::AzureOpenai => Protocols::NONE.with(Protocol::OpenAiChat),
                 ProviderKind::Anthropic => Protocols::NONE.with(Protocol::AnthropicMessages),
-                ProviderKind::Gemini | ProviderKind::Mock => Protocols::NONE,
+                ProviderKind::Gemini => Protocols::NONE.with(Protocol::GeminiGenerate),
+                ProviderKind::Mock => Protocols::NONE,
             }
         },
         client_fingerprint,

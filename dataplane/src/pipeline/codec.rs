@@ -11,6 +11,7 @@ use std::future::Future;
 use ax_protocol::config::ParamsMode;
 use ax_wire::anthropic::caller as anthropic;
 use ax_wire::canonical::{ChatRequest, Protocol, Skim};
+use ax_wire::gemini::caller as gemini;
 use ax_wire::openai::caller as openai;
 use bytes::Bytes;
 
@@ -110,5 +111,36 @@ impl Codec for Messages<'_> {
 
     fn events(&self, _include_usage: bool, model: &str) -> Self::Events {
         anthropic::Events::new(self.request_id, model, self.shows_thinking)
+    }
+}
+
+/// Gemini's `generateContent` (`POST /v1beta/models/{model}:generateContent`,
+/// `:streamGenerateContent`): the model and whether it streams come from the path.
+pub struct Gemini<'r> {
+    pub request_id: &'r str,
+    /// The model the path names (an alias).
+    pub model: String,
+    pub stream: bool,
+    /// Whether the answer shows thoughts (`thinkingConfig.includeThoughts`): known once the
+    /// request is decoded; a forwarded answer is the upstream's own.
+    pub shows_thoughts: bool,
+}
+
+impl Codec for Gemini<'_> {
+    type Events = gemini::Events;
+    const FORWARDS: Option<Protocol> = Some(Protocol::GeminiGenerate);
+
+    fn skim(&mut self, body: Bytes, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, AxError> {
+        Ok(gemini::skim_generate(body, &self.model, self.stream, forwards)?)
+    }
+
+    fn decode(&mut self, body: &Bytes, mode: ParamsMode) -> Result<ChatRequest, AxError> {
+        let d = gemini::decode_generate(body, &self.model, self.stream, mode)?;
+        self.shows_thoughts = d.shows_thoughts;
+        Ok(d.request)
+    }
+
+    fn events(&self, _include_usage: bool, model: &str) -> Self::Events {
+        gemini::Events::new(self.request_id, model, self.shows_thoughts)
     }
 }

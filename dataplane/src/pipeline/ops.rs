@@ -25,6 +25,15 @@ pub fn model(app: &App, key: Option<&str>, alias: &str) -> Result<(), AxError> {
     snap.route_for(tenant, alias).map(|_| ()).map_err(|_| AxError::ModelNotFound(alias.to_owned()))
 }
 
+/// The context window and output cap of the model an alias's first candidate serves (what
+/// Gemini's model list says of a model).
+pub fn model_limits(app: &App, alias: &str) -> Option<(u32, u32)> {
+    let snap = app.store.load();
+    let c = snap.route(alias)?.candidates.first()?;
+    let (_, model) = snap.upstream_model(c);
+    Some((model.context_window, model.max_output_tokens.unwrap_or(snap.default_max_tokens)))
+}
+
 /// A prompt's size in tokens, and who counted it.
 pub enum TokenCount {
     /// The upstream the route would choose counted it (Anthropic's `count_tokens`).
@@ -34,12 +43,14 @@ pub enum TokenCount {
 }
 
 /// The prompt tokens of a request for a key that may use its alias: counted by the upstream
-/// the route would choose, when it can count (`body` writes the request for its model), else
-/// ax's estimate. Not metered and not rate limited: no model runs.
+/// the route would choose, when it can count and speaks the caller's `protocol` (`body` writes
+/// the request for its model), else ax's estimate. Not metered and not rate limited: no model
+/// runs.
 pub async fn count_tokens(
     app: &App,
     key: Option<&str>,
     req: &ax_wire::canonical::ChatRequest,
+    protocol: ax_wire::canonical::Protocol,
     body: impl FnOnce(&str) -> Vec<bytes::Bytes>,
     headers: &[(http::HeaderName, http::HeaderValue)],
     request_id: &str,
@@ -52,7 +63,7 @@ pub async fn count_tokens(
     if let Some(c) = chosen {
         let up = &snap.upstreams[c.upstream];
         let model = &up.models[c.model];
-        if model.count_url.is_some() {
+        if model.count_url.is_some() && up.speaks.has(protocol) {
             let now = tokio::time::Instant::now();
             let deadlines = Deadlines::new(up, route, now + COUNT_TIMEOUT, now);
             match call::count_tokens(up, model, body(&model.name), headers, request_id.into(), deadlines).await {

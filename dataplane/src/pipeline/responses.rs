@@ -108,7 +108,7 @@ impl Codec for Responses {
     /// turn), the conversation it continues read, and what keeping it needs.
     async fn prepare(&mut self, snap: &Snapshot, tenant: &str, body: &Bytes) -> Result<(), AxError> {
         if snap.forwarded.has(Protocol::OpenAiResponses) {
-            let route = responses::alias_of(body).and_then(|a| snap.routes.get(&a));
+            let route = responses::alias_of(body).and_then(|a| snap.route(&a));
             if route.is_some_and(|r| r.protocols.has(Protocol::OpenAiResponses)) {
                 return Ok(());
             }

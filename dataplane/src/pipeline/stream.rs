@@ -120,7 +120,8 @@ impl<E: StreamEncoder> EgressStream<E> {
         let forwarded = held.is_some();
         let pending = match held {
             Some(h) => h,
-            None => VecDeque::from([enc.start(n.max(1))]),
+            // A protocol with no opening event (Gemini's) writes none.
+            None => VecDeque::from_iter(Some(enc.start(n.max(1))).filter(|b| !b.is_empty())),
         };
         EgressStream {
             upstream,
@@ -193,7 +194,10 @@ impl<E: StreamEncoder> EgressStream<E> {
         self.count_deltas(deltas as u64);
         let finishes = c.choices.iter().any(|ch| ch.finish_reason.is_some());
         let event = self.enc.chunk(&c.choices);
-        self.push_event(event, deltas == 0 || finishes);
+        // An encoder that keeps what it was given for a later event (Gemini's calls) writes none.
+        if !event.is_empty() {
+            self.push_event(event, deltas == 0 || finishes);
+        }
     }
 
     /// Sends `event` after the one held back; holds it back instead when it may be the last.

@@ -175,7 +175,8 @@ pub async fn chat_forward(
     let forwarded = match up.kind {
         ProviderKind::Openai | ProviderKind::AzureOpenai => ax_wire::openai::upstream::forwardable(&bytes, want),
         ProviderKind::Anthropic => ax_wire::anthropic::upstream::forwardable(&bytes, want),
-        ProviderKind::Gemini | ProviderKind::Mock => return Err(AxError::Internal),
+        ProviderKind::Gemini => ax_wire::gemini::upstream::forwardable(&bytes, want),
+        ProviderKind::Mock => return Err(AxError::Internal),
     };
     match read(up, &bytes, forwarded)? {
         Some(usage) => Ok(ChatOutcome::Forward { body: bytes, usage, facts }),
@@ -185,7 +186,7 @@ pub async fn chat_forward(
 }
 
 /// An upstream's exact count of a request's prompt tokens (Anthropic's `count_tokens`, the
-/// caller's body with the model replaced).
+/// caller's body with the model replaced; Gemini's `countTokens`, the caller's body).
 pub async fn count_tokens(
     up: &Upstream,
     model: &Model,
@@ -196,6 +197,8 @@ pub async fn count_tokens(
 ) -> Result<u64, AxError> {
     #[derive(serde::Deserialize)]
     struct Count {
+        /// Anthropic's `input_tokens`, Gemini's `totalTokens`.
+        #[serde(alias = "totalTokens")]
         input_tokens: u64,
     }
     let Backend::Http(client) = &up.backend else { return Err(AxError::Internal) };

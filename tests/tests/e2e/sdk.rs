@@ -176,6 +176,9 @@ fn openai_agent(r: &Recorded) -> Reply {
 }
 
 fn gemini_agent(r: &Recorded) -> Reply {
+    if r.path.ends_with(":countTokens") {
+        return Reply::json(json!({ "totalTokens": 4242 }));
+    }
     let last = r.body["contents"].as_array().and_then(|c| c.last()).cloned().unwrap_or(Value::Null);
     let results: Vec<String> = last["parts"]
         .as_array()
@@ -396,5 +399,77 @@ tenants:
         .requests()
         .iter()
         .any(|r| r.body["messages"][0] == json!({ "role": "system", "content": "Be brief." })));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The official `google-genai` Python SDK against Gemini's API on ax, for every upstream kind:
+/// Anthropic and OpenAI-compatible (translated), Gemini (forwarded), and embeddings from the mock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn google_genai_sdk_against_every_upstream_kind() {
+    let claude = FakeUpstream::start(anthropic_agent).await;
+    let gpt = FakeUpstream::start(openai_agent).await;
+    let gem = FakeUpstream::start(gemini_agent).await;
+    let dir = temp_dir("genai-sdk");
+    let path = dir.join("ax.yaml");
+    let caps = "capabilities: [chat, tools, streaming, vision, json]";
+    std::fs::write(
+        &path,
+        format!(
+            r#"upstreams:
+  - {{ name: claude, provider: anthropic, base_url: "{}", api_key: sk-ant-test, models: [{{ name: claude-real, context_window: 200000, {caps} }}] }}
+  - {{ name: gpt, provider: openai, base_url: "{}/v1", api_key: sk-test, models: [{{ name: gpt-real, context_window: 128000, {caps} }}] }}
+  - {{ name: gem, provider: gemini, base_url: "{}", api_key: g-test, models: [{{ name: gemini-real, context_window: 1000000, {caps} }}] }}
+  - {{ name: mock, provider: mock, models: [{{ name: mock-emb, context_window: 8000, capabilities: [embeddings] }}] }}
+routes:
+  - {{ alias: claude, candidates: [{{ upstream: claude, model: claude-real }}] }}
+  - {{ alias: gpt, candidates: [{{ upstream: gpt, model: gpt-real }}] }}
+  - {{ alias: gem, candidates: [{{ upstream: gem, model: gemini-real }}] }}
+  - {{ alias: emb, candidates: [{{ upstream: mock, model: mock-emb }}] }}
+tenants:
+  - {{ id: t, keys: [{{ id: k, sha256: "{}" }}] }}
+"#,
+            claude.url(),
+            gpt.url(),
+            gem.url(),
+            key_digest(KEY)
+        ),
+    )
+    .unwrap();
+    let bin = Binary::start(&path, &dir);
+    let envs = vec![
+        ("AX_BASE_URL", bin.url.clone()),
+        ("AX_KEY", KEY.to_owned()),
+        ("AX_ALIASES", "claude,gpt,gem".to_owned()),
+        ("AX_EMBED", "emb".to_owned()),
+    ];
+    let stdout = run_script(&bin, "gemini_sdk.py", envs).await;
+    assert!(stdout.contains("gemini sdk: all checks passed"), "{stdout}");
+    // Gemini was sent the SDK's bodies as written, at the real model's URLs, with its own key.
+    let sent = gem.requests();
+    assert!(
+        sent.iter().all(|r| r.path.starts_with("/v1beta/models/gemini-real:")),
+        "{:?}",
+        sent.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
+    assert!(sent.iter().all(|r| r.header("x-goog-api-key") == Some("g-test")));
+    assert!(sent.iter().any(|r| r.body["systemInstruction"]["parts"][0]["text"] == "Be brief."));
+    // The others were sent the system instruction, the schema as JSON Schema, the image.
+    assert!(claude.requests().iter().any(|r| r.body["system"] == "Be brief."));
+    assert!(gpt
+        .requests()
+        .iter()
+        .any(|r| r.body["messages"][0] == json!({ "role": "system", "content": "Be brief." })));
+    let schema = gpt
+        .requests()
+        .into_iter()
+        .find_map(|r| r.body["response_format"]["json_schema"]["schema"].as_object().cloned());
+    assert_eq!(
+        schema.map(Value::Object),
+        Some(json!({ "type": "object", "properties": { "city": { "type": "string" } } }))
+    );
+    assert!(gpt.requests().iter().any(|r| r.body["messages"].to_string().contains("data:image/png;base64,")));
+    assert!(claude.requests().iter().any(|r| r.body["messages"].to_string().contains("\"media_type\":\"image/png\"")));
+    // Gemini counted its own tokens.
+    assert!(sent.iter().any(|r| r.path == "/v1beta/models/gemini-real:countTokens"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,6 +15,9 @@
 //! `skip_thought_signature_validator` the Gemini CLI inserts) is accepted on every part and
 //! means nothing to another protocol's upstream.
 //!
+//! Field names are read in both spellings Google's JSON parser takes: lowerCamelCase and the
+//! proto's snake_case (the Python SDK sends some of each).
+//!
 //! `parameters` and `responseSchema` are Gemini's OpenAPI subset (`"type": "OBJECT"`,
 //! `nullable`, counts as strings); they are rewritten as JSON Schema for other upstreams
 //! (`json_schema`). `parametersJsonSchema` and `responseJsonSchema` are JSON Schema already.
@@ -23,8 +26,8 @@ mod answer;
 mod schema;
 
 pub use answer::{
-    embed_request, encode_answer, encode_batch_embeddings, encode_count, encode_embedding, encode_model,
-    encode_models, error_body, status_text, ArrayFraming, Events,
+    embed_request, encode_answer, encode_batch_embeddings, encode_count, encode_embedding, encode_model, encode_models,
+    error_body, status_text, ArrayFraming, Events,
 };
 
 use std::borrow::Cow;
@@ -36,8 +39,8 @@ use serde_json::Value;
 
 use crate::canonical::{
     estimate_tokens, ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, ImageUrl, JsonSchema, Message,
-    Protocol, RawChat, ReasoningEffort, ResponseFormat, Role, Skim, Stop, Text, Tool, ToolCall, ToolChoice,
-    ToolKind, IMAGE_TOKENS, MESSAGE_TOKENS,
+    Protocol, RawChat, ReasoningEffort, ResponseFormat, Role, Skim, Stop, Text, Tool, ToolCall, ToolChoice, ToolKind,
+    IMAGE_TOKENS, MESSAGE_TOKENS,
 };
 use crate::json::decode::Known;
 use crate::Error;
@@ -49,18 +52,23 @@ struct GenerateRequest<'a> {
     #[serde(default, borrow)]
     contents: Vec<ContentIn<'a>>,
     #[serde(default, borrow)]
+    #[serde(alias = "system_instruction")]
     system_instruction: Option<ContentIn<'a>>,
     #[serde(default)]
     tools: Vec<ToolIn>,
     #[serde(default)]
+    #[serde(alias = "tool_config")]
     tool_config: Option<ToolConfigIn>,
     #[serde(default)]
+    #[serde(alias = "generation_config")]
     generation_config: Option<GenerationConfigIn>,
     /// Only a Gemini upstream has Gemini's safety filters: read, and meant for it alone.
     #[serde(default)]
+    #[serde(alias = "safety_settings")]
     safety_settings: Option<Known>,
     /// A Gemini cache resource: only a Gemini upstream has it.
     #[serde(default)]
+    #[serde(alias = "cached_content")]
     cached_content: Option<String>,
     #[serde(default)]
     labels: Option<Known>,
@@ -86,24 +94,32 @@ struct PartIn<'a> {
     #[serde(default)]
     thought: Option<bool>,
     #[serde(default)]
+    #[serde(alias = "thought_signature")]
     thought_signature: Option<Known>,
     #[serde(default)]
+    #[serde(alias = "inline_data")]
     inline_data: Option<Blob>,
     #[serde(default)]
+    #[serde(alias = "file_data")]
     file_data: Option<FileData>,
     #[serde(default)]
+    #[serde(alias = "function_call")]
     function_call: Option<FunctionCallIn>,
     #[serde(default)]
+    #[serde(alias = "function_response")]
     function_response: Option<FunctionResponseIn>,
     #[serde(default)]
+    #[serde(alias = "executable_code")]
     executable_code: Option<Value>,
     #[serde(default)]
+    #[serde(alias = "code_execution_result")]
     code_execution_result: Option<Value>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Blob {
+    #[serde(alias = "mime_type")]
     mime_type: String,
     data: String,
 }
@@ -112,7 +128,9 @@ struct Blob {
 #[serde(rename_all = "camelCase")]
 struct FileData {
     #[serde(default)]
+    #[serde(alias = "mime_type")]
     mime_type: Option<String>,
+    #[serde(alias = "file_uri")]
     file_uri: String,
 }
 
@@ -138,21 +156,29 @@ struct FunctionResponseIn {
 #[serde(rename_all = "camelCase")]
 struct ToolIn {
     #[serde(default)]
+    #[serde(alias = "function_declarations")]
     function_declarations: Vec<FunctionDeclaration>,
     // Google's built-in tools: a Gemini upstream's alone (the parameter policy decides elsewhere).
     #[serde(default)]
+    #[serde(alias = "google_search")]
     google_search: Option<Known>,
     #[serde(default)]
+    #[serde(alias = "google_search_retrieval")]
     google_search_retrieval: Option<Known>,
     #[serde(default)]
+    #[serde(alias = "url_context")]
     url_context: Option<Known>,
     #[serde(default)]
+    #[serde(alias = "code_execution")]
     code_execution: Option<Known>,
     #[serde(default)]
+    #[serde(alias = "google_maps")]
     google_maps: Option<Known>,
     #[serde(default)]
+    #[serde(alias = "file_search")]
     file_search: Option<Known>,
     #[serde(default)]
+    #[serde(alias = "computer_use")]
     computer_use: Option<Known>,
 }
 
@@ -182,11 +208,13 @@ struct FunctionDeclaration {
     #[serde(default)]
     parameters: Option<Value>,
     #[serde(default)]
+    #[serde(alias = "parameters_json_schema")]
     parameters_json_schema: Option<Value>,
     /// What the function returns: nothing another upstream can take.
     #[serde(default)]
     response: Option<Known>,
     #[serde(default)]
+    #[serde(alias = "response_json_schema")]
     response_json_schema: Option<Known>,
     #[serde(default)]
     behavior: Option<Known>,
@@ -196,8 +224,10 @@ struct FunctionDeclaration {
 #[serde(rename_all = "camelCase")]
 struct ToolConfigIn {
     #[serde(default)]
+    #[serde(alias = "function_calling_config")]
     function_calling_config: Option<FunctionCallingConfig>,
     #[serde(default)]
+    #[serde(alias = "retrieval_config")]
     retrieval_config: Option<Known>,
 }
 
@@ -207,6 +237,7 @@ struct FunctionCallingConfig {
     #[serde(default)]
     mode: Option<String>,
     #[serde(default)]
+    #[serde(alias = "allowed_function_names")]
     allowed_function_names: Option<Vec<String>>,
 }
 
@@ -216,34 +247,47 @@ struct GenerationConfigIn {
     #[serde(default)]
     temperature: Option<f64>,
     #[serde(default)]
+    #[serde(alias = "top_p")]
     top_p: Option<f64>,
     #[serde(default)]
+    #[serde(alias = "top_k")]
     top_k: Option<f64>,
     #[serde(default)]
+    #[serde(alias = "max_output_tokens")]
     max_output_tokens: Option<u32>,
     #[serde(default)]
+    #[serde(alias = "stop_sequences")]
     stop_sequences: Option<Vec<String>>,
     #[serde(default)]
+    #[serde(alias = "candidate_count")]
     candidate_count: Option<u32>,
     #[serde(default)]
     seed: Option<i64>,
     #[serde(default)]
+    #[serde(alias = "presence_penalty")]
     presence_penalty: Option<f64>,
     #[serde(default)]
+    #[serde(alias = "frequency_penalty")]
     frequency_penalty: Option<f64>,
     #[serde(default)]
+    #[serde(alias = "response_mime_type")]
     response_mime_type: Option<String>,
     #[serde(default)]
+    #[serde(alias = "response_schema")]
     response_schema: Option<Value>,
     #[serde(default)]
+    #[serde(alias = "response_json_schema")]
     response_json_schema: Option<Value>,
     #[serde(default)]
+    #[serde(alias = "response_logprobs")]
     response_logprobs: Option<bool>,
     #[serde(default)]
     logprobs: Option<u32>,
     #[serde(default)]
+    #[serde(alias = "response_modalities")]
     response_modalities: Option<Vec<String>>,
     #[serde(default)]
+    #[serde(alias = "thinking_config")]
     thinking_config: Option<ThinkingConfigIn>,
 }
 
@@ -251,10 +295,13 @@ struct GenerationConfigIn {
 #[serde(rename_all = "camelCase")]
 struct ThinkingConfigIn {
     #[serde(default)]
+    #[serde(alias = "thinking_budget")]
     thinking_budget: Option<i64>,
     #[serde(default)]
+    #[serde(alias = "thinking_level")]
     thinking_level: Option<String>,
     #[serde(default)]
+    #[serde(alias = "include_thoughts")]
     include_thoughts: Option<bool>,
 }
 
@@ -316,6 +363,7 @@ pub fn decode_count(body: &Bytes, model: &str) -> Result<ChatRequest, Error> {
         #[serde(default, borrow)]
         contents: Vec<ContentIn<'a>>,
         #[serde(default, borrow)]
+        #[serde(alias = "generate_content_request")]
         generate_content_request: Option<GenerateRequest<'a>>,
     }
     let c: CountRequest<'_> = crate::json::decode::json_borrowed(body, ParamsMode::Lenient)?;
@@ -454,10 +502,11 @@ fn model_turn(
 fn code_parts(code: Option<Value>, result: Option<Value>, texts: &mut Vec<Text>) {
     for (label, v) in [("Code", code), ("Code result", result)] {
         if let Some(v) = v {
-            let body = v.get("code").or_else(|| v.get("output")).and_then(Value::as_str).map_or_else(
-                || v.to_string(),
-                str::to_owned,
-            );
+            let body = v
+                .get("code")
+                .or_else(|| v.get("output"))
+                .and_then(Value::as_str)
+                .map_or_else(|| v.to_string(), str::to_owned);
             texts.push(Text::from(format!("{label}:\n{body}")));
         }
     }
@@ -505,7 +554,11 @@ fn user_turn(
                 ));
             };
             let result = fr.response.unwrap_or(Value::Null).to_string();
-            let m = Message { content: Some(Content::Text(Text::from(result))), tool_call_id: Some(id), ..Message::new(Role::Tool) };
+            let m = Message {
+                content: Some(Content::Text(Text::from(result))),
+                tool_call_id: Some(id),
+                ..Message::new(Role::Tool)
+            };
             // Tool results come right after their calls; the turn's other parts follow them.
             out.push(m);
         }
@@ -523,7 +576,12 @@ fn user_turn(
         return Ok(());
     }
     let content = if content.iter().all(|p| matches!(p, ContentPart::Text { .. })) {
-        join(content.into_iter().filter_map(|p| if let ContentPart::Text { text } = p { Some(text) } else { None }).collect())
+        join(
+            content
+                .into_iter()
+                .filter_map(|p| if let ContentPart::Text { text } = p { Some(text) } else { None })
+                .collect(),
+        )
     } else {
         Content::Parts(content)
     };
@@ -531,7 +589,12 @@ fn user_turn(
     Ok(())
 }
 
-fn tools(req: &mut ChatRequest, tools: Vec<ToolIn>, config: Option<ToolConfigIn>, mode: ParamsMode) -> Result<(), Error> {
+fn tools(
+    req: &mut ChatRequest,
+    tools: Vec<ToolIn>,
+    config: Option<ToolConfigIn>,
+    mode: ParamsMode,
+) -> Result<(), Error> {
     let mut out = Vec::new();
     for (i, t) in tools.into_iter().enumerate() {
         if let Some(name) = t.builtin() {
@@ -612,7 +675,12 @@ fn generation(req: &mut ChatRequest, g: GenerationConfigIn, mode: ParamsMode) ->
     req.response_format = match g.response_mime_type.as_deref() {
         Some("application/json") => Some(match schema {
             Some(schema) => ResponseFormat::JsonSchema {
-                json_schema: JsonSchema { name: "response".into(), description: None, schema: Some(schema), strict: None },
+                json_schema: JsonSchema {
+                    name: "response".into(),
+                    description: None,
+                    schema: Some(schema),
+                    strict: None,
+                },
             },
             None => ResponseFormat::JsonObject,
         }),
@@ -724,7 +792,7 @@ fn skim_fields(body: &[u8]) -> Result<Skimmed, crate::json::skim::SkimError> {
                 }
                 s.object(|k, esc, s| {
                     match key_bytes(k, esc).as_deref() {
-                        Some(b"inlineData" | b"fileData") => {
+                        Some(b"inlineData" | b"fileData" | b"inline_data" | b"file_data") => {
                             read.images += 1;
                             s.value()?;
                         }
@@ -745,24 +813,30 @@ fn skim_fields(body: &[u8]) -> Result<Skimmed, crate::json::skim::SkimError> {
                     s.value().map(|_| ())
                 }
             })?,
-            Some(b"systemInstruction") if s.next_byte() == Some(b'{') => parts(s, &mut read)?,
+            Some(b"systemInstruction" | b"system_instruction") if s.next_byte() == Some(b'{') => parts(s, &mut read)?,
             Some(b"tools") => {
                 let span = s.value()?;
                 read.text += span.len();
                 let v = &body[span];
-                read.tools = v.first() == Some(&b'[') && memchr::memmem::find(v, b"functionDeclarations").is_some();
+                read.tools = v.first() == Some(&b'[')
+                    && (memchr::memmem::find(v, b"functionDeclarations").is_some()
+                        || memchr::memmem::find(v, b"function_declarations").is_some());
             }
-            Some(b"generationConfig") if s.next_byte() == Some(b'{') => s.object(|k, esc, s| {
-                match key_bytes(k, esc).as_deref() {
-                    Some(b"maxOutputTokens") => read.max_output = s.decode()?,
-                    Some(b"temperature") => read.temperature = s.decode()?,
-                    Some(b"responseMimeType") => read.json = s.value_bytes()? == b"\"application/json\"",
-                    _ => {
-                        s.value()?;
+            Some(b"generationConfig" | b"generation_config") if s.next_byte() == Some(b'{') => {
+                s.object(|k, esc, s| {
+                    match key_bytes(k, esc).as_deref() {
+                        Some(b"maxOutputTokens" | b"max_output_tokens") => read.max_output = s.decode()?,
+                        Some(b"temperature") => read.temperature = s.decode()?,
+                        Some(b"responseMimeType" | b"response_mime_type") => {
+                            read.json = s.value_bytes()? == b"\"application/json\""
+                        }
+                        _ => {
+                            s.value()?;
+                        }
                     }
-                }
-                Ok(())
-            })?,
+                    Ok(())
+                })?
+            }
             _ => {
                 s.value()?;
             }

@@ -104,7 +104,8 @@ fn calls_into(p: &mut Parts<'_>, calls: &[ToolCall]) {
 /// A whole answer as a `GenerateContentResponse`: thoughts (when the caller asked for them),
 /// text, then each function call, per candidate.
 pub fn encode_answer(r: &ChatResponse, request_id: &str, model: &str, shows_thoughts: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + r.choices.iter().map(|c| c.content.as_ref().map_or(0, String::len)).sum::<usize>());
+    let mut out =
+        Vec::with_capacity(256 + r.choices.iter().map(|c| c.content.as_ref().map_or(0, String::len)).sum::<usize>());
     out.extend_from_slice(b"{\"candidates\":[");
     for (i, c) in r.choices.iter().enumerate() {
         if i > 0 {
@@ -224,7 +225,8 @@ impl StreamEncoder for Events {
     }
 
     fn finish(&mut self, usage: Option<&Usage>) -> Bytes {
-        let mut choices: Vec<u32> = self.finish.iter().map(|(c, _)| *c).chain(self.calls.iter().map(|p| p.choice)).collect();
+        let mut choices: Vec<u32> =
+            self.finish.iter().map(|(c, _)| *c).chain(self.calls.iter().map(|p| p.choice)).collect();
         choices.sort_unstable();
         choices.dedup();
         if choices.is_empty() {
@@ -384,10 +386,12 @@ pub fn encode_count(tokens: u64) -> Vec<u8> {
 struct EmbedContentIn {
     content: EmbedContent,
     #[serde(default)]
+    #[serde(alias = "output_dimensionality")]
     output_dimensionality: Option<u32>,
     /// Hints for Gemini's embedding models (`RETRIEVAL_QUERY`, a document's title): read, and
     /// meant for Gemini alone.
     #[serde(default)]
+    #[serde(alias = "task_type")]
     task_type: Option<crate::json::decode::Known>,
     #[serde(default)]
     title: Option<crate::json::decode::Known>,

@@ -1,6 +1,6 @@
 use super::*;
-use crate::Reported;
 use crate::canonical::{ChatResponse, Choice, ChunkChoice, FinishReason, StreamEncoder, ToolCallDelta, Usage};
+use crate::Reported;
 use serde_json::json;
 
 fn decode(v: Value, mode: ParamsMode) -> Result<Decoded, Error> {
@@ -55,7 +55,10 @@ fn a_cli_turn_decodes_into_the_canonical_request() {
     assert_eq!(r.messages[4].content.as_ref().unwrap().text(), r#"{"output":"A \"quoted\""}"#);
     assert_eq!(r.messages[5].content.as_ref().unwrap().text(), "now answer");
     let tools = r.tools.as_ref().unwrap();
-    assert_eq!(tools[1].function.parameters, Some(json!({ "type": "object", "properties": { "dir": { "type": ["string", "null"] } } })));
+    assert_eq!(
+        tools[1].function.parameters,
+        Some(json!({ "type": "object", "properties": { "dir": { "type": ["string", "null"] } } }))
+    );
     assert_eq!(r.temperature, Some(0.3));
     assert_eq!(r.max_tokens, Some(900));
     assert_eq!(r.stop, Some(Stop(vec!["END".into()])));
@@ -97,7 +100,8 @@ fn what_only_gemini_takes_is_judged_by_the_parameter_mode() {
 
 #[test]
 fn a_response_without_its_call_is_refused_with_its_place() {
-    let v = json!({ "contents": [{ "role": "user", "parts": [{ "functionResponse": { "name": "x", "response": {} } }] }] });
+    let v =
+        json!({ "contents": [{ "role": "user", "parts": [{ "functionResponse": { "name": "x", "response": {} } }] }] });
     let e = decode(v, ParamsMode::Strict).err().unwrap();
     assert_eq!(e.param(), Some("contents[0].parts[0].functionResponse"));
 }
@@ -163,7 +167,13 @@ fn answer() -> ChatResponse {
             finish_reason: Some(FinishReason::ToolCalls),
             ..Choice::default()
         }],
-        usage: Some(Usage { prompt_tokens: 10, completion_tokens: 7, reasoning_tokens: 3, cached_tokens: 4, ..Usage::default() }),
+        usage: Some(Usage {
+            prompt_tokens: 10,
+            completion_tokens: 7,
+            reasoning_tokens: 3,
+            cached_tokens: 4,
+            ..Usage::default()
+        }),
         system_fingerprint: None,
     }
 }
@@ -196,18 +206,29 @@ fn data_of(b: &Bytes) -> Value {
 fn a_stream_sends_text_as_it_comes_and_calls_whole_at_the_end() {
     let mut e = Events::new("req", "gpt-x", false);
     assert!(e.start(1).is_empty());
-    let text = e.chunk(&[ChunkChoice { content: Some("Hel".into()), reasoning: Some("x".into()), ..ChunkChoice::default() }]);
+    let text =
+        e.chunk(&[ChunkChoice { content: Some("Hel".into()), reasoning: Some("x".into()), ..ChunkChoice::default() }]);
     assert_eq!(data_of(&text)["candidates"][0]["content"]["parts"], json!([{ "text": "Hel" }]));
     let call = |id: Option<&str>, name: Option<&str>, args: &str| ChunkChoice {
-        tool_calls: vec![ToolCallDelta { index: 0, id: id.map(Into::into), name: name.map(Into::into), arguments: args.into() }],
+        tool_calls: vec![ToolCallDelta {
+            index: 0,
+            id: id.map(Into::into),
+            name: name.map(Into::into),
+            arguments: args.into(),
+        }],
         ..ChunkChoice::default()
     };
     assert!(e.chunk(&[call(Some("c1"), Some("ls"), "{\"di")]).is_empty());
     assert!(e.chunk(&[call(None, None, "r\":1}")]).is_empty());
-    assert!(e.chunk(&[ChunkChoice { finish_reason: Some(FinishReason::ToolCalls), ..ChunkChoice::default() }]).is_empty());
+    assert!(e
+        .chunk(&[ChunkChoice { finish_reason: Some(FinishReason::ToolCalls), ..ChunkChoice::default() }])
+        .is_empty());
     let end = e.finish(Some(&Usage { prompt_tokens: 5, completion_tokens: 2, ..Usage::default() }));
     let v = data_of(&end);
-    assert_eq!(v["candidates"][0]["content"]["parts"], json!([{ "functionCall": { "id": "c1", "name": "ls", "args": { "dir": 1 } } }]));
+    assert_eq!(
+        v["candidates"][0]["content"]["parts"],
+        json!([{ "functionCall": { "id": "c1", "name": "ls", "args": { "dir": 1 } } }])
+    );
     assert_eq!(v["candidates"][0]["finishReason"], "STOP");
     assert_eq!(v["usageMetadata"]["totalTokenCount"], 7);
 }
@@ -244,9 +265,32 @@ fn errors_are_in_googles_shape_with_axs_code() {
 
 #[test]
 fn embeddings_requests_take_the_paths_model() {
-    let one = embed_request(br#"{"content":{"parts":[{"text":"a"}]},"taskType":"RETRIEVAL_QUERY"}"#, "emb", false, ParamsMode::Strict).unwrap();
+    let one = embed_request(
+        br#"{"content":{"parts":[{"text":"a"}]},"taskType":"RETRIEVAL_QUERY"}"#,
+        "emb",
+        false,
+        ParamsMode::Strict,
+    )
+    .unwrap();
     assert_eq!(one.input.texts().unwrap(), ["a"]);
     let batch = br#"{"requests":[{"model":"models/x","content":{"parts":[{"text":"a"}]}},{"model":"models/x","content":{"parts":[{"text":"b"}]},"outputDimensionality":8}]}"#;
     let r = embed_request(batch, "emb", true, ParamsMode::Strict).unwrap();
     assert_eq!((r.model.as_str(), r.input.texts().unwrap(), r.dimensions), ("emb", vec!["a", "b"], Some(8)));
+}
+
+#[test]
+fn snake_case_names_read_as_camel_case_ones() {
+    let snake = json!({ "contents": [{ "role": "user", "parts": [{ "text": "hi" }, { "inline_data": { "mime_type": "image/png", "data": "AAAA" } }] }],
+        "system_instruction": { "parts": [{ "text": "sys" }] },
+        "generation_config": { "max_output_tokens": 50, "response_mime_type": "application/json" } });
+    let r = decode(snake.clone(), ParamsMode::Strict).unwrap().request;
+    assert!(r.has_images());
+    assert_eq!(r.max_tokens, Some(50));
+    assert!(r.wants_json());
+    assert_eq!(r.messages[0].content.as_ref().unwrap().text(), "sys");
+    let Skim::Forward(raw) = skim_generate(Bytes::from(snake.to_string()), "m", false, &|_| true).unwrap() else {
+        panic!()
+    };
+    assert!(raw.needs_vision && raw.needs_json);
+    assert_eq!(raw.max_output, Some(50));
 }
