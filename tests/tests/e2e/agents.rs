@@ -1,10 +1,13 @@
 //! The real agent CLIs (npm, pinned in `tests/agents`) through the ax binary, headless and
 //! offline: Claude Code (`/v1/messages`) to an OpenAI-protocol upstream (translated) and to an
 //! Anthropic one (forwarded), and Codex (`/v1/responses`) to an OpenAI-protocol and an Anthropic
-//! upstream (both translated). A one-shot prompt returns the upstream's text, and a turn in which
-//! the upstream asks for the agent's own tool (Claude Code's `Read`, Codex's `exec_command`)
+//! upstream (both translated), and the Gemini CLI (Gemini's API) to an OpenAI-protocol upstream
+//! (translated) and a Gemini one (forwarded), every model name it uses served by one glob alias.
+//! A one-shot prompt returns the upstream's text, and a turn in which the upstream asks for the
+//! agent's own tool (Claude Code's `Read`, Codex's `exec_command`, the Gemini CLI's `read_file`)
 //! completes the loop: the agent runs it, sends the result back, and its final answer is what the
-//! upstream made of it.
+//! upstream made of it. The agents' side calls that want JSON (the Gemini CLI's model router and
+//! loop checks) get an object their schema allows.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,13 +54,16 @@ fn turn(
     if let Some(r) = result {
         return (format!("From {who}: the file reads \"{}\"", r.trim()), None);
     }
-    let path = latest_text.split_whitespace().find(|w| w.ends_with("notes.txt"));
+    // A path the prompt names (not the tree of the workspace the Gemini CLI lists, `├───notes.txt`).
+    let path =
+        latest_text.split_whitespace().find(|w| w.ends_with("notes.txt") && w.chars().all(|c| c.is_ascii_graphic()));
     let image = latest_text.split_whitespace().find(|w| w.ends_with(".png"));
     if let (Some(p), Some("Read")) = (image, tool) {
         return (String::new(), Some(("Read", json!({ "file_path": p }).to_string())));
     }
     match (path, tool) {
         (Some(p), Some("Read")) => (String::new(), Some(("Read", json!({ "file_path": p }).to_string()))),
+        (Some(p), Some("read_file")) => (String::new(), Some(("read_file", json!({ "file_path": p }).to_string()))),
         (Some(p), Some("exec_command")) => {
             (String::new(), Some(("exec_command", json!({ "cmd": format!("cat {p}") }).to_string())))
         }
@@ -77,7 +83,38 @@ fn file_tool(body: &Value) -> Option<&'static str> {
         .flatten()
         .filter_map(|t| t["name"].as_str().or(t["function"]["name"].as_str()))
         .collect();
-    ["Read", "exec_command"].into_iter().find(|n| names.contains(n))
+    ["Read", "exec_command", "read_file"].into_iter().find(|n| names.contains(n))
+}
+
+/// A JSON value `schema` allows: each property it requires (every one, when it names none) from
+/// its enum, else by its type; what a side call that wants JSON gets.
+fn satisfying(schema: &Value) -> Value {
+    if let Some(first) = schema["enum"].as_array().and_then(|e| e.first()) {
+        return first.clone();
+    }
+    let kind = schema["type"].as_str().map(str::to_ascii_lowercase).unwrap_or_else(|| "object".into());
+    match kind.as_str() {
+        "string" => json!("fine"),
+        "number" | "integer" => schema["minimum"].as_f64().map_or(json!(1), |m| json!(m.max(1.0) as i64)),
+        "boolean" => json!(false),
+        "array" => json!([]),
+        _ => {
+            let props = schema["properties"].as_object().cloned().unwrap_or_default();
+            let required: Vec<String> = match schema["required"].as_array() {
+                Some(r) => r.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+                None => props.keys().cloned().collect(),
+            };
+            Value::Object(
+                required
+                    .into_iter()
+                    .map(|k| {
+                        let v = satisfying(&props[&k]);
+                        (k, v)
+                    })
+                    .collect(),
+            )
+        }
+    }
 }
 
 /// The newest message that is not a system one: Claude Code appends a `system` message after the
@@ -128,6 +165,10 @@ fn images_since_assistant(body: &Value) -> Vec<&str> {
 }
 
 fn openai_upstream(r: &Recorded) -> Reply {
+    if let Some(schema) = r.body["response_format"]["json_schema"].get("schema") {
+        let text = satisfying(schema).to_string();
+        return Reply::json(wire::openai_response(Some(&text), &[], "stop", (40, 9, 0)));
+    }
     let last = latest_turn(&r.body);
     let tool_result = || {
         let messages = r.body["messages"].as_array().into_iter().flatten();
@@ -155,6 +196,70 @@ fn openai_upstream(r: &Recorded) -> Reply {
     } else {
         Reply::json(wire::openai_response(text.as_deref(), &calls, finish, (40, 9, 0)))
     }
+}
+
+/// A Gemini upstream for the Gemini CLI: its latest user turn's text or function response, its
+/// `read_file` when offered; JSON side calls answered from their schema.
+fn gemini_upstream(r: &Recorded) -> Reply {
+    let config = &r.body["generationConfig"];
+    let schema = config.get("responseJsonSchema").or(config.get("responseSchema"));
+    if let Some(schema) = schema.filter(|_| config["responseMimeType"] == "application/json") {
+        let text = satisfying(schema).to_string();
+        return Reply::json(wire::gemini_response(Some(&text), &[], "STOP", (40, 9, 0)));
+    }
+    let last = r.body["contents"].as_array().and_then(|c| c.last()).cloned().unwrap_or(Value::Null);
+    let parts = last["parts"].as_array().cloned().unwrap_or_default();
+    let result = parts.iter().find_map(|p| p.get("functionResponse")).map(|f| f["response"].to_string());
+    let latest: String = parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(" ");
+    let names: Vec<&str> = r.body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["functionDeclarations"].as_array().into_iter().flatten())
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    let tool = names.contains(&"read_file").then_some("read_file");
+    let (text, call) = turn(&latest, result.as_deref(), tool, "Gemini");
+    let calls: Vec<(&str, &str)> = call.as_ref().map(|(n, a)| (*n, a.as_str())).into_iter().collect();
+    let text = (!text.is_empty()).then_some(text);
+    if r.path.ends_with(":streamGenerateContent") {
+        let p = text.as_deref().map(pieces).unwrap_or_default();
+        Reply::sse(&wire::gemini_stream(&p, &calls, "STOP", (40, 9, 0), Framing::default()))
+    } else {
+        Reply::json(wire::gemini_response(text.as_deref(), &calls, "STOP", (40, 9, 0)))
+    }
+}
+
+/// Runs `gemini -p <prompt> --approval-mode=yolo -o json` in `work` against ax, headless and
+/// offline: a private `HOME` whose settings pin the API-key auth (with a base URL set, the CLI
+/// otherwise picks a gateway auth that headless mode refuses) and turn off telemetry, usage
+/// statistics and update checks. Its parsed result object.
+fn gemini(url: &str, work: &Path, home: &Path, prompt: &str) -> Value {
+    let settings = home.join(".gemini");
+    std::fs::create_dir_all(&settings).unwrap();
+    let pinned = json!({
+        "security": { "auth": { "selectedType": "gemini-api-key" } },
+        "privacy": { "usageStatisticsEnabled": false },
+        "telemetry": { "enabled": false },
+        "general": { "disableAutoUpdate": true, "disableUpdateNag": true, "enableAutoUpdate": false },
+    });
+    std::fs::write(settings.join("settings.json"), pinned.to_string()).unwrap();
+    let out = Command::new("timeout")
+        .args(["120", &agent_bin("gemini"), "-p", prompt, "--approval-mode=yolo", "-o", "json"])
+        .current_dir(work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("GOOGLE_GEMINI_BASE_URL", url)
+        .env("GEMINI_API_KEY", KEY)
+        .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+        .output()
+        .expect("run gemini");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "gemini failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("gemini's output is not JSON ({e}):\n{stdout}\n{stderr}"))
 }
 
 /// Runs `claude -p <prompt> --output-format json` in `work` against ax with `alias` as every
@@ -374,5 +479,85 @@ async fn codex_runs_through_ax_to_an_openai_and_an_anthropic_upstream() {
     assert!(an.requests().iter().any(|r| String::from_utf8_lossy(&r.raw).contains("tool_result")));
     assert!(an.requests().iter().all(|r| r.body["model"] == "claude-real"));
     drop(bin);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gemini_cli_runs_through_ax_to_an_openai_and_a_gemini_upstream() {
+    let oa = FakeUpstream::start(openai_upstream).await;
+    let gm = FakeUpstream::start(gemini_upstream).await;
+    let (dir, work, home) = fresh_dirs("gemini-cli");
+    let caps = "capabilities: [chat, tools, streaming, vision, json, reasoning]";
+    let read_prompt = format!("Read the file {} and tell me the secret word.", work.join("notes.txt").display());
+    let mut answers = Vec::new();
+    for (who, upstream) in [
+        (
+            "OpenAI",
+            format!(
+                r#"{{ name: up, provider: openai, base_url: "{}/v1", api_key: sk-test, models: [{{ name: real, context_window: 1000000, {caps} }}] }}"#,
+                oa.url()
+            ),
+        ),
+        (
+            "Gemini",
+            format!(
+                r#"{{ name: up, provider: gemini, base_url: "{}", api_key: g-test, models: [{{ name: real, context_window: 1000000, {caps} }}] }}"#,
+                gm.url()
+            ),
+        ),
+    ] {
+        // Every model the CLI names (its main model and its side calls' flash models) is `gemini-*`.
+        let config = format!(
+            "upstreams:\n  - {upstream}\nroutes:\n  - {{ alias: \"gemini-*\", candidates: [{{ upstream: up, model: real }}] }}\ntenants:\n  - {{ id: t, keys: [{{ id: k, sha256: \"{}\" }}] }}\n",
+            key_digest(KEY)
+        );
+        let path = dir.join(format!("ax-{who}.yaml"));
+        std::fs::write(&path, config).unwrap();
+        let bin = Binary::start(&path, &dir);
+        let (url, w, h, p) = (bin.url.clone(), work.clone(), home.clone(), read_prompt.clone());
+        let (hello, read) =
+            tokio::task::spawn_blocking(move || (gemini(&url, &w, &h, "Say hello."), gemini(&url, &w, &h, &p)))
+                .await
+                .unwrap();
+        answers.push((who, hello, read, bin.logs()));
+    }
+    for (who, hello, read, logs) in &answers {
+        assert!(hello.get("error").is_none(), "{hello}\n{logs}");
+        assert_eq!(
+            hello["response"].as_str().map(str::trim),
+            Some(format!("Hello from the {who} upstream").as_str()),
+            "{hello}"
+        );
+        let answer = read["response"].as_str().unwrap_or_default();
+        assert!(
+            answer.contains(&format!("From {who}: the file reads")) && answer.contains("MANGO-7"),
+            "{read}\n{logs}"
+        );
+        // Every call of the session, side calls included, was served and metered under the glob.
+        let records: Vec<Value> = logs
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == "ax::usage")
+            .collect();
+        assert!(!records.is_empty(), "{logs}");
+        assert!(records.iter().all(|r| r["fields"]["alias"] == "gemini-*" && r["fields"]["status"] == 200), "{logs}");
+    }
+    // The file's contents reached the OpenAI upstream as a tool message answering its call.
+    assert!(oa.requests().iter().any(|r| r.body["messages"].as_array().into_iter().flatten().any(|m| {
+        m["role"] == "tool"
+            && m["tool_call_id"] == "call_read1"
+            && m["content"].as_str().is_some_and(|c| c.contains("MANGO-7"))
+    })));
+    // The Gemini upstream was sent the CLI's own bodies at the real model's URLs: the function
+    // response, the CLI's tool declarations in JSON Schema, its thinking settings.
+    let sent = gm.requests();
+    assert!(sent
+        .iter()
+        .all(|r| r.path.starts_with("/v1beta/models/real:") && r.header("x-goog-api-key") == Some("g-test")));
+    assert!(sent
+        .iter()
+        .any(|r| r.raw.windows(16).any(|w| w == b"functionResponse")
+            && String::from_utf8_lossy(&r.raw).contains("MANGO-7")));
+    assert!(sent.iter().any(|r| String::from_utf8_lossy(&r.raw).contains("parametersJsonSchema")));
     let _ = std::fs::remove_dir_all(dir);
 }

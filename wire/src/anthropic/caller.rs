@@ -224,9 +224,6 @@ fn canonical(r: MessagesRequest, for_counting: bool, walked: walk::Walked) -> Re
         (None, true) => None,
         (None, false) => return Err(Error::InvalidJson("missing field `max_tokens`".into())),
     };
-    if r.top_k.is_some() {
-        tracing::info!("top_k left out: the serving upstream does not speak Anthropic's protocol");
-    }
     // Anthropic's own range, as an Anthropic upstream would judge it (the canonical one is 0..2).
     if r.temperature.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
         return Err(Error::invalid_param("temperature", "'temperature' must be between 0 and 1"));
@@ -283,6 +280,7 @@ fn canonical(r: MessagesRequest, for_counting: bool, walked: walk::Walked) -> Re
         // As given: every API's temperature divides the same logits; only the range differs.
         temperature: r.temperature,
         top_p: r.top_p,
+        top_k: r.top_k,
         max_tokens,
         stop: r.stop_sequences.filter(|s| !s.is_empty()).map(Stop),
         stream: r.stream,

@@ -51,6 +51,8 @@ struct AnthropicRest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     stop_sequences: Option<&'a [String]>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
@@ -402,6 +404,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Payload, Error> {
         // range stops at 1, so a hotter request gets Anthropic's hottest.
         temperature: r.temperature.map(|t| t.min(1.0)).filter(|_| sampling),
         top_p: r.top_p.filter(|_| sampling),
+        top_k: r.top_k.filter(|_| sampling),
         stop_sequences: r.stop.as_ref().map(|s| s.0.as_slice()),
         stream: r.stream,
         tools,

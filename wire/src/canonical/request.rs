@@ -18,6 +18,11 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// Sampling from the `top_k` likeliest tokens (Anthropic's `top_k`, Gemini's `topK`): sent
+    /// to the upstreams that take it, left out for OpenAI's API, which has none (a sampling hint:
+    /// the answer is still the model's).
+    #[serde(skip)]
+    pub top_k: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

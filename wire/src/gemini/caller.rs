@@ -651,9 +651,8 @@ fn tools(
 fn generation(req: &mut ChatRequest, g: GenerationConfigIn, mode: ParamsMode) -> Result<bool, Error> {
     req.temperature = g.temperature;
     req.top_p = g.top_p;
-    if g.top_k.is_some() {
-        unsupported("generationConfig.topK", mode)?;
-    }
+    // Gemini's topK is a number; a fraction is its floor.
+    req.top_k = g.top_k.filter(|k| *k >= 1.0).map(|k| k as u32);
     req.max_tokens = g.max_output_tokens;
     req.stop = g.stop_sequences.filter(|s| !s.is_empty()).map(Stop);
     req.n = g.candidate_count.filter(|n| *n != 1);

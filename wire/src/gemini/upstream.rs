@@ -106,6 +106,8 @@ struct GenerationConfig<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_output_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stop_sequences: Option<&'a [String]>,
@@ -303,6 +305,7 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, Error> {
         generation_config: GenerationConfig {
             temperature: r.temperature,
             top_p: r.top_p,
+            top_k: r.top_k,
             max_output_tokens: r.max_output(),
             stop_sequences: r.stop.as_ref().map(|s| s.0.as_slice()),
             candidate_count: r.n.filter(|n| *n > 1),
