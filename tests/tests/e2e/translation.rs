@@ -115,6 +115,10 @@ async fn gemini_request_translation() {
     assert_eq!(c[0]["parts"][1]["inlineData"], json!({ "mimeType": "image/png", "data": "iVBORw0KGgo=" }));
     assert_eq!(c[1]["role"], "model");
     assert_eq!(c[1]["parts"][0]["functionCall"], json!({ "name": "get_weather", "args": { "city": "Paris" } }));
+    // Gemini 3 refuses a tool loop whose step has no thought signature: a call from another
+    // protocol carries the one Google documents for conversations brought from elsewhere.
+    assert_eq!(c[1]["parts"][0]["thoughtSignature"], "skip_thought_signature_validator");
+    assert!(c[1]["parts"][1].get("thoughtSignature").is_none(), "the step's first call only");
     assert_eq!(c[2]["role"], "user");
     // Tool results find their function names through the assistant's tool calls.
     assert_eq!(c[2]["parts"][0]["functionResponse"], json!({ "name": "get_weather", "response": { "temp": 21 } }));

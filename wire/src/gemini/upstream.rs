@@ -81,7 +81,29 @@ enum GPart<'a> {
     FileData { mime_type: &'a str, file_uri: &'a str },
     FunctionCall { name: &'a str, args: Value },
     FunctionResponse { name: &'a str, response: Value },
+    /// A call with its thought signature (`{"functionCall":…,"thoughtSignature":…}`).
+    #[serde(untagged)]
+    SignedCall(SignedCall<'a>),
 }
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SignedCall<'a> {
+    function_call: GCall<'a>,
+    thought_signature: &'static str,
+}
+
+#[derive(Serialize)]
+struct GCall<'a> {
+    name: &'a str,
+    args: Value,
+}
+
+/// What a call in a conversation from another protocol carries as its thought signature: Gemini 3
+/// refuses a tool loop whose calls have none, and a call another model made (or whose
+/// signature another protocol could not keep) has none to give. Google documents this value for
+/// conversations brought from elsewhere.
+pub const SIGNATURE_PLACEHOLDER: &str = "skip_thought_signature_validator";
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -230,7 +252,13 @@ pub fn encode_chat(ctx: Ctx<'_>, r: &ChatRequest) -> Result<Vec<u8>, Error> {
                 for (j, tc) in m.tool_calls.iter().flatten().enumerate() {
                     call_names.insert(&tc.id, &tc.function.name);
                     let args = tool_arguments(&tc.function.arguments, i, j)?;
-                    p.push(GPart::FunctionCall { name: &tc.function.name, args });
+                    let call = GCall { name: &tc.function.name, args };
+                    // The first call of a step carries the step's signature.
+                    p.push(if j == 0 {
+                        GPart::SignedCall(SignedCall { function_call: call, thought_signature: SIGNATURE_PLACEHOLDER })
+                    } else {
+                        GPart::FunctionCall { name: call.name, args: call.args }
+                    });
                 }
                 ("model", p)
             }
