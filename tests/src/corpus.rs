@@ -202,8 +202,8 @@ pub fn strip_ax(data: &str) -> (String, Option<Value>) {
 
 /// Values that change from run to run (ids ax makes, times, the request id), replaced in a
 /// compact JSON text so that two runs compare equal: every string or number under these keys.
-pub const VOLATILE: [&str; 8] =
-    ["id", "created", "created_at", "request_id", "item_id", "call_id", "tool_call_id", "tool_use_id"];
+pub const VOLATILE: [&str; 9] =
+    ["id", "created", "created_at", "request_id", "item_id", "call_id", "tool_call_id", "tool_use_id", "responseId"];
 
 /// `json` (compact, as ax writes it) with the `VOLATILE` values replaced by `"…"`.
 pub fn redact(json: &str) -> String {

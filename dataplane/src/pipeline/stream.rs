@@ -221,7 +221,7 @@ impl<E: StreamEncoder> EgressStream<E> {
             return;
         }
         self.count_deltas(u64::from(ev.deltas));
-        self.push_event(ev.bytes, ev.deltas == 0);
+        self.push_event(ev.bytes, ev.deltas == 0 || ev.finishes);
     }
 
     /// Content or tool-call deltas about to go out: the meter counts them (the completion

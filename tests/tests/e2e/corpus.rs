@@ -1,5 +1,6 @@
 //! The wire conformance corpus (`tests/corpus/`) on every path: each caller protocol (Chat
-//! Completions, Messages, Responses) against each upstream kind, forwarded where both speak the
+//! Completions, Messages, Responses, Gemini's streamGenerateContent as SSE and as one JSON
+//! array) against each upstream kind, forwarded where both speak the
 //! same protocol and translated where not; each upstream stream in every shape the SSE
 //! specification allows (`corpus::Shape`), whole and split into reads down to single bytes.
 //!
@@ -23,6 +24,11 @@ enum Caller {
     Chat,
     Messages,
     Responses,
+    /// Gemini's `streamGenerateContent?alt=sse`.
+    Gemini,
+    /// Gemini's `streamGenerateContent` without `alt=sse`: one JSON array, its elements read as
+    /// events.
+    GeminiArray,
 }
 
 impl Caller {
@@ -32,14 +38,17 @@ impl Caller {
             Caller::Chat => "openai",
             Caller::Messages => "anthropic",
             Caller::Responses => "responses",
+            Caller::Gemini | Caller::GeminiArray => "gemini",
         }
     }
 
-    fn path(self) -> &'static str {
+    fn path(self, alias: &str) -> String {
         match self {
-            Caller::Chat => "/v1/chat/completions",
-            Caller::Messages => "/v1/messages",
-            Caller::Responses => "/v1/responses",
+            Caller::Chat => "/v1/chat/completions".into(),
+            Caller::Messages => "/v1/messages".into(),
+            Caller::Responses => "/v1/responses".into(),
+            Caller::Gemini => format!("/v1beta/models/{alias}:streamGenerateContent?alt=sse"),
+            Caller::GeminiArray => format!("/v1beta/models/{alias}:streamGenerateContent"),
         }
     }
 
@@ -56,6 +65,10 @@ impl Caller {
             Caller::Responses => json!({ "model": alias, "stream": true, "store": false,
                 "input": "Weather in Paris and Tokyo?",
                 "tools": [{ "type": "function", "name": "get_weather", "parameters": schema }] }),
+            Caller::Gemini | Caller::GeminiArray => json!({
+                "contents": [{ "role": "user", "parts": [{ "text": "Weather in Paris and Tokyo?" }] }],
+                "tools": [{ "functionDeclarations": [{ "name": "get_weather", "parametersJsonSchema": schema }] }],
+                "generationConfig": { "thinkingConfig": { "includeThoughts": true } } }),
         }
     }
 }
@@ -116,7 +129,7 @@ tenants:
     async fn call(&self, caller: Caller, alias: &str, reply: Reply, case: &str) -> Vec<(Option<String>, String)> {
         *self.next.lock().unwrap() = reply;
         let resp = reqwest::Client::new()
-            .post(format!("{}{}", self.gw.url, caller.path()))
+            .post(format!("{}{}", self.gw.url, caller.path(alias)))
             .bearer_auth(KEY)
             .header("anthropic-version", "2023-06-01")
             .json(&caller.body(alias))
@@ -126,6 +139,12 @@ tenants:
         let status = resp.status();
         let body = resp.bytes().await.unwrap();
         assert_eq!(status, 200, "{case}: {caller:?} → {alias}: {}", String::from_utf8_lossy(&body));
+        if caller == Caller::GeminiArray {
+            // Each element's text as written.
+            let elements: Vec<Box<serde_json::value::RawValue>> = serde_json::from_slice(&body)
+                .unwrap_or_else(|e| panic!("{case}: not one JSON array ({e}): {}", String::from_utf8_lossy(&body)));
+            return elements.into_iter().map(|e| (None, e.get().to_owned())).collect();
+        }
         corpus::client_events(vec![body]).await.into_iter().map(|e| (named(e.event), e.data)).collect()
     }
 }
@@ -205,7 +224,8 @@ async fn translated(caller: Caller, alias: &str, provider: &str) {
                     );
                 }
                 let seen = corpus::content(caller.protocol(), &got);
-                same_content(&seen, &upstream, provider == "gemini", &case);
+                let args_as_values = provider == "gemini" || caller.protocol() == "gemini";
+                same_content(&seen, &upstream, args_as_values, &case);
                 let transcript = transcript(&got);
                 match &first {
                     None => first = Some(transcript),
@@ -213,7 +233,8 @@ async fn translated(caller: Caller, alias: &str, provider: &str) {
                 }
             }
         }
-        let snapshot = format!("{}-from-{provider}-{name}", caller.protocol());
+        let protocol = if caller == Caller::GeminiArray { "gemini-array" } else { caller.protocol() };
+        let snapshot = format!("{protocol}-from-{provider}-{name}");
         insta::assert_snapshot!(snapshot, first.unwrap_or_default());
     }
 }
@@ -297,6 +318,28 @@ async fn responses_callers_of_an_anthropic_upstream() {
 #[tokio::test]
 async fn responses_callers_of_a_gemini_upstream() {
     translated(Caller::Responses, "ge", "gemini").await;
+}
+
+#[tokio::test]
+async fn gemini_callers_get_a_gemini_stream_as_it_came() {
+    forwarded(Caller::Gemini, "ge", "gemini").await;
+}
+
+#[tokio::test]
+async fn gemini_array_callers_get_a_gemini_stream_as_it_came() {
+    forwarded(Caller::GeminiArray, "ge", "gemini").await;
+}
+
+#[tokio::test]
+async fn gemini_callers_of_an_openai_upstream() {
+    translated(Caller::Gemini, "oa", "openai").await;
+    translated(Caller::GeminiArray, "oa", "openai").await;
+}
+
+#[tokio::test]
+async fn gemini_callers_of_an_anthropic_upstream() {
+    translated(Caller::Gemini, "an", "anthropic").await;
+    translated(Caller::GeminiArray, "an", "anthropic").await;
 }
 
 // ---------------------------------------------------------------------------------------------

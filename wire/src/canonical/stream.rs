@@ -130,6 +130,9 @@ pub struct RawEvent {
     /// An event that carries only usage (no choices): the caller gets it only when it asked
     /// for usage (`stream_options.include_usage`).
     pub usage_only: bool,
+    /// It says why the answer ended (a finish reason): it may be the stream's last event, so
+    /// ax's facts may go into it (Gemini's last event carries content too).
+    pub finishes: bool,
 }
 
 /// How a wire protocol writes a stream for its callers.

@@ -77,10 +77,22 @@ struct GContent<'a> {
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 enum GPart<'a> {
     Text(TextOut<'a>),
-    InlineData { mime_type: &'a str, data: &'a str },
-    FileData { mime_type: &'a str, file_uri: &'a str },
-    FunctionCall { name: &'a str, args: Value },
-    FunctionResponse { name: &'a str, response: Value },
+    InlineData {
+        mime_type: &'a str,
+        data: &'a str,
+    },
+    FileData {
+        mime_type: &'a str,
+        file_uri: &'a str,
+    },
+    FunctionCall {
+        name: &'a str,
+        args: Value,
+    },
+    FunctionResponse {
+        name: &'a str,
+        response: Value,
+    },
     /// A call with its thought signature (`{"functionCall":…,"thoughtSignature":…}`).
     #[serde(untagged)]
     SignedCall(SignedCall<'a>),
@@ -708,7 +720,8 @@ impl ForwardState {
             return Err(error_body(ev.data.as_bytes(), embedded_error));
         }
         g.facts(&mut self.facts);
-        self.finished |= g.candidates.iter().any(|c| c.finish_reason.is_some());
+        let finishes = g.candidates.iter().any(|c| c.finish_reason.is_some());
+        self.finished |= finishes;
         if let Some(u) = g.usage_metadata {
             self.usage = Some(Usage::from(u));
         }
@@ -718,6 +731,7 @@ impl ForwardState {
             usage: self.usage,
             deltas: u32::try_from(deltas).unwrap_or(u32::MAX),
             usage_only: false,
+            finishes,
         })))
     }
 

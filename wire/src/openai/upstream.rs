@@ -698,6 +698,8 @@ impl ForwardState {
             usage_only: c.choices.is_empty(),
             usage: c.usage.map(Usage::from),
             deltas: u32::try_from(deltas).unwrap_or(u32::MAX),
+            // `[DONE]` follows: the facts go there.
+            finishes: false,
         })))
     }
 

@@ -156,7 +156,7 @@ impl ResponsesForwardState {
             _ => {}
         }
         let bytes = crate::sse::forward_event(ev);
-        Ok(Some(StreamItem::Raw(RawEvent { bytes, usage_only: false, usage, deltas })))
+        Ok(Some(StreamItem::Raw(RawEvent { bytes, usage_only: false, usage, deltas, finishes: false })))
     }
 
     pub fn finished(&self) -> bool {

@@ -277,7 +277,7 @@ impl ForwardState {
             _ => {}
         }
         let bytes = crate::sse::forward_event(ev);
-        let item = RawEvent { bytes, usage: Some(self.usage.canonical()), deltas, usage_only: false };
+        let item = RawEvent { bytes, usage: Some(self.usage.canonical()), deltas, usage_only: false, finishes: false };
         if g.kind == "message_stop" {
             self.finished = true;
         }
