@@ -125,6 +125,42 @@ def responses(stream, req):
         ev("response.completed", response=resp("completed", [item], usage))])
 
 
+def satisfying(schema):
+    """A JSON value `schema` allows (a side call that wants JSON: the Gemini CLI's router)."""
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = str(schema.get("type", "object")).lower()
+    if kind == "string":
+        return "fine"
+    if kind in ("number", "integer"):
+        return max(1, int(schema.get("minimum", 1)))
+    if kind == "boolean":
+        return False
+    if kind == "array":
+        return []
+    props = schema.get("properties", {})
+    return {k: satisfying(props.get(k, {})) for k in schema.get("required", list(props))}
+
+
+def gemini(stream, req):
+    """Gemini's generateContent: `read_file` first when the prompt names notes.txt."""
+    cfg = req.get("generationConfig", {})
+    schema = cfg.get("responseJsonSchema") or cfg.get("responseSchema")
+    usage = {"promptTokenCount": 5, "candidatesTokenCount": 2, "totalTokenCount": 7}
+    if schema and cfg.get("responseMimeType") == "application/json":
+        parts = [{"text": json.dumps(satisfying(schema))}]
+    elif "notes.txt" in json.dumps(req.get("contents")) and not any(
+            "functionResponse" in part for c in req.get("contents", []) for part in c.get("parts", [])):
+        parts = [{"functionCall": {"name": "read_file", "args": {"file_path": os.path.join(os.getcwd(), "notes.txt")}}}]
+    else:
+        parts = [{"text": "Hello."}]
+    body = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": usage, "modelVersion": "corpus"}
+    if not stream:
+        return "application/json", json.dumps(body).encode()
+    return "text/event-stream", sse([(None, body)])
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -160,6 +196,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except ValueError:
             req = {}
         stream = req.get("stream") is True
+        if path.endswith(":countTokens"):
+            return self.reply("application/json", json.dumps({"totalTokens": 5}).encode())
+        if ":generateContent" in path or ":streamGenerateContent" in path:
+            return self.reply(*gemini(":stream" in path, req))
         if path.endswith("/count_tokens"):
             return self.reply("application/json", b'{"input_tokens": 5}')
         if path.endswith("/chat/completions"):

@@ -349,7 +349,7 @@ async fn gemini_callers_of_an_anthropic_upstream() {
 /// to and its headers.
 type Captured = (String, bytes::Bytes, String, Vec<(String, String)>);
 
-/// Every captured request of a caller protocol (`chat`, `messages`, `responses`).
+/// Every captured request of a caller protocol (`chat`, `messages`, `responses`, `gemini`).
 fn captured(protocol: &str) -> Vec<Captured> {
     let dir = corpus::dir().join("requests").join(protocol);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -385,6 +385,7 @@ fn answer(kind: &str, r: &ax_tests::Recorded) -> Reply {
         "an" if r.path.ends_with("/count_tokens") => Reply::json(json!({ "input_tokens": 42 })),
         "an" if stream => Reply::sse(&fixture("anthropic")),
         "an" => Reply::json(ax_tests::wire::anthropic_response(Some("Hello."), &[], "end_turn", (5, 2, 0, 0))),
+        "ge" if r.path.ends_with(":countTokens") => Reply::json(json!({ "totalTokens": 42 })),
         "ge" if stream => Reply::sse(&fixture("gemini")),
         "ge" => Reply::json(ax_tests::wire::gemini_response(Some("Hello."), &[], "STOP", (5, 2, 0))),
         "oar" if stream => Reply::sse(&fixture("responses")),
@@ -444,7 +445,8 @@ tenants:
             }
             if up.hits() == hits {
                 // Answered by ax itself (a token count estimated for a non-Anthropic upstream).
-                assert!(path.contains("count_tokens"), "{name} → {kind}: the upstream was not called");
+                let counts = path.contains("count_tokens") || path.contains(":countTokens");
+                assert!(counts, "{name} → {kind}: the upstream was not called");
                 continue;
             }
             let sent = up.last();
@@ -474,6 +476,11 @@ async fn captured_chat_requests_on_every_upstream() {
 #[tokio::test]
 async fn captured_messages_requests_on_every_upstream() {
     replayed("messages", "an", &["oa", "ge"]).await;
+}
+
+#[tokio::test]
+async fn captured_gemini_requests_on_every_upstream() {
+    replayed("gemini", "ge", &["oa", "an"]).await;
 }
 
 #[tokio::test]
