@@ -43,6 +43,7 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
         "/v1/messages/count_tokens" if post => Box::pin(count_tokens(app, parts.headers, body)).await,
         "/v1/embeddings" if post => embeddings(app, parts.headers, body).await,
         p if post && gemini::call_path(p).is_some() => gemini::call(app, parts, body).await,
+        p if gemini::is_call(p) => method_not_allowed(&parts, "POST"),
         "/v1beta/models" if get => gemini::models(&app, &parts),
         p if get && gemini::model_path(p).is_some() => {
             gemini::model(&app, &parts, &gemini::model_path(p).unwrap_or_default())
@@ -64,7 +65,6 @@ pub async fn router(app: Arc<App>, req: http::Request<Incoming>) -> Result<Respo
         "/v1/models" | "/v1beta/models" | "/healthz" | "/readyz" | "/metrics" | "/admin/health" => {
             method_not_allowed(&parts, "GET, HEAD")
         }
-        p if gemini::call_path(p).is_some() => method_not_allowed(&parts, "POST"),
         p if model_id(p).is_some() => method_not_allowed(&parts, "GET, HEAD"),
         _ => not_found(&parts),
     };

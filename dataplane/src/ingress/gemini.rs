@@ -50,7 +50,13 @@ pub fn call_path(path: &str) -> Option<(String, Option<Method>)> {
 /// The model of a `GET /v1beta/models/{model}` path.
 pub fn model_path(path: &str) -> Option<Cow<'_, str>> {
     let rest = path.strip_prefix("/v1beta/models/").filter(|r| !r.is_empty())?;
-    Some(percent_encoding::percent_decode_str(rest).decode_utf8_lossy())
+    // `{model}:{method}` is a call (`call_path`); an alias may hold a colon (`llama3:8b`).
+    (!is_call(path)).then(|| percent_encoding::percent_decode_str(rest).decode_utf8_lossy())
+}
+
+/// Whether `path` calls one of Gemini's methods on a model.
+pub fn is_call(path: &str) -> bool {
+    call_path(path).is_some_and(|(_, m)| m.is_some())
 }
 
 /// The caller's key: `x-goog-api-key`, the `key` query parameter, or `Authorization: Bearer`.

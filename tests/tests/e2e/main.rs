@@ -9,6 +9,7 @@ mod corpus;
 mod failover;
 mod faults;
 mod fleet;
+mod gemini;
 mod governance;
 mod hardening;
 mod ingress;
