@@ -17,6 +17,9 @@
 # for the OpenAI upstream, and kept in the process's response store, as `store` is by default);
 # AX_CG_IMAGE=<KB> (with AX_CG_API=messages) ends the conversation with a tool call whose result
 # is a text and a base64 image of that size (Claude Code's `Read` of a screenshot);
+# AX_CG_API=gemini sends it as a Gemini caller (POST /v1beta/models/<alias>:generateContent, or
+# :streamGenerateContent?alt=sse; the messages as `contents`): AX_CG_ALIAS=chat-ge forwards it to
+# the Gemini upstream, chat (the default) translates it for the OpenAI one;
 # AX_CG_KEEP=<dir> keeps the dumps; AX_CG_DEBUG=1 shows the warm-up answers; AX_CG_GOVERN=local
 # (or redis) sends as a tenant with rate limits and a day budget, governed in the process (or
 # fleet-wide through the Redis at 127.0.0.1:6379, with leases).
@@ -60,9 +63,12 @@ upstreams:
       models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming, vision], price_per_mtok: { input: 1, output: 2 } }] }
   - { name: an, provider: anthropic, base_url: "http://$MOCK", api_key: sk-bench,
       models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming, vision], price_per_mtok: { input: 1, output: 2 } }] }
+  - { name: ge, provider: gemini, base_url: "http://$MOCK", api_key: sk-bench,
+      models: [{ name: m, context_window: 1000000, capabilities: [chat, streaming, vision], price_per_mtok: { input: 1, output: 2 } }] }
 routes:
   - { alias: chat, candidates: [{ upstream: up, model: m }] }
   - { alias: chat-an, candidates: [{ upstream: an, model: m }] }
+  - { alias: chat-ge, candidates: [{ upstream: ge, model: m }] }
 tenants:
   - { id: plain, keys: [{ id: k1, sha256: "$(printf '%s' "$KEY" | sha256sum | cut -d' ' -f1)" }] }
   - id: governed
@@ -83,7 +89,10 @@ if int(sys.argv[5]) > 0 and sys.argv[4] == "messages":
     msgs.append({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "shot.png"}}]})
     msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
         {"type": "text", "text": "shot.png"}, {"type": "image", "source": image}]}]})
-if sys.argv[4] == "responses":
+if sys.argv[4] == "gemini":
+    contents = [{"role": "user" if m["role"] == "user" else "model", "parts": [{"text": m["content"]}]} for m in msgs]
+    print(json.dumps({"contents": contents, "generationConfig": {"maxOutputTokens": 100}}))
+elif sys.argv[4] == "responses":
     print(json.dumps({"model": sys.argv[3], "max_output_tokens": 100, "stream": sys.argv[1] == "true", "input": msgs}))
 else:
     print(json.dumps({"model": sys.argv[3], "max_tokens": 100, "stream": sys.argv[1] == "true", "messages": msgs}))
@@ -115,6 +124,8 @@ for bin in "${BINS[@]}"; do
     url="http://127.0.0.1:$port/v1/chat/completions"
     [ "$API" = messages ] && url="http://127.0.0.1:$port/v1/messages"
     [ "$API" = responses ] && url="http://127.0.0.1:$port/v1/responses"
+    [ "$API" = gemini ] && [ "$s" = false ] && url="http://127.0.0.1:$port/v1beta/models/$ALIAS:generateContent"
+    [ "$API" = gemini ] && [ "$s" = true ] && url="http://127.0.0.1:$port/v1beta/models/$ALIAS:streamGenerateContent?alt=sse"
     for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
     for _ in 1 2 3; do
       [ -n "${AX_CG_DEBUG:-}" ] && curl -s -i -H "Authorization: Bearer $KEY" -H "content-type: application/json" -H "anthropic-version: 2023-06-01" --data-binary "@$WORK/body-$s.json" "$url" | head -12 >&2

@@ -1,4 +1,5 @@
-//! The mock upstream: answers OpenAI chat completions and Anthropic messages (JSON, or a paced SSE
+//! The mock upstream: answers OpenAI chat completions, Anthropic messages and Gemini's
+//! generateContent (JSON, or a paced SSE
 //! stream in the protocol's events when the body asks for `"stream":true`), as cheaply as hyper allows: a prebuilt body,
 //! TCP_NODELAY, one write per JSON response. It runs in its own process (`ax-bench mock`) so its
 //! CPU is not the load driver's.
@@ -18,6 +19,8 @@ use crate::R;
 
 pub const OPENAI_BODY: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1730000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}"#;
 pub const ANTHROPIC_BODY: &str = r#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-real","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":9}}"#;
+
+pub const GEMINI_BODY: &str = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"Hello! How can I help you today?"}]},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":9,"totalTokenCount":18},"modelVersion":"gemini-real","responseId":"r1"}"#;
 
 /// The paced stream: `events` content chunks `gap` apart, then the finish chunk with usage and
 /// `[DONE]`.
@@ -60,6 +63,18 @@ fn anthropic_stream(pace: Pace) -> Response<Body> {
     paced(pace, head, chunk, end)
 }
 
+/// Gemini's events for the same reply: the paced text chunks, then the one with the finish reason
+/// and usage (Gemini ends a stream by closing it).
+fn gemini_stream(pace: Pace) -> Response<Body> {
+    let chunk = Bytes::from_static(
+        b"data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"tok \"}]},\"index\":0}],\"modelVersion\":\"gemini-real\",\"responseId\":\"r1\"}\r\n\r\n",
+    );
+    let end = Bytes::from_static(
+        b"data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"\"}]},\"finishReason\":\"STOP\",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":9,\"candidatesTokenCount\":50,\"totalTokenCount\":59},\"modelVersion\":\"gemini-real\",\"responseId\":\"r1\"}\r\n\r\n",
+    );
+    paced(pace, Bytes::new(), chunk, end)
+}
+
 /// `head` at once, then `pace.events` copies of `chunk` `pace.gap` apart, then `end`.
 fn paced(pace: Pace, head: Bytes, chunk: Bytes, end: Bytes) -> Response<Body> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
@@ -98,7 +113,14 @@ fn asks_to_stream(body: &[u8]) -> bool {
 }
 
 async fn handle(req: Request<Incoming>, pace: Pace) -> Result<Response<Body>, Infallible> {
-    let anthropic = req.uri().path().ends_with("/messages");
+    let path = req.uri().path();
+    if path.ends_with(":streamGenerateContent") {
+        return Ok(gemini_stream(pace));
+    }
+    if path.ends_with(":generateContent") {
+        return Ok(json(GEMINI_BODY));
+    }
+    let anthropic = path.ends_with("/messages");
     let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     Ok(match (anthropic, asks_to_stream(&body)) {
         (true, true) => anthropic_stream(pace),
