@@ -168,7 +168,8 @@ async fn count(app: Arc<App>, headers: HeaderMap, key: Option<String>, model: St
         let bytes = read_body(&headers, body, snap.max_body_bytes).await?;
         let req = gemini::decode_count(&bytes, &model)?;
         let protocol = ax_wire::canonical::Protocol::GeminiGenerate;
-        ops::count_tokens(&app, key.as_deref(), &req, protocol, |_| vec![bytes.clone()], &[], &rid).await
+        let body = |m: &str| gemini::count_body(&bytes, m);
+        ops::count_tokens(&app, key.as_deref(), &req, protocol, body, &[], &rid).await
     };
     match counted.await {
         Ok(n) => {

@@ -727,6 +727,31 @@ fn generation(req: &mut ChatRequest, g: GenerationConfigIn, mode: ParamsMode) ->
     Ok(shows)
 }
 
+/// A `countTokens` body for a Gemini upstream whose name for the model is `model`: the caller's
+/// bytes, with `generateContentRequest.model` (which names the alias, `models/<alias>`) naming
+/// the upstream's model.
+pub fn count_body(body: &Bytes, model: &str) -> Vec<Bytes> {
+    use crate::json::skim::{key_bytes, Skim as Walk, SkimError};
+    let mut span = None;
+    let mut s = Walk::new(body);
+    let _: Result<(), SkimError> = s.object(|k, esc, s| {
+        if key_bytes(k, esc).as_deref() == Some(b"generateContentRequest") && s.next_byte() == Some(b'{') {
+            return s.object(|k, esc, s| {
+                let v = s.value()?;
+                if key_bytes(k, esc).as_deref() == Some(b"model") {
+                    span = Some(v);
+                }
+                Ok(())
+            });
+        }
+        s.value().map(|_| ())
+    });
+    let Some(span) = span else { return vec![body.clone()] };
+    let mut name = Vec::with_capacity(model.len() + 9);
+    crate::json::write::string(&mut name, &format!("models/{model}"));
+    vec![body.slice(..span.start), Bytes::from(name), body.slice(span.end..)]
+}
+
 // ---------------------------------------------------------------------------------------------
 // The forward path
 

@@ -293,3 +293,17 @@ fn snake_case_names_read_as_camel_case_ones() {
     assert!(raw.needs_vision && raw.needs_json);
     assert_eq!(raw.max_output, Some(50));
 }
+
+#[test]
+fn a_count_body_names_the_upstreams_model() {
+    let body = Bytes::from_static(
+        br#"{"generateContentRequest":{"model":"models/gemini-*","contents":[{"parts":[{"text":"hi"}]}]}}"#,
+    );
+    let joined: Vec<u8> = count_body(&body, "gemini-2.5-pro").concat();
+    assert_eq!(
+        String::from_utf8(joined).unwrap(),
+        r#"{"generateContentRequest":{"model":"models/gemini-2.5-pro","contents":[{"parts":[{"text":"hi"}]}]}}"#
+    );
+    let plain = Bytes::from_static(br#"{"contents":[{"parts":[{"text":"hi"}]}]}"#);
+    assert_eq!(count_body(&plain, "m"), vec![plain.clone()]);
+}
