@@ -317,17 +317,28 @@ async fn count_tokens(app: Arc<App>, headers: HeaderMap, body: Incoming) -> Resp
         let protocol = ax_wire::canonical::Protocol::AnthropicMessages;
         ops::count_tokens(&app, headers::anthropic_key(&headers), &req, protocol, body, &beta, &rid).await
     };
-    match counted.await {
+    token_count(Dialect::Anthropic, counted.await, anthropic::encode_count, &rid)
+}
+
+/// A token count's answer (`encode` writes the caller protocol's body), `x-ax-token-count`
+/// saying who counted; or the error.
+fn token_count(
+    dialect: Dialect,
+    counted: Result<ops::TokenCount, AxError>,
+    encode: fn(u64) -> Vec<u8>,
+    rid: &str,
+) -> Response {
+    match counted {
         Ok(n) => {
             let (n, how) = match n {
                 ops::TokenCount::Exact(n) => (n, "exact"),
                 ops::TokenCount::Estimate(n) => (n, "estimate"),
             };
-            let mut r = json_response(StatusCode::OK, anthropic::encode_count(n), &rid);
+            let mut r = json_response(StatusCode::OK, encode(n), rid);
             r.headers_mut().insert(HeaderName::from_static("x-ax-token-count"), HeaderValue::from_static(how));
             r
         }
-        Err(e) => error_in(Dialect::Anthropic, &e, &rid),
+        Err(e) => error_in(dialect, &e, rid),
     }
 }
 

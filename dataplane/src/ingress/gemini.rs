@@ -11,7 +11,7 @@ use std::sync::Arc;
 use ax_wire::gemini::caller as gemini;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{header, HeaderMap, HeaderValue, StatusCode};
 use hyper::body::Incoming;
 
 use super::{answer_in, event_stream, json_response, model_call, read_body, request_id, Dialect, Response};
@@ -171,18 +171,7 @@ async fn count(app: Arc<App>, headers: HeaderMap, key: Option<String>, model: St
         let body = |m: &str| gemini::count_body(&bytes, m);
         ops::count_tokens(&app, key.as_deref(), &req, protocol, body, &[], &rid).await
     };
-    match counted.await {
-        Ok(n) => {
-            let (n, how) = match n {
-                ops::TokenCount::Exact(n) => (n, "exact"),
-                ops::TokenCount::Estimate(n) => (n, "estimate"),
-            };
-            let mut r = json_response(StatusCode::OK, gemini::encode_count(n), &rid);
-            r.headers_mut().insert(HeaderName::from_static("x-ax-token-count"), HeaderValue::from_static(how));
-            r
-        }
-        Err(e) => super::error_in(Dialect::Gemini, &e, &rid),
-    }
+    super::token_count(Dialect::Gemini, counted.await, gemini::encode_count, &rid)
 }
 
 /// `embedContent` and `batchEmbedContents`.

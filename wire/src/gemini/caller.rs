@@ -98,22 +98,22 @@ struct PartIn<'a> {
     thought_signature: Option<Known>,
     #[serde(default)]
     #[serde(alias = "inline_data")]
-    inline_data: Option<Blob>,
+    inline_data: Option<Box<Blob>>,
     #[serde(default)]
     #[serde(alias = "file_data")]
-    file_data: Option<FileData>,
+    file_data: Option<Box<FileData>>,
     #[serde(default)]
     #[serde(alias = "function_call")]
-    function_call: Option<FunctionCallIn>,
+    function_call: Option<Box<FunctionCallIn>>,
     #[serde(default)]
     #[serde(alias = "function_response")]
-    function_response: Option<FunctionResponseIn>,
+    function_response: Option<Box<FunctionResponseIn>>,
     #[serde(default)]
     #[serde(alias = "executable_code")]
-    executable_code: Option<Value>,
+    executable_code: Option<Box<Value>>,
     #[serde(default)]
     #[serde(alias = "code_execution_result")]
-    code_execution_result: Option<Value>,
+    code_execution_result: Option<Box<Value>>,
 }
 
 #[derive(Deserialize)]
@@ -324,17 +324,23 @@ fn unsupported(param: &str, mode: ParamsMode) -> Result<(), Error> {
     }
 }
 
+/// The caller's body: its bytes, and the same as text (UTF-8 checked once).
+#[derive(Clone, Copy)]
+struct Body<'a> {
+    bytes: &'a Bytes,
+    text: &'a str,
+}
+
 /// A text of the caller's as canonical text: a slice of the body kept as its JSON literal when
 /// it borrows (no escapes), else the decoded string.
-fn text_of(body: &Bytes, t: Cow<'_, str>) -> Text {
+fn text_of(body: Body<'_>, t: Cow<'_, str>) -> Text {
     match t {
-        Cow::Borrowed(s) if within(body, s.as_bytes()) => {
+        Cow::Borrowed(s) if within(body.bytes, s.as_bytes()) => {
             // A borrowed string had no escapes: its literal is the text between the quotes.
-            let start = s.as_ptr() as usize - body.as_ptr() as usize;
-            let literal = &body[start - 1..start + s.len() + 1];
-            std::str::from_utf8(literal)
-                .ok()
-                .and_then(|l| Text::from_literal(body, l, false).ok())
+            let start = s.as_ptr() as usize - body.bytes.as_ptr() as usize;
+            body.text
+                .get(start - 1..start + s.len() + 1)
+                .and_then(|l| Text::from_literal(body.bytes, l, false).ok())
                 .unwrap_or_else(|| Text::new(s))
         }
         Cow::Borrowed(s) => Text::new(s),
@@ -350,8 +356,13 @@ fn within(outer: &[u8], inner: &[u8]) -> bool {
 
 /// The body of `model`'s `generateContent` / `streamGenerateContent` as the canonical request.
 pub fn decode_generate(body: &Bytes, model: &str, stream: bool, mode: ParamsMode) -> Result<Decoded, Error> {
-    let r: GenerateRequest<'_> = crate::json::decode::json_borrowed(body, mode)?;
-    canonical(body, r, model, stream, mode)
+    let text = utf8(body)?;
+    let r: GenerateRequest<'_> = crate::json::decode::json_borrowed(text, mode)?;
+    canonical(Body { bytes: body, text }, r, model, stream, mode)
+}
+
+fn utf8(body: &[u8]) -> Result<&str, Error> {
+    simdutf8::basic::from_utf8(body).map_err(|_| Error::InvalidJson("the body is not UTF-8".into()))
 }
 
 /// `countTokens`: `{contents}` or `{generateContentRequest}`, decoded whatever the mode (counting
@@ -366,7 +377,8 @@ pub fn decode_count(body: &Bytes, model: &str) -> Result<ChatRequest, Error> {
         #[serde(alias = "generate_content_request")]
         generate_content_request: Option<GenerateRequest<'a>>,
     }
-    let c: CountRequest<'_> = crate::json::decode::json_borrowed(body, ParamsMode::Lenient)?;
+    let text = utf8(body)?;
+    let c: CountRequest<'_> = crate::json::decode::json_borrowed(text, ParamsMode::Lenient)?;
     let r = match c.generate_content_request {
         Some(r) => r,
         None => GenerateRequest {
@@ -381,11 +393,11 @@ pub fn decode_count(body: &Bytes, model: &str) -> Result<ChatRequest, Error> {
             model: None,
         },
     };
-    Ok(canonical(body, r, model, false, ParamsMode::Lenient)?.request)
+    Ok(canonical(Body { bytes: body, text }, r, model, false, ParamsMode::Lenient)?.request)
 }
 
 fn canonical(
-    body: &Bytes,
+    body: Body<'_>,
     r: GenerateRequest<'_>,
     model: &str,
     stream: bool,
@@ -454,7 +466,7 @@ impl Calls {
 }
 
 fn model_turn(
-    body: &Bytes,
+    body: Body<'_>,
     parts: Vec<PartIn<'_>>,
     i: usize,
     calls: &mut Calls,
@@ -499,7 +511,10 @@ fn model_turn(
 }
 
 /// Code Gemini ran (`codeExecution`) as text another upstream reads.
-fn code_parts(code: Option<Value>, result: Option<Value>, texts: &mut Vec<Text>) {
+fn code_parts(code: Option<Box<Value>>, result: Option<Box<Value>>, texts: &mut Vec<Text>) {
+    if code.is_none() && result.is_none() {
+        return;
+    }
     for (label, v) in [("Code", code), ("Code result", result)] {
         if let Some(v) = v {
             let body = v
@@ -513,7 +528,7 @@ fn code_parts(code: Option<Value>, result: Option<Value>, texts: &mut Vec<Text>)
 }
 
 fn user_turn(
-    body: &Bytes,
+    body: Body<'_>,
     parts: Vec<PartIn<'_>>,
     i: usize,
     calls: &mut Calls,

@@ -69,11 +69,12 @@ pub(crate) fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<St
     }
 }
 
-/// Decodes like `json` a type that borrows from `bytes` (its strings and raw values slices of
-/// the body): serde_json's reader, which lends them.
-pub fn json_borrowed<'de, T: serde::Deserialize<'de>>(bytes: &'de [u8], mode: ParamsMode) -> Result<T, Error> {
+/// Decodes like `json` a type that borrows from `bytes` (its strings slices of the body where they
+/// hold no escape): sonic-rs lends them as serde_json does, and reads them with SIMD.
+pub fn json_borrowed<'de, T: serde::Deserialize<'de>>(text: &'de str, mode: ParamsMode) -> Result<T, Error> {
+    let bytes = text.as_bytes();
     let mut unknown = Vec::new();
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut de = sonic_rs::Deserializer::from_str(text);
     let value = serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path)))
         .and_then(|v| de.end().map(|()| v))
         .map_err(|e| explain::<T>(bytes).unwrap_or_else(|| Error::InvalidJson(e.to_string())))?;
