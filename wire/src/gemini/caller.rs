@@ -24,6 +24,7 @@
 
 mod answer;
 mod schema;
+mod walk;
 
 pub use answer::{
     embed_request, encode_answer, encode_batch_embeddings, encode_count, encode_embedding, encode_model, encode_models,
@@ -45,15 +46,18 @@ use crate::canonical::{
 use crate::json::decode::Known;
 use crate::Error;
 
-/// A `GenerateContentRequest` (and `countTokens`' `generateContentRequest`).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A `GenerateContentRequest` (and `countTokens`' `generateContentRequest`): its contents and
+/// system instruction as the walk read them, the rest as serde did.
 struct GenerateRequest<'a> {
-    #[serde(default, borrow)]
     contents: Vec<ContentIn<'a>>,
-    #[serde(default, borrow)]
-    #[serde(alias = "system_instruction")]
     system_instruction: Option<ContentIn<'a>>,
+    rest: Rest,
+}
+
+/// A request's members besides `contents` and `systemInstruction`.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Rest {
     #[serde(default)]
     tools: Vec<ToolIn>,
     #[serde(default)]
@@ -77,42 +81,23 @@ struct GenerateRequest<'a> {
     model: Option<Known>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A `Content`: its role, its parts.
 struct ContentIn<'a> {
-    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     role: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
     parts: Vec<PartIn<'a>>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A `Part`: its text a slice of the body where it holds no escape; what is not text boxed (rare,
+/// and a part is moved as it is collected).
 struct PartIn<'a> {
-    #[serde(default, borrow, deserialize_with = "crate::json::read::borrowed_str")]
     text: Option<Cow<'a, str>>,
-    #[serde(default)]
     thought: Option<bool>,
-    #[serde(default)]
-    #[serde(alias = "thought_signature")]
     thought_signature: Option<Known>,
-    #[serde(default)]
-    #[serde(alias = "inline_data")]
     inline_data: Option<Box<Blob>>,
-    #[serde(default)]
-    #[serde(alias = "file_data")]
     file_data: Option<Box<FileData>>,
-    #[serde(default)]
-    #[serde(alias = "function_call")]
     function_call: Option<Box<FunctionCallIn>>,
-    #[serde(default)]
-    #[serde(alias = "function_response")]
     function_response: Option<Box<FunctionResponseIn>>,
-    #[serde(default)]
-    #[serde(alias = "executable_code")]
     executable_code: Option<Box<Value>>,
-    #[serde(default)]
-    #[serde(alias = "code_execution_result")]
     code_execution_result: Option<Box<Value>>,
 }
 
@@ -357,7 +342,9 @@ fn within(outer: &[u8], inner: &[u8]) -> bool {
 /// The body of `model`'s `generateContent` / `streamGenerateContent` as the canonical request.
 pub fn decode_generate(body: &Bytes, model: &str, stream: bool, mode: ParamsMode) -> Result<Decoded, Error> {
     let text = utf8(body)?;
-    let r: GenerateRequest<'_> = crate::json::decode::json_borrowed(text, mode)?;
+    let mut w = walk::Walk { text, unknown: Vec::new() };
+    let r = read_request(&mut w, body, None)?;
+    crate::json::decode::judge(&w.unknown, mode)?;
     canonical(Body { bytes: body, text }, r, model, stream, mode)
 }
 
@@ -365,35 +352,47 @@ fn utf8(body: &[u8]) -> Result<&str, Error> {
     simdutf8::basic::from_utf8(body).map_err(|_| Error::InvalidJson("the body is not UTF-8".into()))
 }
 
+/// The request in `w.text` (`root`: the member that holds it, for paths), walked and its rest
+/// read; the unknown fields found go to `w.unknown`.
+fn read_request<'a>(w: &mut walk::Walk<'a>, body: &[u8], root: Option<&str>) -> Result<GenerateRequest<'a>, Error> {
+    let mut s = crate::json::skim::Skim::new(w.text.as_bytes());
+    let walked = w
+        .request(&mut s, root)
+        .and_then(|r| {
+            s.end()?;
+            Ok(r)
+        })
+        .map_err(|f| f.into_error(body))?;
+    let (rest, unknown) = crate::json::decode::collecting::<Rest>(&walked.rest).map_err(|e| match (root, e) {
+        (Some(r), Error::InvalidJson(m)) => Error::InvalidJson(format!("{r}.{m}")),
+        (_, e) => e,
+    })?;
+    w.unknown.extend(unknown.into_iter().map(|u| root.map_or(u.clone(), |r| format!("{r}.{u}"))));
+    Ok(GenerateRequest { contents: walked.contents, system_instruction: walked.system, rest })
+}
+
 /// `countTokens`: `{contents}` or `{generateContentRequest}`, decoded whatever the mode (counting
 /// drops nothing a model would act on).
 pub fn decode_count(body: &Bytes, model: &str) -> Result<ChatRequest, Error> {
     #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct CountRequest<'a> {
-        #[serde(default, borrow)]
-        contents: Vec<ContentIn<'a>>,
-        #[serde(default, borrow)]
-        #[serde(alias = "generate_content_request")]
-        generate_content_request: Option<GenerateRequest<'a>>,
+    struct Inner {
+        #[serde(alias = "generate_content_request", rename = "generateContentRequest")]
+        request: Option<Box<serde_json::value::RawValue>>,
     }
     let text = utf8(body)?;
-    let c: CountRequest<'_> = crate::json::decode::json_borrowed(text, ParamsMode::Lenient)?;
-    let r = match c.generate_content_request {
-        Some(r) => r,
-        None => GenerateRequest {
-            contents: c.contents,
-            system_instruction: None,
-            tools: Vec::new(),
-            tool_config: None,
-            generation_config: None,
-            safety_settings: None,
-            cached_content: None,
-            labels: None,
-            model: None,
-        },
-    };
-    Ok(canonical(Body { bytes: body, text }, r, model, false, ParamsMode::Lenient)?.request)
+    let mut w = walk::Walk { text, unknown: Vec::new() };
+    let outer = read_request(&mut w, body, None)?;
+    let inner: Option<Inner> = serde_json::from_str(text).ok();
+    match inner.and_then(|i| i.request) {
+        Some(raw) => {
+            let owned = Bytes::from(raw.get().to_owned());
+            let text = utf8(&owned)?;
+            let mut w = walk::Walk { text, unknown: Vec::new() };
+            let r = read_request(&mut w, &owned, Some("generateContentRequest"))?;
+            Ok(canonical(Body { bytes: &owned, text }, r, model, false, ParamsMode::Lenient)?.request)
+        }
+        None => Ok(canonical(Body { bytes: body, text }, outer, model, false, ParamsMode::Lenient)?.request),
+    }
 }
 
 fn canonical(
@@ -403,12 +402,30 @@ fn canonical(
     stream: bool,
     mode: ParamsMode,
 ) -> Result<Decoded, Error> {
-    if r.cached_content.is_some() {
+    let rest = r.rest;
+    if rest.cached_content.is_some() {
         unsupported("cachedContent", mode)?;
     }
     // Read so that they are known; a Gemini upstream alone acts on them.
-    let _ = (r.safety_settings, r.labels, r.model);
+    let _ = (rest.safety_settings, rest.labels, rest.model);
     let mut messages = Vec::with_capacity(r.contents.len() + 1);
+    /// A turn of one text (nearly every turn of a conversation): its message, built without the
+    /// lists a turn of several parts needs.
+    fn lone_text<'a>(parts: &mut Vec<PartIn<'a>>) -> Option<Cow<'a, str>> {
+        match parts.as_mut_slice() {
+            [p] if p.thought != Some(true)
+                && p.function_call.is_none()
+                && p.function_response.is_none()
+                && p.inline_data.is_none()
+                && p.file_data.is_none()
+                && p.executable_code.is_none()
+                && p.code_execution_result.is_none() =>
+            {
+                p.text.take()
+            }
+            _ => None,
+        }
+    }
     if let Some(sys) = r.system_instruction {
         let text: Vec<Text> = sys.parts.into_iter().filter_map(|p| p.text).map(|t| text_of(body, t)).collect();
         if !text.is_empty() {
@@ -416,7 +433,17 @@ fn canonical(
         }
     }
     let mut calls = Calls::default();
-    for (i, c) in r.contents.into_iter().enumerate() {
+    for (i, mut c) in r.contents.into_iter().enumerate() {
+        let role = match c.role.as_deref() {
+            Some("model") => Role::Assistant,
+            _ => Role::User,
+        };
+        if matches!(c.role.as_deref(), None | Some("user" | "model" | "function")) {
+            if let Some(t) = lone_text(&mut c.parts) {
+                messages.push(Message { content: Some(Content::Text(text_of(body, t))), ..Message::new(role) });
+                continue;
+            }
+        }
         match c.role.as_deref() {
             Some("model") => model_turn(body, c.parts, i, &mut calls, &mut messages, mode)?,
             None | Some("user") | Some("function") => user_turn(body, c.parts, i, &mut calls, &mut messages)?,
@@ -429,8 +456,8 @@ fn canonical(
         }
     }
     let mut req = ChatRequest { model: model.to_owned(), messages, stream, ..ChatRequest::default() };
-    tools(&mut req, r.tools, r.tool_config, mode)?;
-    let shows_thoughts = generation(&mut req, r.generation_config.unwrap_or_default(), mode)?;
+    tools(&mut req, rest.tools, rest.tool_config, mode)?;
+    let shows_thoughts = generation(&mut req, rest.generation_config.unwrap_or_default(), mode)?;
     if stream {
         // Gemini's stream always carries usage.
         req.stream_options = Some(crate::canonical::StreamOptions { include_usage: true });

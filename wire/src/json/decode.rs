@@ -69,19 +69,6 @@ pub(crate) fn collecting<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Vec<St
     }
 }
 
-/// Decodes like `json` a type that borrows from `bytes` (its strings slices of the body where they
-/// hold no escape): sonic-rs lends them as serde_json does, and reads them with SIMD.
-pub fn json_borrowed<'de, T: serde::Deserialize<'de>>(text: &'de str, mode: ParamsMode) -> Result<T, Error> {
-    let bytes = text.as_bytes();
-    let mut unknown = Vec::new();
-    let mut de = sonic_rs::Deserializer::from_str(text);
-    let value = serde_ignored::deserialize(&mut de, |path| unknown.push(field_path(&path)))
-        .and_then(|v| de.end().map(|()| v))
-        .map_err(|e| explain::<T>(bytes).unwrap_or_else(|| Error::InvalidJson(e.to_string())))?;
-    judge(&unknown, mode)?;
-    Ok(value)
-}
-
 /// `text` decoded as `T` when it holds nothing `T` does not name, else `None` (an error, or an
 /// unknown field the whole body's decode must judge and name).
 pub fn exact<T: DeserializeOwned>(text: &str) -> Option<T> {
@@ -126,7 +113,7 @@ pub(crate) fn explain_at<T: DeserializeOwned>(bytes: &[u8]) -> (String, String) 
 }
 
 /// The error of a body `decode` refused, with the path of the field at fault.
-fn explain<'de, T: serde::Deserialize<'de>>(bytes: &'de [u8]) -> Option<Error> {
+fn explain<T: DeserializeOwned>(bytes: &[u8]) -> Option<Error> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let mut track = serde_path_to_error::Track::new();
     let value: Result<T, _> = {
