@@ -84,8 +84,11 @@ struct Rest {
 /// A `Content`: its role, its parts.
 struct ContentIn<'a> {
     role: Option<Cow<'a, str>>,
-    parts: Vec<PartIn<'a>>,
+    /// One part, nearly always: kept in place.
+    parts: Parts<'a>,
 }
+
+type Parts<'a> = smallvec::SmallVec<[PartIn<'a>; 1]>;
 
 /// A `Part`: its text a slice of the body where it holds no escape; what is not text boxed (rare,
 /// and a part is moved as it is collected).
@@ -411,7 +414,7 @@ fn canonical(
     let mut messages = Vec::with_capacity(r.contents.len() + 1);
     /// A turn of one text (nearly every turn of a conversation): its message, built without the
     /// lists a turn of several parts needs.
-    fn lone_text<'a>(parts: &mut Vec<PartIn<'a>>) -> Option<Cow<'a, str>> {
+    fn lone_text<'a>(parts: &mut Parts<'a>) -> Option<Cow<'a, str>> {
         match parts.as_mut_slice() {
             [p] if p.thought != Some(true)
                 && p.function_call.is_none()
@@ -494,7 +497,7 @@ impl Calls {
 
 fn model_turn(
     body: Body<'_>,
-    parts: Vec<PartIn<'_>>,
+    parts: Parts<'_>,
     i: usize,
     calls: &mut Calls,
     out: &mut Vec<Message>,
@@ -556,7 +559,7 @@ fn code_parts(code: Option<Box<Value>>, result: Option<Box<Value>>, texts: &mut 
 
 fn user_turn(
     body: Body<'_>,
-    parts: Vec<PartIn<'_>>,
+    parts: Parts<'_>,
     i: usize,
     calls: &mut Calls,
     out: &mut Vec<Message>,

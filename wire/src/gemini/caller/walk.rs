@@ -79,7 +79,7 @@ impl<'a> Walk<'a> {
     }
 
     fn content(&mut self, s: &mut Skim<'a>, at: &At<'_>) -> Result<ContentIn<'a>, Fault> {
-        let mut c = ContentIn { role: None, parts: Vec::new() };
+        let mut c = ContentIn { role: None, parts: smallvec::SmallVec::new() };
         if s.next_byte() != Some(b'{') {
             return Err(walk::wrong_type(&at.path(), "struct ContentIn"));
         }
