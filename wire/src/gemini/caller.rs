@@ -49,7 +49,6 @@ use crate::Error;
 /// A `GenerateContentRequest` (and `countTokens`' `generateContentRequest`): its contents and
 /// system instruction as the walk read them, the rest as serde did.
 struct GenerateRequest<'a> {
-    contents: Vec<ContentIn<'a>>,
     system_instruction: Option<ContentIn<'a>>,
     rest: Rest,
 }
@@ -346,9 +345,10 @@ fn within(outer: &[u8], inner: &[u8]) -> bool {
 pub fn decode_generate(body: &Bytes, model: &str, stream: bool, mode: ParamsMode) -> Result<Decoded, Error> {
     let text = utf8(body)?;
     let mut w = walk::Walk { text, unknown: Vec::new() };
-    let r = read_request(&mut w, body, None)?;
+    let mut turns = Turns::new(Body { bytes: body, text }, mode);
+    let r = read_request(&mut w, body, None, &mut |c, i| turns.add(c, i))?;
     crate::json::decode::judge(&w.unknown, mode)?;
-    canonical(Body { bytes: body, text }, r, model, stream, mode)
+    canonical(turns, r, model, stream, mode)
 }
 
 fn utf8(body: &[u8]) -> Result<&str, Error> {
@@ -357,10 +357,15 @@ fn utf8(body: &[u8]) -> Result<&str, Error> {
 
 /// The request in `w.text` (`root`: the member that holds it, for paths), walked and its rest
 /// read; the unknown fields found go to `w.unknown`.
-fn read_request<'a>(w: &mut walk::Walk<'a>, body: &[u8], root: Option<&str>) -> Result<GenerateRequest<'a>, Error> {
+fn read_request<'a>(
+    w: &mut walk::Walk<'a>,
+    body: &[u8],
+    root: Option<&str>,
+    on: walk::OnContent<'_, 'a>,
+) -> Result<GenerateRequest<'a>, Error> {
     let mut s = crate::json::skim::Skim::new(w.text.as_bytes());
     let walked = w
-        .request(&mut s, root)
+        .request(&mut s, root, on)
         .and_then(|r| {
             s.end()?;
             Ok(r)
@@ -371,7 +376,7 @@ fn read_request<'a>(w: &mut walk::Walk<'a>, body: &[u8], root: Option<&str>) -> 
         (_, e) => e,
     })?;
     w.unknown.extend(unknown.into_iter().map(|u| root.map_or(u.clone(), |r| format!("{r}.{u}"))));
-    Ok(GenerateRequest { contents: walked.contents, system_instruction: walked.system, rest })
+    Ok(GenerateRequest { system_instruction: walked.system, rest })
 }
 
 /// `countTokens`: `{contents}` or `{generateContentRequest}`, decoded whatever the mode (counting
@@ -383,23 +388,82 @@ pub fn decode_count(body: &Bytes, model: &str) -> Result<ChatRequest, Error> {
         request: Option<Box<serde_json::value::RawValue>>,
     }
     let text = utf8(body)?;
+    let mode = ParamsMode::Lenient;
     let mut w = walk::Walk { text, unknown: Vec::new() };
-    let outer = read_request(&mut w, body, None)?;
+    let mut turns = Turns::new(Body { bytes: body, text }, mode);
+    let outer = read_request(&mut w, body, None, &mut |c, i| turns.add(c, i))?;
     let inner: Option<Inner> = serde_json::from_str(text).ok();
     match inner.and_then(|i| i.request) {
         Some(raw) => {
             let owned = Bytes::from(raw.get().to_owned());
             let text = utf8(&owned)?;
             let mut w = walk::Walk { text, unknown: Vec::new() };
-            let r = read_request(&mut w, &owned, Some("generateContentRequest"))?;
-            Ok(canonical(Body { bytes: &owned, text }, r, model, false, ParamsMode::Lenient)?.request)
+            let mut turns = Turns::new(Body { bytes: &owned, text }, mode);
+            let r = read_request(&mut w, &owned, Some("generateContentRequest"), &mut |c, i| turns.add(c, i))?;
+            Ok(canonical(turns, r, model, false, mode)?.request)
         }
-        None => Ok(canonical(Body { bytes: body, text }, outer, model, false, ParamsMode::Lenient)?.request),
+        None => Ok(canonical(turns, outer, model, false, mode)?.request),
     }
 }
 
+/// The conversation, built turn by turn as the walk reads it.
+struct Turns<'a> {
+    body: Body<'a>,
+    messages: Vec<Message>,
+    calls: Calls,
+    mode: ParamsMode,
+}
+
+impl<'a> Turns<'a> {
+    fn new(body: Body<'a>, mode: ParamsMode) -> Self {
+        Self { body, messages: Vec::with_capacity(16), calls: Calls::default(), mode }
+    }
+
+    /// `contents[i]` as canonical messages.
+    fn add(&mut self, mut c: ContentIn<'a>, i: usize) -> Result<(), Error> {
+        let body = self.body;
+        let role = match c.role.as_deref() {
+            Some("model") => Role::Assistant,
+            _ => Role::User,
+        };
+        if matches!(c.role.as_deref(), None | Some("user" | "model" | "function")) {
+            if let Some(t) = lone_text(&mut c.parts) {
+                self.messages.push(Message { content: Some(Content::Text(text_of(body, t))), ..Message::new(role) });
+                return Ok(());
+            }
+        }
+        match c.role.as_deref() {
+            Some("model") => model_turn(body, c.parts, i, &mut self.calls, &mut self.messages, self.mode),
+            None | Some("user") | Some("function") => user_turn(body, c.parts, i, &mut self.calls, &mut self.messages),
+            Some(other) => Err(Error::invalid_param(
+                format!("contents[{i}].role"),
+                format!("contents[{i}].role '{other}' is not 'user' or 'model'"),
+            )),
+        }
+    }
+}
+
+/// A turn of one text (nearly every turn of a conversation): its message, built without the lists
+/// a turn of several parts needs.
+fn lone_text<'a>(parts: &mut Parts<'a>) -> Option<Cow<'a, str>> {
+    match parts.as_mut_slice() {
+        [p] if p.thought != Some(true)
+            && p.function_call.is_none()
+            && p.function_response.is_none()
+            && p.inline_data.is_none()
+            && p.file_data.is_none()
+            && p.executable_code.is_none()
+            && p.code_execution_result.is_none() =>
+        {
+            p.text.take()
+        }
+        _ => None,
+    }
+}
+
+/// The canonical request from the turns and the request's other members.
 fn canonical(
-    body: Body<'_>,
+    turns: Turns<'_>,
     r: GenerateRequest<'_>,
     model: &str,
     stream: bool,
@@ -411,51 +475,11 @@ fn canonical(
     }
     // Read so that they are known; a Gemini upstream alone acts on them.
     let _ = (rest.safety_settings, rest.labels, rest.model);
-    let mut messages = Vec::with_capacity(r.contents.len() + 1);
-    /// A turn of one text (nearly every turn of a conversation): its message, built without the
-    /// lists a turn of several parts needs.
-    fn lone_text<'a>(parts: &mut Parts<'a>) -> Option<Cow<'a, str>> {
-        match parts.as_mut_slice() {
-            [p] if p.thought != Some(true)
-                && p.function_call.is_none()
-                && p.function_response.is_none()
-                && p.inline_data.is_none()
-                && p.file_data.is_none()
-                && p.executable_code.is_none()
-                && p.code_execution_result.is_none() =>
-            {
-                p.text.take()
-            }
-            _ => None,
-        }
-    }
+    let Turns { body, mut messages, .. } = turns;
     if let Some(sys) = r.system_instruction {
         let text: Vec<Text> = sys.parts.into_iter().filter_map(|p| p.text).map(|t| text_of(body, t)).collect();
         if !text.is_empty() {
-            messages.push(Message { content: Some(join(text)), ..Message::new(Role::System) });
-        }
-    }
-    let mut calls = Calls::default();
-    for (i, mut c) in r.contents.into_iter().enumerate() {
-        let role = match c.role.as_deref() {
-            Some("model") => Role::Assistant,
-            _ => Role::User,
-        };
-        if matches!(c.role.as_deref(), None | Some("user" | "model" | "function")) {
-            if let Some(t) = lone_text(&mut c.parts) {
-                messages.push(Message { content: Some(Content::Text(text_of(body, t))), ..Message::new(role) });
-                continue;
-            }
-        }
-        match c.role.as_deref() {
-            Some("model") => model_turn(body, c.parts, i, &mut calls, &mut messages, mode)?,
-            None | Some("user") | Some("function") => user_turn(body, c.parts, i, &mut calls, &mut messages)?,
-            Some(other) => {
-                return Err(Error::invalid_param(
-                    format!("contents[{i}].role"),
-                    format!("contents[{i}].role '{other}' is not 'user' or 'model'"),
-                ))
-            }
+            messages.insert(0, Message { content: Some(join(text)), ..Message::new(Role::System) });
         }
     }
     let mut req = ChatRequest { model: model.to_owned(), messages, stream, ..ChatRequest::default() };

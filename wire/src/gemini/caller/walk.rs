@@ -7,7 +7,7 @@
 //!
 //! Why a walk and not serde over the whole body: a translated ~50 KB request (60 turns, to an
 //! OpenAI upstream) cost 495k instructions with serde_json over the whole body, 328k with sonic-rs
-//! (strings borrowed, `serde_ignored` collecting unknown fields), 231k with this walk; an
+//! (strings borrowed, `serde_ignored` collecting unknown fields), 229k with this walk; an
 //! Anthropic caller's walk, the same conversation, 196k (callgrind,
 //! `AX_CG_API=gemini|messages AX_CG_MESSAGES=60 tests/bench/callgrind.sh`).
 
@@ -25,19 +25,26 @@ pub(super) struct Walk<'a> {
     pub unknown: Vec<String>,
 }
 
-/// What the walk read of a request: its contents and system instruction, and the other members
-/// as one JSON object for serde.
+/// What the walk read of a request besides its contents (handed over one by one as they are
+/// read): its system instruction, and the other members as one JSON object for serde.
 pub(super) struct Walked<'a> {
-    pub contents: Vec<ContentIn<'a>>,
     pub system: Option<ContentIn<'a>>,
     pub rest: Vec<u8>,
 }
 
+/// What takes each content as it is read, with its index.
+pub(super) type OnContent<'o, 'a> = &'o mut dyn FnMut(ContentIn<'a>, usize) -> Result<(), crate::Error>;
+
 impl<'a> Walk<'a> {
     /// The request object at the cursor; `root` names the member that holds it in paths (none:
     /// the body).
-    pub fn request(&mut self, s: &mut Skim<'a>, root: Option<&str>) -> Result<Walked<'a>, Fault> {
-        let mut w = Walked { contents: Vec::new(), system: None, rest: Vec::from(*b"{") };
+    pub fn request(
+        &mut self,
+        s: &mut Skim<'a>,
+        root: Option<&str>,
+        on: OnContent<'_, 'a>,
+    ) -> Result<Walked<'a>, Fault> {
+        let mut w = Walked { system: None, rest: Vec::from(*b"{") };
         if s.next_byte() != Some(b'{') {
             return Err(walk::wrong_type(root.unwrap_or("(the body)"), "a JSON object"));
         }
@@ -56,9 +63,9 @@ impl<'a> Walk<'a> {
                     let mut i = 0;
                     s.array(|s| {
                         let at = here.index(i);
-                        i += 1;
                         let c = self.content(s, &at)?;
-                        w.contents.push(c);
+                        on(c, i)?;
+                        i += 1;
                         Ok::<(), Fault>(())
                     })?;
                 }
