@@ -307,3 +307,32 @@ fn a_count_body_names_the_upstreams_model() {
     let plain = Bytes::from_static(br#"{"contents":[{"parts":[{"text":"hi"}]}]}"#);
     assert_eq!(count_body(&plain, "m"), vec![plain.clone()]);
 }
+
+#[test]
+fn a_part_of_one_text_reads_as_any_part() {
+    // Escapes, a part with more members after its text, spaces, and faults named by path.
+    let body = r#"{"contents":[{"role":"user","parts":[{"text":"a \"b\"\nc"},{"text":"d","thought":false}, { "text" : "e" }]}]}"#;
+    let r = decode_generate(&Bytes::from(body), "m", false, ParamsMode::Strict).unwrap().request;
+    assert_eq!(r.messages[0].content.as_ref().unwrap().text(), "a \"b\"\ncde");
+    let e = decode_generate(
+        &Bytes::from_static(
+            br#"{"contents":[{"parts":[{"text":"x
+y"}]}]}"#,
+        ),
+        "m",
+        false,
+        ParamsMode::Strict,
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("contents[0].parts[0].text"), "{e}");
+    let e = decode_generate(
+        &Bytes::from_static(br#"{"contents":[{"parts":[{"text":"x"]}]}"#),
+        "m",
+        false,
+        ParamsMode::Strict,
+    )
+    .err()
+    .unwrap();
+    assert_eq!(e.code(), "invalid_json", "{e}");
+}
