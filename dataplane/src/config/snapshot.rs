@@ -310,7 +310,7 @@ impl Snapshot {
         match self.routes.get(name) {
             Some(r) => Some(r),
             None if self.globs.is_empty() => None,
-            None => self.globs.iter().find(|g| ax_protocol::glob::matches(g, name)).and_then(|g| self.routes.get(g)),
+            None => ax_protocol::glob::resolve(name, |_| false, &self.globs).and_then(|g| self.routes.get(g)),
         }
     }
 

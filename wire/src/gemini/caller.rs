@@ -24,7 +24,11 @@
 
 mod answer;
 mod schema;
+mod skim;
 mod walk;
+
+use skim::member;
+pub use skim::{count_body, skim_generate};
 
 pub use answer::{
     embed_request, encode_answer, encode_batch_embeddings, encode_count, encode_embedding, encode_model, encode_models,
@@ -39,9 +43,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::canonical::{
-    estimate_tokens, ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, ImageUrl, JsonSchema, Message,
-    Protocol, RawChat, ReasoningEffort, ResponseFormat, Role, Skim, Stop, Text, Tool, ToolCall, ToolChoice, ToolKind,
-    IMAGE_TOKENS, MESSAGE_TOKENS,
+    ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, ImageUrl, JsonSchema, Message, ReasoningEffort,
+    ResponseFormat, Role, Stop, Text, Tool, ToolCall, ToolChoice, ToolKind,
 };
 use crate::json::decode::Known;
 use crate::Error;
@@ -346,7 +349,7 @@ pub fn decode_generate(body: &Bytes, model: &str, stream: bool, mode: ParamsMode
     let text = utf8(body)?;
     let mut w = walk::Walk { text, unknown: Vec::new() };
     let mut turns = Turns::new(Body { bytes: body, text }, mode);
-    let r = read_request(&mut w, body, None, &mut |c, i| turns.add(c, i))?;
+    let r = read_request(&mut w, body, None, 0, &mut |c, i| turns.add(c, i))?;
     crate::json::decode::judge(&w.unknown, mode)?;
     canonical(turns, r, model, stream, mode)
 }
@@ -355,19 +358,22 @@ fn utf8(body: &[u8]) -> Result<&str, Error> {
     simdutf8::basic::from_utf8(body).map_err(|_| Error::InvalidJson("the body is not UTF-8".into()))
 }
 
-/// The request in `w.text` (`root`: the member that holds it, for paths), walked and its rest
-/// read; the unknown fields found go to `w.unknown`.
+/// The request at `at` of `w.text` (`root`: the member that holds it, for paths; none: the whole
+/// body), walked and its rest read; the unknown fields found go to `w.unknown`.
 fn read_request<'a>(
     w: &mut walk::Walk<'a>,
     body: &[u8],
     root: Option<&str>,
+    at: usize,
     on: walk::OnContent<'_, 'a>,
 ) -> Result<GenerateRequest<'a>, Error> {
-    let mut s = crate::json::skim::Skim::new(w.text.as_bytes());
+    let mut s = crate::json::skim::Skim::at(w.text.as_bytes(), at);
     let walked = w
         .request(&mut s, root, on)
         .and_then(|r| {
-            s.end()?;
+            if root.is_none() {
+                s.end()?;
+            }
             Ok(r)
         })
         .map_err(|f| f.into_error(body))?;
@@ -382,28 +388,18 @@ fn read_request<'a>(
 /// `countTokens`: `{contents}` or `{generateContentRequest}`, decoded whatever the mode (counting
 /// drops nothing a model would act on).
 pub fn decode_count(body: &Bytes, model: &str) -> Result<ChatRequest, Error> {
-    #[derive(Deserialize)]
-    struct Inner {
-        #[serde(alias = "generate_content_request", rename = "generateContentRequest")]
-        request: Option<Box<serde_json::value::RawValue>>,
-    }
     let text = utf8(body)?;
     let mode = ParamsMode::Lenient;
     let mut w = walk::Walk { text, unknown: Vec::new() };
     let mut turns = Turns::new(Body { bytes: body, text }, mode);
-    let outer = read_request(&mut w, body, None, &mut |c, i| turns.add(c, i))?;
-    let inner: Option<Inner> = serde_json::from_str(text).ok();
-    match inner.and_then(|i| i.request) {
-        Some(raw) => {
-            let owned = Bytes::from(raw.get().to_owned());
-            let text = utf8(&owned)?;
-            let mut w = walk::Walk { text, unknown: Vec::new() };
-            let mut turns = Turns::new(Body { bytes: &owned, text }, mode);
-            let r = read_request(&mut w, &owned, Some("generateContentRequest"), &mut |c, i| turns.add(c, i))?;
-            Ok(canonical(turns, r, model, false, mode)?.request)
-        }
-        None => Ok(canonical(turns, outer, model, false, mode)?.request),
-    }
+    // The request inside, walked where it is (its texts slices of the body), else the body.
+    let inner = member(body, 0, &[b"generateContentRequest", b"generate_content_request"]);
+    let (root, at) = match &inner {
+        Some(span) => (Some("generateContentRequest"), span.start),
+        None => (None, 0),
+    };
+    let r = read_request(&mut w, body, root, at, &mut |c, i| turns.add(c, i))?;
+    Ok(canonical(turns, r, model, false, mode)?.request)
 }
 
 /// The conversation, built turn by turn as the walk reads it.
@@ -665,11 +661,10 @@ fn tools(
     mode: ParamsMode,
 ) -> Result<(), Error> {
     let mut out = Vec::new();
-    for (i, t) in tools.into_iter().enumerate() {
+    for t in tools {
         if let Some(name) = t.builtin() {
             unsupported(name, mode)?;
         }
-        let _ = (i, &t.google_search);
         for f in t.function_declarations {
             let _ = (f.response, f.response_json_schema, f.behavior);
             let parameters = match (f.parameters_json_schema, f.parameters) {
@@ -794,150 +789,6 @@ fn generation(req: &mut ChatRequest, g: GenerationConfigIn, mode: ParamsMode) ->
         }
     }
     Ok(shows)
-}
-
-/// A `countTokens` body for a Gemini upstream whose name for the model is `model`: the caller's
-/// bytes, with `generateContentRequest.model` (which names the alias, `models/<alias>`) naming
-/// the upstream's model.
-pub fn count_body(body: &Bytes, model: &str) -> Vec<Bytes> {
-    use crate::json::skim::{key_bytes, Skim as Walk, SkimError};
-    let mut span = None;
-    let mut s = Walk::new(body);
-    let _: Result<(), SkimError> = s.object(|k, esc, s| {
-        if key_bytes(k, esc).as_deref() == Some(b"generateContentRequest") && s.next_byte() == Some(b'{') {
-            return s.object(|k, esc, s| {
-                let v = s.value()?;
-                if key_bytes(k, esc).as_deref() == Some(b"model") {
-                    span = Some(v);
-                }
-                Ok(())
-            });
-        }
-        s.value().map(|_| ())
-    });
-    let Some(span) = span else { return vec![body.clone()] };
-    let mut name = Vec::with_capacity(model.len() + 9);
-    crate::json::write::string(&mut name, &format!("models/{model}"));
-    vec![body.slice(..span.start), Bytes::from(name), body.slice(span.end..)]
-}
-
-// ---------------------------------------------------------------------------------------------
-// The forward path
-
-/// What the stages need of a Gemini body to forward it (to a Gemini upstream, as written): the
-/// model comes from the path; the rest is read without decoding the body (`forwards(model)`
-/// false: the route translates, the body is decoded).
-pub fn skim_generate(body: Bytes, model: &str, stream: bool, forwards: &dyn Fn(&str) -> bool) -> Result<Skim, Error> {
-    if !forwards(model) {
-        return Ok(Skim::Decode(body));
-    }
-    let read = skim_fields(&body).map_err(|e| Error::InvalidJson(e.what))?;
-    if read.contents == 0 {
-        return Err(Error::invalid_param("contents", "'contents' must not be empty"));
-    }
-    Ok(Skim::Forward(RawChat {
-        protocol: Protocol::GeminiGenerate,
-        model: model.to_owned(),
-        // The model is in the path: nothing of the body is replaced.
-        model_span: 0..0,
-        edits: Vec::new(),
-        stream,
-        include_usage: true,
-        max_output: read.max_output,
-        temperature: read.temperature,
-        needs_tools: read.tools,
-        needs_vision: read.images > 0,
-        needs_json: read.json,
-        prompt_estimate: estimate_tokens(read.text) + MESSAGE_TOKENS * read.contents + IMAGE_TOKENS * read.images,
-        headers: Vec::new(),
-        body,
-    }))
-}
-
-#[derive(Default)]
-struct Skimmed {
-    contents: u64,
-    text: usize,
-    images: u64,
-    tools: bool,
-    json: bool,
-    max_output: Option<u32>,
-    temperature: Option<f64>,
-}
-
-fn skim_fields(body: &[u8]) -> Result<Skimmed, crate::json::skim::SkimError> {
-    use crate::json::skim::{key_bytes, Skim as Walk, SkimError};
-    let mut read = Skimmed::default();
-    let mut s = Walk::new(body);
-    if s.next_byte() != Some(b'{') {
-        return Err(SkimError { at: s.pos(), what: "the body must be a JSON object".into() });
-    }
-    fn parts(s: &mut Walk<'_>, read: &mut Skimmed) -> Result<(), SkimError> {
-        s.object(|k, esc, s| {
-            if key_bytes(k, esc).as_deref() != Some(b"parts") {
-                s.value()?;
-                return Ok(());
-            }
-            s.array(|s| {
-                if s.next_byte() != Some(b'{') {
-                    s.value()?;
-                    return Ok(());
-                }
-                s.object(|k, esc, s| {
-                    match key_bytes(k, esc).as_deref() {
-                        Some(b"inlineData" | b"fileData" | b"inline_data" | b"file_data") => {
-                            read.images += 1;
-                            s.value()?;
-                        }
-                        _ => read.text += s.value()?.len(),
-                    }
-                    Ok(())
-                })
-            })
-        })
-    }
-    s.object(|k, esc, s| {
-        match key_bytes(k, esc).as_deref() {
-            Some(b"contents") => s.array(|s| {
-                read.contents += 1;
-                if s.next_byte() == Some(b'{') {
-                    parts(s, &mut read)
-                } else {
-                    s.value().map(|_| ())
-                }
-            })?,
-            Some(b"systemInstruction" | b"system_instruction") if s.next_byte() == Some(b'{') => parts(s, &mut read)?,
-            Some(b"tools") => {
-                let span = s.value()?;
-                read.text += span.len();
-                let v = &body[span];
-                read.tools = v.first() == Some(&b'[')
-                    && (memchr::memmem::find(v, b"functionDeclarations").is_some()
-                        || memchr::memmem::find(v, b"function_declarations").is_some());
-            }
-            Some(b"generationConfig" | b"generation_config") if s.next_byte() == Some(b'{') => {
-                s.object(|k, esc, s| {
-                    match key_bytes(k, esc).as_deref() {
-                        Some(b"maxOutputTokens" | b"max_output_tokens") => read.max_output = s.decode()?,
-                        Some(b"temperature") => read.temperature = s.decode()?,
-                        Some(b"responseMimeType" | b"response_mime_type") => {
-                            read.json = s.value_bytes()? == b"\"application/json\""
-                        }
-                        _ => {
-                            s.value()?;
-                        }
-                    }
-                    Ok(())
-                })?
-            }
-            _ => {
-                s.value()?;
-            }
-        }
-        Ok(())
-    })?;
-    s.end()?;
-    Ok(read)
 }
 
 #[cfg(test)]

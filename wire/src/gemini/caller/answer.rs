@@ -178,7 +178,12 @@ impl StreamEncoder for Events {
         for c in choices {
             for d in &c.tool_calls {
                 match self.calls.iter_mut().find(|p| p.choice == c.index && p.index == d.index) {
-                    Some(p) => p.arguments.push_str(&d.arguments),
+                    Some(p) => {
+                        p.arguments.push_str(&d.arguments);
+                        if let Some(name) = d.name.as_ref().filter(|_| p.name.is_empty()) {
+                            p.name.clone_from(name);
+                        }
+                    }
                     None => self.calls.push(Pending {
                         choice: c.index,
                         index: d.index,
@@ -186,11 +191,6 @@ impl StreamEncoder for Events {
                         name: d.name.clone().unwrap_or_default(),
                         arguments: d.arguments.clone(),
                     }),
-                }
-                if let (Some(name), Some(p)) = (&d.name, self.calls.last_mut()) {
-                    if p.name.is_empty() {
-                        p.name.clone_from(name);
-                    }
                 }
             }
             if let Some(f) = &c.finish_reason {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::canonical::{ChatResponse, Choice, ChunkChoice, FinishReason, StreamEncoder, ToolCallDelta, Usage};
+use crate::canonical::{Protocol, Skim};
 use crate::Reported;
 use serde_json::json;
 
@@ -335,4 +336,15 @@ y"}]}]}"#,
     .err()
     .unwrap();
     assert_eq!(e.code(), "invalid_json", "{e}");
+}
+
+#[test]
+fn count_tokens_reads_either_shape() {
+    let plain =
+        decode_count(&Bytes::from_static(br#"{"contents":[{"parts":[{"text":"hello there"}]}]}"#), "m").unwrap();
+    let wrapped = br#"{"generateContentRequest":{"model":"models/x","systemInstruction":{"parts":[{"text":"sys"}]},"contents":[{"parts":[{"text":"hello there"}]}]}}"#;
+    let wrapped = decode_count(&Bytes::from_static(wrapped), "m").unwrap();
+    assert_eq!(plain.messages[0].content.as_ref().unwrap().text(), "hello there");
+    assert_eq!(wrapped.messages.len(), 2);
+    assert_eq!(wrapped.messages[1].content.as_ref().unwrap().text(), "hello there");
 }
